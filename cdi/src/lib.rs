@@ -1,0 +1,1 @@
+//! CDI (not built yet).

@@ -1,0 +1,4 @@
+fn main() {
+    eprintln!("gpuhook-runtime: not built yet");
+    std::process::exit(2);
+}

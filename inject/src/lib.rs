@@ -1,0 +1,1 @@
+//! Injection (not built yet).

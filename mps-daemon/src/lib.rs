@@ -1,0 +1,1 @@
+//! gpu-mps-daemon (not built yet).

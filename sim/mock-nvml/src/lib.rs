@@ -1,0 +1,1 @@
+//! Mock NVML (not built yet).

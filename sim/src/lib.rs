@@ -1,0 +1,8 @@
+//! Simulated NVIDIA GPU nodes.
+//!
+//! CI and developer machines have no GPU, so every test runs against a *simulated node*: a driver
+//! root materialised from a [`profile::NodeProfile`] with real character device nodes, `/proc`
+//! files, ELF stub libraries and an `ld.so.cache` made by the real `ldconfig`, plus a mock
+//! `libnvidia-ml.so.1`. The product never knows: it is pointed at the driver root like at a real one.
+
+pub mod profile;
