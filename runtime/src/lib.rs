@@ -1,0 +1,1 @@
+//! Runtime wrapper core (not built yet).

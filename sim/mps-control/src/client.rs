@@ -1,0 +1,150 @@
+//! The two connecting roles: the real binary's client mode (commands on stdin, replies on
+//! stdout) and the simulator's CUDA-application stand-in (`--sim-client`), which does what the
+//! CUDA driver does in an application: read the MPS environment, ask the daemon for a server
+//! of its uid, and stay connected while it "runs".
+
+use crate::config::Paths;
+use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
+
+/// The real binary's message when no daemon answers on the pipe directory.
+pub const NO_DAEMON: &str = "Cannot find MPS control daemon process";
+
+/// Client mode: forwards each stdin line to the daemon, prints each reply.
+pub fn ui(paths: &Paths) -> i32 {
+    if let Err(e) = paths.check_socket_len() {
+        eprintln!("{e}");
+        return 1;
+    }
+    let Ok(mut stream) = UnixStream::connect(paths.socket()) else {
+        eprintln!("{NO_DAEMON}");
+        return 1;
+    };
+    if stream.write_all(b"UI\n").is_err() {
+        eprintln!("{NO_DAEMON}");
+        return 1;
+    }
+    let mut reader = BufReader::new(match stream.try_clone() {
+        Ok(s) => s,
+        Err(_) => return 1,
+    });
+    let stdout = std::io::stdout();
+    for line in std::io::stdin().lock().lines() {
+        let Ok(line) = line else { break };
+        let cmd = line.trim();
+        if cmd.is_empty() {
+            continue;
+        }
+        if stream.write_all(format!("{cmd}\n").as_bytes()).is_err() {
+            eprintln!("Lost connection to the MPS control daemon");
+            return 1;
+        }
+        let mut reply = Vec::new();
+        match reader.read_until(0, &mut reply) {
+            Ok(_) if reply.last() == Some(&0) => {
+                reply.pop();
+            }
+            _ => {
+                eprintln!("Lost connection to the MPS control daemon");
+                return 1;
+            }
+        }
+        if !reply.is_empty() {
+            let mut out = stdout.lock();
+            let _ = out.write_all(&reply);
+            let _ = out.write_all(b"\n");
+            let _ = out.flush();
+        }
+        if cmd == "quit" || cmd.starts_with("quit ") {
+            break;
+        }
+    }
+    0
+}
+
+/// Options of `--sim-client`.
+#[derive(Debug, Clone)]
+pub struct SimClient {
+    pub uid: u32,
+    pub pid: u32,
+    /// Seconds to stay connected once attached; `None` means until terminated.
+    pub hold: Option<f64>,
+}
+
+fn env_field(key: &str) -> String {
+    std::env::var(key)
+        .ok()
+        .map(|v| v.trim().replace(['\t', '\n'], " "))
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| "-".to_string())
+}
+
+/// Runs a simulated CUDA client. Exit codes: 0 hold elapsed, 2 terminated by the daemon,
+/// 3 lost the daemon, 4 no daemon (a real app would run without MPS), 5 refused.
+pub fn sim_client(paths: &Paths, opts: &SimClient) -> i32 {
+    let Ok(mut stream) = UnixStream::connect(paths.socket()) else {
+        eprintln!("{NO_DAEMON}: running without MPS");
+        return 4;
+    };
+    let hello = format!(
+        "CLIENT\t{}\t{}\t{}\t{}\n",
+        opts.pid,
+        opts.uid,
+        env_field("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"),
+        env_field("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT")
+    );
+    if stream.write_all(hello.as_bytes()).is_err() {
+        eprintln!("{NO_DAEMON}: running without MPS");
+        return 4;
+    }
+    let mut reader = BufReader::new(stream);
+    let mut deadline: Option<Instant> = None;
+    let mut buf = String::new();
+    loop {
+        if let Some(d) = deadline {
+            let left = d.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return 0;
+            }
+            let _ = reader.get_ref().set_read_timeout(Some(left));
+        }
+        match reader.read_line(&mut buf) {
+            Ok(0) => {
+                eprintln!("lost connection to the MPS control daemon");
+                return 3;
+            }
+            Ok(_) if buf.ends_with('\n') => {}
+            Ok(_) => continue,
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => continue,
+            Err(_) => return 3,
+        }
+        let line = std::mem::take(&mut buf);
+        let line = line.trim_end();
+        if let Some(rest) = line.strip_prefix("ATTACHED ") {
+            println!("{rest}");
+            let _ = std::io::stdout().flush();
+            deadline = opts
+                .hold
+                .map(|h| Instant::now() + Duration::from_secs_f64(h.max(0.0)));
+        } else if line == "PENDING" {
+            println!("pending");
+            let _ = std::io::stdout().flush();
+        } else if line == "TERMINATE" {
+            eprintln!("terminated by the MPS control daemon");
+            return 2;
+        } else if let Some(e) = line.strip_prefix("ERROR ") {
+            eprintln!("{e}");
+            return 5;
+        }
+    }
+}
+
+/// `--sim-server`: a stand-in MPS server process; lives until its stdin (a pipe held by the
+/// control daemon) closes.
+pub fn sim_server() -> i32 {
+    let mut buf = [0u8; 64];
+    let mut stdin = std::io::stdin();
+    while matches!(stdin.read(&mut buf), Ok(n) if n > 0) {}
+    0
+}
