@@ -1,1 +1,26 @@
-//! gpu-mps-daemon (not built yet).
+//! gpu-mps-daemon: one supervised `nvidia-cuda-mps-control` per shared GPU.
+//!
+//! NVIDIA's k8s-device-plugin starts MPS without `CUDA_VISIBLE_DEVICES`, with no timeout on its
+//! health check, without supervising the daemon, and lets pods start before the limits are set.
+//! This daemon fixes each of those: one control daemon per GPU restricted to that GPU, every
+//! command bounded by a timeout, crash/wedge detection with restart, and a ready signal (file and
+//! `/readyz`) that appears only after the limits were applied and read back.
+//!
+//! Modules: [`config`] (file format), [`plan`] (checks against the node, limits), [`control`]
+//! (the control binary), [`supervisor`] (per-GPU lifecycle), [`manager`] (set of GPUs, reload),
+//! [`status`] / [`http`] (reporting), [`lock`] (one instance per root), [`cli`] (wiring).
+
+pub mod cli;
+pub mod config;
+pub mod control;
+pub mod http;
+pub mod inventory;
+pub mod layout;
+pub mod lock;
+pub mod manager;
+pub mod node;
+pub mod plan;
+pub mod process;
+pub mod shm;
+pub mod status;
+pub mod supervisor;

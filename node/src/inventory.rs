@@ -241,8 +241,17 @@ mod tests {
 
     #[test]
     fn join_under_root_and_prefix() {
-        assert_eq!(join_under(Path::new("/"), Path::new("/dev/nvidia0")), PathBuf::from("/dev/nvidia0"));
-        assert_eq!(join_under(Path::new("/r"), Path::new("/dev/nvidia0")), PathBuf::from("/r/dev/nvidia0"));
-        assert_eq!(join_under(Path::new("/r"), Path::new("/")), PathBuf::from("/r"));
+        assert_eq!(
+            join_under(Path::new("/"), Path::new("/dev/nvidia0")),
+            PathBuf::from("/dev/nvidia0")
+        );
+        assert_eq!(
+            join_under(Path::new("/r"), Path::new("/dev/nvidia0")),
+            PathBuf::from("/r/dev/nvidia0")
+        );
+        assert_eq!(
+            join_under(Path::new("/r"), Path::new("/")),
+            PathBuf::from("/r")
+        );
     }
 }

@@ -6,6 +6,22 @@
 //! `/`) without assuming anything about where that root came from, so the same code runs against a
 //! real driver and against a simulated node.
 
+pub mod cache;
+pub mod discover;
+pub mod error;
+pub mod files;
+pub mod gpus;
 pub mod inventory;
+pub mod ldcache;
+pub mod nvml;
+pub mod procfs;
+pub mod rootfs;
 
+#[cfg(test)]
+mod testutil;
+
+pub use cache::{load_fresh, node_driver_version, Staleness};
+pub use discover::{discover, DiscoverOptions, Discovery};
+pub use error::NodeError;
 pub use inventory::*;
+pub use nvml::{ComputeMode, Nvml, NvmlLocation};

@@ -5,4 +5,12 @@
 //! files, ELF stub libraries and an `ld.so.cache` made by the real `ldconfig`, plus a mock
 //! `libnvidia-ml.so.1`. The product never knows: it is pointed at the driver root like at a real one.
 
+pub mod builtin;
+pub mod elf;
+pub mod materialise;
 pub mod profile;
+pub mod smi;
+pub mod validate;
+
+pub use materialise::{materialise, MaterialiseOptions, Report, SimError};
+pub use profile::{builtin_names, NodeProfile, ProfileError};

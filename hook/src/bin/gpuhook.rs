@@ -1,4 +1,5 @@
-fn main() {
-    eprintln!("gpuhook: not built yet");
-    std::process::exit(2);
+//! `gpuhook`: see [`gpuhook::cli`].
+
+fn main() -> std::process::ExitCode {
+    gpuhook::cli::main()
 }

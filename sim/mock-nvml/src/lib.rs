@@ -1,1 +1,22 @@
-//! Mock NVML (not built yet).
+//! A mock `libnvidia-ml.so.1` that serves a simulated node through NVML's C ABI.
+//!
+//! There is no GPU in CI, yet the product (and NVIDIA's own tools it is compared with) query NVML
+//! for GPU counts, UUIDs, PCI ids, MIG layouts and compute modes. This cdylib exports the subset of
+//! the NVML C API those consumers call, with `nvml.h`'s exact types, layouts and return codes, and
+//! answers from the node profile installed next to it (see [`load`]), so NVML agrees with the
+//! device nodes and `/proc` files materialised from the same profile.
+//!
+//! Installed as `<driver-root>/<lib_dir>/libnvidia-ml.so.<ver>` with SONAME `libnvidia-ml.so.1`
+//! (set by `build.rs`). Module map: [`ffi`] C types, [`load`] finding the profile, [`table`] the
+//! device table and handle validation, [`state`] init refcount and persisted compute mode,
+//! `api_*` the exported entry points.
+
+mod api_device;
+mod api_mig;
+mod api_system;
+mod ffi;
+mod load;
+mod out;
+mod pci;
+mod state;
+mod table;

@@ -1,0 +1,376 @@
+//! Container edits for a selection of devices and driver capabilities.
+//!
+//! One place decides which nodes, mounts, env and hooks a GPU container gets, so the CDI generator
+//! (`all` device + common edits), the prestart hook and the runtime wrapper (`jit` edits) can never
+//! disagree. Everything is taken from the [`Inventory`]: device numbers are written into the
+//! nodes so a runtime need not stat the host, and host paths are computed from the driver/dev
+//! roots so a driver container (`/run/nvidia/driver`) works like a host install.
+//!
+//! Hooks run the gpuhook binary itself as `createContainer` hooks, each with an explicit minimal
+//! `env` (a hook without one inherits the container's env: CVE-2025-23266).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use gpuhook_node::{Capability, DeviceRef, Inventory};
+
+use crate::spec::{ContainerEdits, DeviceNode, Hook, Mount};
+use crate::CdiError;
+
+/// `args[0]` of every hook we generate.
+pub const GPUHOOK_PROGRAM: &str = "gpuhook";
+/// The whole environment of every hook we generate.
+pub const DEFAULT_HOOK_ENV: &[&str] = &["PATH=/usr/sbin:/usr/bin:/sbin:/bin"];
+/// Mount options of driver files (libraries, binaries, firmware, config files).
+pub const RO_MOUNT_OPTIONS: &[&str] = &["ro", "nosuid", "nodev", "rbind", "rprivate"];
+/// Mount options of IPC sockets and the MPS pipe dir (writable).
+pub const IPC_MOUNT_OPTIONS: &[&str] = &["nosuid", "nodev", "noexec", "rbind", "rprivate"];
+/// Cgroup permissions of every node we declare (no mknod).
+pub const NODE_PERMISSIONS: &str = "rw";
+/// Env that stops a leftover legacy hook from acting a second time.
+pub const VISIBLE_DEVICES_VOID: &str = "NVIDIA_VISIBLE_DEVICES=void";
+
+/// How hooks are written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EditOptions {
+    /// Absolute host path of the gpuhook binary run by the hooks.
+    pub gpuhook_path: PathBuf,
+    /// Passed to `update-ldcache` as `--ldconfig-path` when set.
+    pub ldconfig_path: Option<PathBuf>,
+    /// The hooks' environment; [`DEFAULT_HOOK_ENV`] by default. Never empty.
+    pub hook_env: Vec<String>,
+}
+
+impl EditOptions {
+    pub fn new(gpuhook_path: impl Into<PathBuf>) -> Self {
+        EditOptions {
+            gpuhook_path: gpuhook_path.into(),
+            ldconfig_path: None,
+            hook_env: DEFAULT_HOOK_ENV.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    fn check(&self) -> Result<(), CdiError> {
+        if !self.gpuhook_path.is_absolute() {
+            return Err(CdiError::InvalidOption {
+                option: "gpuhook path",
+                message: format!(
+                    "{} is not absolute; hooks need the absolute host path of the gpuhook binary",
+                    self.gpuhook_path.display()
+                ),
+            });
+        }
+        if let Some(p) = self.ldconfig_path.as_ref().filter(|p| !p.is_absolute()) {
+            return Err(CdiError::InvalidOption {
+                option: "ldconfig path",
+                message: format!("{} is not absolute", p.display()),
+            });
+        }
+        if self.hook_env.is_empty() || self.hook_env.iter().any(|e| !e.contains('=')) {
+            return Err(CdiError::InvalidOption {
+                option: "hook env",
+                message: "hooks need a non-empty env of KEY=VALUE entries (an empty env would inherit the container's)".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+pub(crate) fn path_str(p: &Path) -> Result<String, CdiError> {
+    p.to_str()
+        .map(str::to_owned)
+        .ok_or_else(|| CdiError::InvalidOption {
+            option: "inventory",
+            message: format!("path {} is not UTF-8", p.display()),
+        })
+}
+
+fn node(inv: &Inventory, path: String, major: u32, minor: u32) -> Result<DeviceNode, CdiError> {
+    let host_path = if inv.dev_root == Path::new("/") {
+        None
+    } else {
+        Some(path_str(&inv.host_dev_path(Path::new(&path)))?)
+    };
+    Ok(DeviceNode {
+        path,
+        host_path,
+        device_type: Some("c".into()),
+        major: Some(major.into()),
+        minor: Some(minor.into()),
+        permissions: Some(NODE_PERMISSIONS.into()),
+        ..Default::default()
+    })
+}
+
+fn device_label(d: &DeviceRef) -> String {
+    match d {
+        DeviceRef::Gpu { index } => format!("GPU {index}"),
+        DeviceRef::Mig {
+            parent_index,
+            index,
+        } => format!("MIG device {parent_index}:{index}"),
+    }
+}
+
+/// The nodes of one device: `/dev/nvidia<minor>`; for a MIG device also its GI and CI cap nodes.
+fn nodes_of(inv: &Inventory, dev: &DeviceRef) -> Result<Vec<DeviceNode>, CdiError> {
+    let unknown = || CdiError::UnknownDevice {
+        device: device_label(dev),
+    };
+    match *dev {
+        DeviceRef::Gpu { index } => {
+            let gpu = inv.gpu(index).ok_or_else(unknown)?;
+            Ok(vec![node(
+                inv,
+                format!("/dev/nvidia{}", gpu.minor),
+                inv.majors.nvidia,
+                gpu.minor,
+            )?])
+        }
+        DeviceRef::Mig {
+            parent_index,
+            index,
+        } => {
+            let gpu = inv.gpu(parent_index).ok_or_else(unknown)?;
+            let mig = gpu
+                .mig_devices
+                .iter()
+                .find(|m| m.index == index)
+                .ok_or_else(unknown)?;
+            let mut out = vec![node(
+                inv,
+                format!("/dev/nvidia{}", gpu.minor),
+                inv.majors.nvidia,
+                gpu.minor,
+            )?];
+            for cap in [mig.gi_cap_minor, mig.ci_cap_minor] {
+                let path = format!("/dev/nvidia-caps/nvidia-cap{cap}");
+                let major = inv
+                    .majors
+                    .nvidia_caps
+                    .ok_or_else(|| CdiError::MissingMajor {
+                        device: device_label(dev),
+                        path: path.clone(),
+                        major: "nvidia-caps",
+                    })?;
+                out.push(node(inv, path, major, cap)?);
+            }
+            Ok(out)
+        }
+    }
+}
+
+/// The device nodes of `devices`, de-duplicated by path (a MIG parent appears once), in order.
+pub fn device_nodes(inv: &Inventory, devices: &[DeviceRef]) -> Result<Vec<DeviceNode>, CdiError> {
+    let mut out: Vec<DeviceNode> = Vec::new();
+    for dev in devices {
+        for n in nodes_of(inv, dev)? {
+            if !out.iter().any(|o| o.path == n.path) {
+                out.push(n);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Control nodes: `nvidiactl` for any GPU container, `nvidia-uvm{,-tools}` for compute (when the
+/// uvm major is known), `nvidia-modeset` for display.
+fn control_nodes(
+    inv: &Inventory,
+    caps: &BTreeSet<Capability>,
+) -> Result<Vec<DeviceNode>, CdiError> {
+    let m = &inv.majors;
+    let mut out = vec![node(
+        inv,
+        "/dev/nvidiactl".into(),
+        m.nvidia,
+        gpuhook_node::NVIDIACTL_MINOR,
+    )?];
+    if caps.contains(&Capability::Compute) {
+        if let Some(uvm) = m.nvidia_uvm {
+            out.push(node(inv, "/dev/nvidia-uvm".into(), uvm, 0)?);
+            out.push(node(inv, "/dev/nvidia-uvm-tools".into(), uvm, 1)?);
+        }
+    }
+    if caps.contains(&Capability::Display) {
+        out.push(node(
+            inv,
+            "/dev/nvidia-modeset".into(),
+            m.nvidia,
+            gpuhook_node::NVIDIA_MODESET_MINOR,
+        )?);
+    }
+    Ok(out)
+}
+
+fn mounts(inv: &Inventory, caps: &BTreeSet<Capability>) -> Result<Vec<Mount>, CdiError> {
+    let f = &inv.files;
+    let ro: Vec<&Path> = f
+        .libraries
+        .iter()
+        .filter(|l| caps.contains(&l.capability))
+        .map(|l| l.path.as_path())
+        .chain(
+            f.binaries
+                .iter()
+                .filter(|b| caps.contains(&b.capability))
+                .map(|b| b.path.as_path()),
+        )
+        .chain(
+            f.firmware
+                .iter()
+                .filter(|_| !caps.is_empty())
+                .map(PathBuf::as_path),
+        )
+        .chain(
+            f.config_files
+                .iter()
+                .filter(|c| caps.contains(&c.capability))
+                .map(|c| c.path.as_path()),
+        )
+        .collect();
+    let ipc = f
+        .ipc
+        .iter()
+        .filter(|i| caps.contains(&i.capability))
+        .map(|i| i.path.as_path());
+    // Keyed by container path: sorted output, one mount per destination (IPC wins over nothing:
+    // the same path is never both).
+    let mut by_dest: BTreeMap<String, Mount> = BTreeMap::new();
+    let options = |o: &[&str]| o.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    for (path, opts) in ro
+        .into_iter()
+        .map(|p| (p, RO_MOUNT_OPTIONS))
+        .chain(ipc.map(|p| (p, IPC_MOUNT_OPTIONS)))
+    {
+        let container_path = path_str(path)?;
+        by_dest.entry(container_path.clone()).or_insert(Mount {
+            host_path: path_str(&inv.host_path(path))?,
+            container_path,
+            options: options(opts),
+            mount_type: None,
+        });
+    }
+    Ok(by_dest.into_values().collect())
+}
+
+fn hook(opts: &EditOptions, args: Vec<String>) -> Result<Hook, CdiError> {
+    let mut argv = vec![GPUHOOK_PROGRAM.to_string(), "hook".to_string()];
+    argv.extend(args);
+    Ok(Hook {
+        hook_name: "createContainer".into(),
+        path: path_str(&opts.gpuhook_path)?,
+        args: argv,
+        env: opts.hook_env.clone(),
+        timeout: None,
+    })
+}
+
+fn hooks(
+    inv: &Inventory,
+    caps: &BTreeSet<Capability>,
+    opts: &EditOptions,
+) -> Result<Vec<Hook>, CdiError> {
+    let mut out = Vec::new();
+    let links: BTreeSet<(String, String)> = inv
+        .files
+        .symlinks
+        .iter()
+        .filter(|s| caps.contains(&s.capability))
+        .map(|s| Ok((path_str(&s.link)?, path_str(&s.target)?)))
+        .collect::<Result<_, CdiError>>()?;
+    if !links.is_empty() {
+        let mut args = vec!["create-symlinks".to_string()];
+        for (link, target) in links {
+            args.push("--link".into());
+            args.push(format!("{target}::{link}"));
+        }
+        out.push(hook(opts, args)?);
+    }
+    let parents: BTreeSet<&Path> = inv
+        .files
+        .libraries
+        .iter()
+        .filter(|l| caps.contains(&l.capability))
+        .filter_map(|l| l.path.parent())
+        .collect();
+    // Discovery's folder order first (it mirrors ld.so.conf), then any folder it did not list.
+    let mut folders: Vec<&Path> = inv
+        .files
+        .library_dirs
+        .iter()
+        .map(PathBuf::as_path)
+        .filter(|d| parents.contains(d))
+        .collect();
+    for p in &parents {
+        if !folders.contains(p) {
+            folders.push(p);
+        }
+    }
+    if !folders.is_empty() {
+        let mut args = vec!["update-ldcache".to_string()];
+        if let Some(ldconfig) = &opts.ldconfig_path {
+            args.push("--ldconfig-path".into());
+            args.push(path_str(ldconfig)?);
+        }
+        for f in folders {
+            args.push("--folder".into());
+            args.push(path_str(f)?);
+        }
+        out.push(hook(opts, args)?);
+    }
+    out.push(hook(opts, vec!["disable-device-node-modification".into()])?);
+    Ok(out)
+}
+
+fn common(
+    inv: &Inventory,
+    caps: &BTreeSet<Capability>,
+    any_device: bool,
+    opts: &EditOptions,
+) -> Result<ContainerEdits, CdiError> {
+    opts.check()?;
+    if caps.is_empty() && !any_device {
+        return Ok(ContainerEdits::default());
+    }
+    Ok(ContainerEdits {
+        env: vec![VISIBLE_DEVICES_VOID.into()],
+        device_nodes: control_nodes(inv, caps)?,
+        mounts: mounts(inv, caps)?,
+        hooks: hooks(inv, caps, opts)?,
+        ..Default::default()
+    })
+}
+
+/// The edits every GPU container with capabilities `caps` needs, whatever its devices: control
+/// nodes, mounts of the capabilities' files (firmware for any capability), env and hooks. Empty
+/// when `caps` is empty. Capabilities are taken literally (`video` does not imply `compute`:
+/// callers expand them first).
+pub fn common_edits(
+    inv: &Inventory,
+    caps: &BTreeSet<Capability>,
+    opts: &EditOptions,
+) -> Result<ContainerEdits, CdiError> {
+    common(inv, caps, false, opts)
+}
+
+/// Everything a container with `devices` and capabilities `caps` needs: the devices' nodes, then
+/// the [`common_edits`] (with `nvidiactl`, env and the device-node hook even when `caps` is
+/// empty, as long as a device is selected).
+pub fn edits_for(
+    inv: &Inventory,
+    devices: &[DeviceRef],
+    caps: &BTreeSet<Capability>,
+    opts: &EditOptions,
+) -> Result<ContainerEdits, CdiError> {
+    let mut edits = ContainerEdits {
+        device_nodes: device_nodes(inv, devices)?,
+        ..Default::default()
+    };
+    edits.append(common(inv, caps, !devices.is_empty(), opts)?);
+    Ok(edits)
+}
+
+#[cfg(test)]
+#[path = "edits_tests.rs"]
+mod tests;

@@ -1,0 +1,77 @@
+//! The crate's error type: every variant names what failed and, where there is one, the fix.
+
+use std::path::PathBuf;
+
+use thiserror::Error;
+
+use crate::spec::Format;
+use crate::validate::ValidationError;
+
+/// Errors of CDI generation, parsing, writing and applying.
+#[derive(Debug, Error)]
+pub enum CdiError {
+    /// A generation option is unusable.
+    #[error("invalid option {option}: {message}")]
+    InvalidOption {
+        option: &'static str,
+        message: String,
+    },
+    /// A [`gpuhook_node::DeviceRef`] names no device of the inventory.
+    #[error(
+        "device {device} is not in the inventory (re-run discovery, or pick an existing device)"
+    )]
+    UnknownDevice { device: String },
+    /// A device node's major number is unknown to the inventory.
+    #[error("cannot describe {path} for {device}: the {major} major is unknown (is the kernel module loaded? see /proc/devices)")]
+    MissingMajor {
+        device: String,
+        path: String,
+        major: &'static str,
+    },
+    #[error("cannot parse CDI spec as {}: {message}", format.as_str())]
+    Parse { format: Format, message: String },
+    #[error("cannot serialise CDI spec: {0}")]
+    Serialize(String),
+    /// The spec breaks the CDI schema or rules.
+    #[error("invalid CDI spec: {}", crate::validate::join_errors(errors))]
+    Invalid { errors: Vec<ValidationError> },
+    /// Refusing to replace a file gpuhook did not write.
+    #[error("refusing to overwrite {}: {reason}; remove it or choose another --output", path.display())]
+    NotOurs { path: PathBuf, reason: String },
+    #[error("output directory {} is not writable: {source} (choose another --output or fix its permissions)", dir.display())]
+    OutputDirNotWritable {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot {op} {}: {source}", path.display())]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Requested CDI devices that no loaded spec defines.
+    #[error("unresolvable CDI devices {}", names.join(", "))]
+    Unresolvable { names: Vec<String> },
+    /// A deviceNode without type/major whose host path is not a device.
+    #[error("CDI device node {path} (host {}) : {message}", host_path.display())]
+    BadDeviceNode {
+        path: String,
+        host_path: PathBuf,
+        message: String,
+    },
+    /// The OCI runtime spec does not have the expected shape.
+    #[error("invalid OCI spec: {0}")]
+    OciSpec(String),
+}
+
+impl CdiError {
+    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        CdiError::Io {
+            op,
+            path: path.into(),
+            source,
+        }
+    }
+}

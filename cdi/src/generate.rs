@@ -1,0 +1,228 @@
+//! Generating one CDI spec (`nvidia.com/gpu`) from an inventory.
+//!
+//! Conventions follow `nvidia-ctk cdi generate` so users' device names keep working: one device per
+//! GPU/MIG device and naming strategy (`0`, `0:1`, `GPU-…`, `MIG-…`, `gpu0`, `mig0:1`) holding only
+//! that device's nodes, an `all` device, and common edits (control nodes, driver files, env, hooks)
+//! built by [`crate::edits`]. The cdiVersion is the minimum the contents need, and the result is
+//! validated before it is returned, so a generated spec is always one a runtime accepts.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::str::FromStr;
+
+use gpuhook_node::{Capability, DeviceRef, Inventory};
+
+use crate::edits::{common_edits, device_nodes, EditOptions};
+use crate::names::{validate_class, validate_vendor};
+use crate::spec::{ContainerEdits, Device, Spec};
+use crate::{validate, version, CdiError};
+
+pub const DEFAULT_VENDOR: &str = "nvidia.com";
+pub const DEFAULT_CLASS: &str = "gpu";
+/// Name of the device that holds every GPU and MIG device.
+pub const ALL_DEVICE: &str = "all";
+
+/// How devices are named in the spec.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum NameStrategy {
+    /// `0`, MIG `0:1`.
+    Index,
+    /// `GPU-…`, `MIG-…`.
+    Uuid,
+    /// `gpu0`, `mig0:1`.
+    TypeIndex,
+}
+
+impl NameStrategy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NameStrategy::Index => "index",
+            NameStrategy::Uuid => "uuid",
+            NameStrategy::TypeIndex => "type-index",
+        }
+    }
+
+    /// The name of `dev` under this strategy.
+    pub fn name(self, inv: &Inventory, dev: &DeviceRef) -> Result<String, CdiError> {
+        let unknown = || CdiError::UnknownDevice {
+            device: format!("{dev:?}"),
+        };
+        Ok(match (self, *dev) {
+            (NameStrategy::Index, DeviceRef::Gpu { index }) => index.to_string(),
+            (NameStrategy::TypeIndex, DeviceRef::Gpu { index }) => format!("gpu{index}"),
+            (NameStrategy::Uuid, DeviceRef::Gpu { index }) => {
+                inv.gpu(index).ok_or_else(unknown)?.uuid.clone()
+            }
+            (
+                NameStrategy::Index,
+                DeviceRef::Mig {
+                    parent_index,
+                    index,
+                },
+            ) => format!("{parent_index}:{index}"),
+            (
+                NameStrategy::TypeIndex,
+                DeviceRef::Mig {
+                    parent_index,
+                    index,
+                },
+            ) => {
+                format!("mig{parent_index}:{index}")
+            }
+            (
+                NameStrategy::Uuid,
+                DeviceRef::Mig {
+                    parent_index,
+                    index,
+                },
+            ) => inv
+                .gpu(parent_index)
+                .and_then(|g| g.mig_devices.iter().find(|m| m.index == index))
+                .ok_or_else(unknown)?
+                .uuid
+                .clone(),
+        })
+    }
+}
+
+impl fmt::Display for NameStrategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for NameStrategy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "index" => Ok(NameStrategy::Index),
+            "uuid" => Ok(NameStrategy::Uuid),
+            "type-index" => Ok(NameStrategy::TypeIndex),
+            other => Err(format!(
+                "unknown device name strategy {other:?} (use index, uuid or type-index)"
+            )),
+        }
+    }
+}
+
+/// Options of [`generate`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GenerateOptions {
+    pub vendor: String,
+    pub class: String,
+    /// Applied in order to every device; duplicates are ignored.
+    pub name_strategies: Vec<NameStrategy>,
+    pub edits: EditOptions,
+}
+
+impl GenerateOptions {
+    /// Defaults: `nvidia.com/gpu`, names by index and uuid.
+    pub fn new(gpuhook_path: impl Into<std::path::PathBuf>) -> Self {
+        GenerateOptions {
+            vendor: DEFAULT_VENDOR.into(),
+            class: DEFAULT_CLASS.into(),
+            name_strategies: vec![NameStrategy::Index, NameStrategy::Uuid],
+            edits: EditOptions::new(gpuhook_path),
+        }
+    }
+
+    /// `vendor/class`.
+    pub fn kind(&self) -> String {
+        format!("{}/{}", self.vendor, self.class)
+    }
+}
+
+/// Every injectable device, GPUs by index each followed by nothing (a whole GPU) or its MIG
+/// devices (a MIG-enabled GPU is not a whole device, like the toolkit's `all`).
+pub fn all_devices(inv: &Inventory) -> Vec<DeviceRef> {
+    let mut gpus: Vec<_> = inv.gpus.iter().collect();
+    gpus.sort_by_key(|g| g.index);
+    let mut out = Vec::new();
+    for gpu in gpus {
+        if gpu.mig_enabled {
+            if gpu.mig_devices.is_empty() {
+                tracing::warn!(gpu = gpu.index, uuid = %gpu.uuid, "MIG-enabled GPU has no MIG devices; it gets no CDI device");
+            }
+            let mut migs: Vec<_> = gpu.mig_devices.iter().map(|m| m.index).collect();
+            migs.sort_unstable();
+            out.extend(migs.into_iter().map(|index| DeviceRef::Mig {
+                parent_index: gpu.index,
+                index,
+            }));
+        } else {
+            out.push(DeviceRef::Gpu { index: gpu.index });
+        }
+    }
+    out
+}
+
+/// Builds the spec of kind `vendor/class` for `inv`. The result passes [`validate::validate_spec`].
+pub fn generate(inv: &Inventory, opts: &GenerateOptions) -> Result<Spec, CdiError> {
+    let bad = |option, message| CdiError::InvalidOption { option, message };
+    validate_vendor(&opts.vendor).map_err(|m| bad("vendor", m))?;
+    validate_class(&opts.class).map_err(|m| bad("class", m))?;
+    let mut strategies: Vec<NameStrategy> = Vec::new();
+    for s in &opts.name_strategies {
+        if !strategies.contains(s) {
+            strategies.push(*s);
+        }
+    }
+    if strategies.is_empty() {
+        return Err(bad(
+            "device name strategy",
+            "at least one is needed (index, uuid, type-index)".into(),
+        ));
+    }
+    let all = all_devices(inv);
+    if all.is_empty() {
+        return Err(bad(
+            "inventory",
+            "it has no GPU or MIG device to describe (is the driver loaded? is MIG enabled without MIG devices?)".into(),
+        ));
+    }
+    let mut devices = Vec::new();
+    let mut seen = BTreeSet::new();
+    for dev in &all {
+        let nodes = device_nodes(inv, std::slice::from_ref(dev))?;
+        for s in &strategies {
+            let name = s.name(inv, dev)?;
+            if !seen.insert(name.clone()) {
+                return Err(bad(
+                    "device name strategy",
+                    format!("two devices would be named {name:?}"),
+                ));
+            }
+            devices.push(Device {
+                name,
+                annotations: Default::default(),
+                container_edits: ContainerEdits {
+                    device_nodes: nodes.clone(),
+                    ..Default::default()
+                },
+            });
+        }
+    }
+    devices.push(Device {
+        name: crate::generate::ALL_DEVICE.into(),
+        annotations: Default::default(),
+        container_edits: ContainerEdits {
+            device_nodes: device_nodes(inv, &all)?,
+            ..Default::default()
+        },
+    });
+    let caps: BTreeSet<Capability> = Capability::ALL.into_iter().collect();
+    let mut spec = Spec {
+        cdi_version: String::new(),
+        kind: opts.kind(),
+        annotations: Default::default(),
+        devices,
+        container_edits: common_edits(inv, &caps, &opts.edits)?,
+    };
+    spec.cdi_version = version::minimum_version(&spec).to_string();
+    validate::validate_spec(&spec).map_err(|errors| CdiError::Invalid { errors })?;
+    Ok(spec)
+}
+
+#[cfg(test)]
+#[path = "generate_tests.rs"]
+mod tests;

@@ -1,0 +1,189 @@
+//! CDI names: `vendor/class` kinds and `vendor/class=name` qualified device names.
+//!
+//! The spec gives regexes; these hand-written checks implement exactly those regexes so the crate
+//! needs no regex engine:
+//! - vendor and class: `^[A-Za-z]([A-Za-z0-9_.-]*[A-Za-z0-9])?$`
+//! - device name: `^[A-Za-z0-9]([A-Za-z0-9_.:-]*[A-Za-z0-9])?$`
+
+use std::fmt;
+
+/// Longest vendor (a DNS name).
+pub const MAX_VENDOR_LEN: usize = 253;
+
+fn check(
+    what: &str,
+    s: &str,
+    first: fn(char) -> bool,
+    inner: fn(char) -> bool,
+    first_desc: &str,
+    inner_desc: &str,
+) -> Result<(), String> {
+    let mut chars = s.chars();
+    let Some(c0) = chars.next() else {
+        return Err(format!("{what} is empty"));
+    };
+    if !first(c0) {
+        return Err(format!("{what} {s:?} must start with {first_desc}"));
+    }
+    if let Some(bad) = s.chars().find(|&c| !inner(c)) {
+        return Err(format!(
+            "{what} {s:?} contains {bad:?}; allowed: {inner_desc}"
+        ));
+    }
+    if s.len() > 1 && !s.ends_with(|c: char| c.is_ascii_alphanumeric()) {
+        return Err(format!("{what} {s:?} must end with a letter or digit"));
+    }
+    Ok(())
+}
+
+fn vendor_inner(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')
+}
+
+/// Checks a vendor (`nvidia.com`).
+pub fn validate_vendor(vendor: &str) -> Result<(), String> {
+    check(
+        "vendor",
+        vendor,
+        |c| c.is_ascii_alphabetic(),
+        vendor_inner,
+        "a letter",
+        "letters, digits, '_', '.', '-'",
+    )?;
+    if vendor.len() > MAX_VENDOR_LEN {
+        return Err(format!(
+            "vendor {vendor:?} is longer than {MAX_VENDOR_LEN} characters"
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a class (`gpu`). A dot is allowed (but needs cdiVersion 0.6.0).
+pub fn validate_class(class: &str) -> Result<(), String> {
+    check(
+        "class",
+        class,
+        |c| c.is_ascii_alphabetic(),
+        vendor_inner,
+        "a letter",
+        "letters, digits, '_', '.', '-'",
+    )
+}
+
+/// Checks a device name (`0`, `0:1`, `GPU-…`, `all`).
+pub fn validate_device_name(name: &str) -> Result<(), String> {
+    check(
+        "device name",
+        name,
+        |c| c.is_ascii_alphanumeric(),
+        |c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | ':' | '-'),
+        "a letter or digit",
+        "letters, digits, '_', '.', ':', '-'",
+    )
+}
+
+/// Splits a kind `vendor/class` at the first `/` and checks both parts.
+pub fn parse_kind(kind: &str) -> Result<(&str, &str), String> {
+    let Some((vendor, class)) = kind.split_once('/') else {
+        return Err(format!("kind {kind:?} is not of the form vendor/class"));
+    };
+    validate_vendor(vendor)?;
+    validate_class(class)?;
+    Ok((vendor, class))
+}
+
+/// A parsed `vendor/class=name`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct QualifiedName {
+    pub vendor: String,
+    pub class: String,
+    pub name: String,
+}
+
+impl QualifiedName {
+    /// Parses `vendor/class=name`: split at the first `=`, then the kind at the first `/`.
+    pub fn parse(s: &str) -> Result<QualifiedName, String> {
+        let Some((kind, name)) = s.split_once('=') else {
+            return Err(format!(
+                "{s:?} is not a qualified CDI device name (vendor/class=name, e.g. nvidia.com/gpu=0)"
+            ));
+        };
+        let (vendor, class) = parse_kind(kind).map_err(|e| format!("{s:?}: {e}"))?;
+        validate_device_name(name).map_err(|e| format!("{s:?}: {e}"))?;
+        Ok(QualifiedName {
+            vendor: vendor.into(),
+            class: class.into(),
+            name: name.into(),
+        })
+    }
+
+    /// `vendor/class`.
+    pub fn kind(&self) -> String {
+        format!("{}/{}", self.vendor, self.class)
+    }
+}
+
+impl fmt::Display for QualifiedName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}={}", self.vendor, self.class, self.name)
+    }
+}
+
+/// Builds `vendor/class=name` without checking.
+pub fn qualified_name(vendor: &str, class: &str, name: &str) -> String {
+    format!("{vendor}/{class}={name}")
+}
+
+/// True when `s` looks like a qualified name (has `/` before `=`), valid or not; lets callers
+/// tell `nvidia.com/gpu=0` from a plain id such as `0` or `GPU-…`.
+pub fn is_qualified_name(s: &str) -> bool {
+    matches!(s.split_once('='), Some((kind, _)) if kind.contains('/'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vendors_and_classes() {
+        for ok in ["nvidia.com", "a", "a-b_c.d9", "Vendor1"] {
+            validate_vendor(ok).unwrap();
+            validate_class(ok).unwrap();
+        }
+        for bad in ["", "1abc", "-a", "a-", "a/b", "a b", "a.", "é"] {
+            assert!(validate_vendor(bad).is_err(), "{bad:?}");
+            assert!(validate_class(bad).is_err(), "{bad:?}");
+        }
+        assert!(validate_vendor(&"a".repeat(254)).is_err());
+    }
+
+    #[test]
+    fn device_names() {
+        for ok in ["0", "0:1", "GPU-1234-abcd", "mig0:1", "all", "a.b_c"] {
+            validate_device_name(ok).unwrap();
+        }
+        for bad in ["", ":0", "0:", "MIG-GPU-x/1/0", "a b", "-x", "x_"] {
+            assert!(validate_device_name(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn qualified() {
+        let q = QualifiedName::parse("nvidia.com/gpu=0:1").unwrap();
+        assert_eq!(
+            (q.vendor.as_str(), q.class.as_str(), q.name.as_str()),
+            ("nvidia.com", "gpu", "0:1")
+        );
+        assert_eq!(q.to_string(), "nvidia.com/gpu=0:1");
+        assert_eq!(q.kind(), "nvidia.com/gpu");
+        assert!(QualifiedName::parse("nvidia.com/gpu").is_err());
+        assert!(QualifiedName::parse("gpu=0").is_err());
+        assert!(QualifiedName::parse("nvidia.com/gpu=a=b").is_err());
+        // Split at the first '/': the class cannot contain another one.
+        assert!(QualifiedName::parse("a.com/b/c=0").is_err());
+        assert!(is_qualified_name("nvidia.com/gpu=0"));
+        assert!(!is_qualified_name("GPU-1"));
+        assert_eq!(parse_kind("nvidia.com/gpu").unwrap(), ("nvidia.com", "gpu"));
+        assert!(parse_kind("nvidia.com").is_err());
+    }
+}

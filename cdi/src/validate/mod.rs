@@ -1,0 +1,100 @@
+//! Validation of CDI specs: the official JSON schema *and* the rules of the spec text.
+//!
+//! The upstream schema is permissive (any `cdiVersion`, unchecked env entries, no name rules), so
+//! passing it says little; the rules module adds what the CDI library checks when a runtime loads
+//! a spec. Both report errors with the JSON path of the offending value
+//! (`devices[3].containerEdits.deviceNodes[0].path`), so a user can find it in the file.
+
+mod rules;
+mod schema;
+
+use std::fmt;
+
+use crate::spec::{Format, Spec};
+
+/// One problem found in a spec.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ValidationError {
+    /// JSON path of the offending value (`devices[0].name`); empty for the whole document.
+    pub path: String,
+    pub message: String,
+}
+
+impl ValidationError {
+    pub(crate) fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
+        ValidationError {
+            path: path.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for ValidationError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.path.is_empty() {
+            f.write_str(&self.message)
+        } else {
+            write!(f, "{}: {}", self.path, self.message)
+        }
+    }
+}
+
+impl std::error::Error for ValidationError {}
+
+/// Joins errors for a one-line message.
+pub fn join_errors(errors: &[ValidationError]) -> String {
+    errors
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Checks a spec model against the JSON schema and the CDI rules.
+pub fn validate_spec(spec: &Spec) -> Result<(), Vec<ValidationError>> {
+    let value = serde_json::to_value(spec).map_err(|e| {
+        vec![ValidationError::new(
+            "",
+            format!("cannot serialise spec: {e}"),
+        )]
+    })?;
+    let mut errors = schema::check(&value);
+    errors.extend(rules::check(spec));
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors)
+    }
+}
+
+/// Parses and checks a spec file's bytes (`format` `None`: sniffed). Returns the parsed spec.
+/// Fields unknown to the CDI model are errors, as in the runtimes.
+pub fn validate_bytes(bytes: &[u8], format: Option<Format>) -> Result<Spec, Vec<ValidationError>> {
+    let format = format.unwrap_or_else(|| Format::sniff(bytes));
+    let value: serde_json::Value = match format {
+        Format::Json => serde_json::from_slice(bytes).map_err(|e| e.to_string()),
+        Format::Yaml => serde_yaml::from_slice(bytes).map_err(|e| e.to_string()),
+    }
+    .map_err(|e| {
+        vec![ValidationError::new(
+            "",
+            format!("not a {} document: {e}", format.as_str()),
+        )]
+    })?;
+    let errors = schema::check(&value);
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    let spec: Spec =
+        serde_json::from_value(value).map_err(|e| vec![ValidationError::new("", e.to_string())])?;
+    let errors = rules::check(&spec);
+    if errors.is_empty() {
+        Ok(spec)
+    } else {
+        Err(errors)
+    }
+}
+
+#[cfg(test)]
+#[path = "tests.rs"]
+mod tests;

@@ -1,0 +1,237 @@
+use super::*;
+use crate::spec::{ContainerEdits, Device, DeviceNode, Hook, Mount};
+
+const GOOD: &[(&str, &[u8])] = &[
+    (
+        "minimal",
+        include_bytes!("../../schema/testdata/good/minimal.json"),
+    ),
+    (
+        "spec-example",
+        include_bytes!("../../schema/testdata/good/spec-example.json"),
+    ),
+];
+const BAD: &[(&str, &[u8])] = &[
+    (
+        "empty",
+        include_bytes!("../../schema/testdata/bad/empty.json"),
+    ),
+    (
+        "explicit-empty",
+        include_bytes!("../../schema/testdata/bad/explicit-empty.json"),
+    ),
+];
+
+#[test]
+fn upstream_testdata() {
+    for (name, bytes) in GOOD {
+        validate_bytes(bytes, None).unwrap_or_else(|e| panic!("{name}: {}", join_errors(&e)));
+    }
+    for (name, bytes) in BAD {
+        assert!(
+            validate_bytes(bytes, None).is_err(),
+            "{name} must be rejected"
+        );
+    }
+    let errs = validate_bytes(b"{}", None).unwrap_err();
+    assert!(
+        errs.iter().all(|e| e.message.starts_with("schema:")),
+        "{errs:?}"
+    );
+    assert!(join_errors(&errs).contains("cdiVersion"), "{errs:?}");
+}
+
+fn good() -> Spec {
+    Spec {
+        cdi_version: "0.5.0".into(),
+        kind: "vendor.com/device".into(),
+        devices: vec![
+            Device {
+                name: "dev0".into(),
+                container_edits: ContainerEdits {
+                    env: vec!["A=1".into()],
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+            Device {
+                name: "1".into(),
+                container_edits: ContainerEdits {
+                    device_nodes: vec![DeviceNode {
+                        path: "/dev/card1".into(),
+                        device_type: Some("c".into()),
+                        permissions: Some("rw".into()),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+        ],
+        container_edits: ContainerEdits {
+            mounts: vec![Mount {
+                host_path: "/usr/lib/libv.so".into(),
+                container_path: "/usr/lib/libv.so".into(),
+                ..Default::default()
+            }],
+            hooks: vec![Hook {
+                hook_name: "createContainer".into(),
+                path: "/usr/bin/gpuhook".into(),
+                env: vec!["PATH=/bin".into()],
+                ..Default::default()
+            }],
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+/// Applies `f` to a good spec and returns the error paths.
+fn bad(f: impl FnOnce(&mut Spec)) -> Vec<String> {
+    let mut s = good();
+    f(&mut s);
+    let errs = validate_spec(&s).expect_err("must be rejected");
+    errs.iter().map(|e| e.path.clone()).collect()
+}
+
+#[test]
+fn good_spec_passes() {
+    validate_spec(&good()).unwrap();
+}
+
+type Mutation = Box<dyn FnOnce(&mut Spec)>;
+
+fn dn(s: &mut Spec) -> &mut DeviceNode {
+    &mut s.devices[1].container_edits.device_nodes[0]
+}
+
+#[test]
+fn each_rule_rejects() {
+    let cases: Vec<(&str, Mutation)> = vec![
+        ("cdiVersion", Box::new(|s| s.cdi_version = "0.9.9".into())),
+        ("cdiVersion", Box::new(|s| s.cdi_version = "0.4.0".into())), // "1" needs 0.5.0
+        ("kind", Box::new(|s| s.kind = "vendor.com".into())),
+        ("kind", Box::new(|s| s.kind = "1vendor/dev".into())),
+        ("devices", Box::new(|s| s.devices.clear())),
+        (
+            "devices[0].name",
+            Box::new(|s| s.devices[0].name = "bad/name".into()),
+        ),
+        (
+            "devices[1].name",
+            Box::new(|s| s.devices[1].name = "dev0".into()),
+        ),
+        (
+            "devices[0].containerEdits",
+            Box::new(|s| s.devices[0].container_edits = ContainerEdits::default()),
+        ),
+        (
+            "devices[0].containerEdits.env[0]",
+            Box::new(|s| s.devices[0].container_edits.env[0] = "NOVALUE".into()),
+        ),
+        (
+            "devices[0].containerEdits.env[0]",
+            Box::new(|s| s.devices[0].container_edits.env[0] = "=x".into()),
+        ),
+        (
+            "devices[1].containerEdits.deviceNodes[0].path",
+            Box::new(|s| dn(s).path = "dev/card1".into()),
+        ),
+        (
+            "devices[1].containerEdits.deviceNodes[0].type",
+            Box::new(|s| dn(s).device_type = Some("x".into())),
+        ),
+        (
+            "devices[1].containerEdits.deviceNodes[0].permissions",
+            Box::new(|s| dn(s).permissions = Some("rwx".into())),
+        ),
+        (
+            "containerEdits.mounts[0].containerPath",
+            Box::new(|s| s.container_edits.mounts[0].container_path = "lib".into()),
+        ),
+        (
+            "containerEdits.mounts[0].hostPath",
+            Box::new(|s| s.container_edits.mounts[0].host_path.clear()),
+        ),
+        (
+            "containerEdits.hooks[0].hookName",
+            Box::new(|s| s.container_edits.hooks[0].hook_name = "preStart".into()),
+        ),
+        (
+            "containerEdits.hooks[0].path",
+            Box::new(|s| s.container_edits.hooks[0].path = "gpuhook".into()),
+        ),
+        (
+            "containerEdits.hooks[0].env[0]",
+            Box::new(|s| s.container_edits.hooks[0].env[0] = "PATH".into()),
+        ),
+        (
+            "annotations.bad key!",
+            Box::new(|s| {
+                s.cdi_version = "0.6.0".into();
+                s.annotations.insert("bad key!".into(), "v".into());
+            }),
+        ),
+    ];
+    for key in ["a/b/c", "Upper.com/x", "x.com/", "-x"] {
+        let paths = bad(|s| {
+            s.cdi_version = "0.6.0".into();
+            s.devices[0].annotations.insert(key.into(), "v".into());
+        });
+        assert_eq!(paths, [format!("devices[0].annotations.{key}")], "{key}");
+    }
+    let mut ok = good();
+    ok.cdi_version = "0.6.0".into();
+    ok.annotations
+        .insert("cdi.k8s.io/gpu_0".into(), "nvidia.com/gpu=0".into());
+    validate_spec(&ok).unwrap();
+    for (path, f) in cases {
+        let paths = bad(f);
+        assert!(
+            paths.iter().any(|p| p == path),
+            "expected an error at {path}, got {paths:?}"
+        );
+    }
+}
+
+#[test]
+fn messages_name_the_problem() {
+    let mut s = good();
+    s.cdi_version = "0.3.0".into();
+    let errs = validate_spec(&s).unwrap_err();
+    assert_eq!(errs.len(), 1);
+    assert_eq!(
+        errs[0].to_string(),
+        "cdiVersion: cdiVersion 0.3.0 is too old: a device name starts with a digit needs 0.5.0"
+    );
+}
+
+#[test]
+fn schema_errors_carry_json_paths() {
+    let raw = br#"{"cdiVersion":"0.5.0","kind":"a.com/b","devices":[{"name":"x","containerEdits":{"deviceNodes":[{"path":"/dev/x","uid":-1}]}}]}"#;
+    let errs = validate_bytes(raw, None).unwrap_err();
+    assert!(
+        errs.iter()
+            .any(|e| e.path == "devices[0].containerEdits.deviceNodes[0].uid"),
+        "{errs:?}"
+    );
+    let raw = br#"{"cdiVersion":"0.5.0","kind":"a.com/b","devices":[{"name":"x"}]}"#;
+    let errs = validate_bytes(raw, None).unwrap_err();
+    assert!(
+        errs.iter()
+            .any(|e| e.path == "devices[0]" && e.message.contains("containerEdits")),
+        "{errs:?}"
+    );
+}
+
+#[test]
+fn unknown_fields_and_yaml() {
+    let raw = br#"{"cdiVersion":"0.3.0","kind":"a.com/b","devices":[{"name":"x","containerEdits":{"env":["A=1"]},"extra":true}]}"#;
+    let errs = validate_bytes(raw, None).unwrap_err();
+    assert!(join_errors(&errs).contains("extra"), "{errs:?}");
+    let yaml = b"cdiVersion: 0.3.0\nkind: a.com/b\ndevices:\n  - name: x\n    containerEdits:\n      env: [A=1]\n";
+    let spec = validate_bytes(yaml, None).unwrap();
+    assert_eq!(spec.devices[0].container_edits.env, ["A=1"]);
+    let errs = validate_bytes(b"cdiVersion: [", Some(Format::Yaml)).unwrap_err();
+    assert!(errs[0].message.contains("not a yaml document"), "{errs:?}");
+}

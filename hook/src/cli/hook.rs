@@ -1,0 +1,121 @@
+//! `gpuhook hook ...`: createContainer hooks that generated CDI specs reference. The runtime runs
+//! them with the container state on stdin and an explicit minimal environment.
+
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+
+use crate::config::Config;
+
+/// `gpuhook hook ...`.
+#[derive(Debug, Clone, Subcommand)]
+pub enum HookCommand {
+    /// Create symlinks inside the container root
+    #[command(
+        long_about = "Create symlinks inside the container root (createContainer hook).\n\n\
+        Each --link TARGET::LINK creates LINK -> TARGET. LINK is an absolute path in the container and \
+        is resolved inside the container root; TARGET is stored as given. Existing identical links are \
+        left alone; a link that would escape the root is refused."
+    )]
+    CreateSymlinks(CreateSymlinksArgs),
+    /// Run the host's ldconfig, sandboxed, on the container's library folders
+    #[command(
+        long_about = "Update the container's ld.so.cache (createContainer hook).\n\n\
+        Writes /etc/ld.so.conf.d/00-gpuhook.conf listing the --folder directories and runs the \
+        host's ldconfig (never one from the image) in a sandbox pivoted into the container root."
+    )]
+    UpdateLdcache(UpdateLdcacheArgs),
+    /// Stop NVML inside the container from creating device nodes
+    #[command(
+        long_about = "Mount a read-only copy of /proc/driver/nvidia/params with \
+        `ModifyDeviceFiles: 0` over the container's, so NVML in the container does not create \
+        device nodes (createContainer hook)."
+    )]
+    DisableDeviceNodeModification(DisableDeviceNodeModificationArgs),
+}
+
+/// `TARGET::LINK`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkSpec {
+    pub target: PathBuf,
+    /// Absolute container path.
+    pub link: PathBuf,
+}
+
+/// Parses `TARGET::LINK`.
+pub fn parse_link(s: &str) -> Result<LinkSpec, String> {
+    let (target, link) = s
+        .split_once("::")
+        .ok_or("expected TARGET::LINK, e.g. libcuda.so.1::/usr/lib64/libcuda.so")?;
+    if target.is_empty() || link.is_empty() {
+        return Err("TARGET and LINK must both be non-empty".into());
+    }
+    if s.contains('\0') {
+        return Err("contains a NUL byte".into());
+    }
+    if !link.starts_with('/') {
+        return Err(format!(
+            "LINK {link:?} must be an absolute path in the container"
+        ));
+    }
+    if link.split('/').any(|c| c == "..") {
+        return Err(format!("LINK {link:?} must not contain '..'"));
+    }
+    Ok(LinkSpec {
+        target: target.into(),
+        link: link.into(),
+    })
+}
+
+/// Arguments of `gpuhook hook create-symlinks`.
+#[derive(Debug, Clone, Args)]
+pub struct CreateSymlinksArgs {
+    /// Symlink to create, LINK -> TARGET; repeatable
+    #[arg(long = "link", value_name = "TARGET::LINK", value_parser = parse_link)]
+    pub links: Vec<LinkSpec>,
+    /// The container's config.json [default: from the state on stdin]
+    #[arg(long, value_name = "FILE")]
+    pub container_spec: Option<PathBuf>,
+}
+
+/// Arguments of `gpuhook hook update-ldcache`.
+#[derive(Debug, Clone, Args)]
+pub struct UpdateLdcacheArgs {
+    /// Library folder (container path) to add to the cache; repeatable
+    #[arg(long = "folder", value_name = "DIR")]
+    pub folders: Vec<PathBuf>,
+    /// Host ldconfig to run [default: ldconfig from the config]
+    #[arg(long, value_name = "PATH")]
+    pub ldconfig: Option<PathBuf>,
+    /// The container's config.json [default: from the state on stdin]
+    #[arg(long, value_name = "FILE")]
+    pub container_spec: Option<PathBuf>,
+}
+
+/// Arguments of `gpuhook hook disable-device-node-modification`.
+#[derive(Debug, Clone, Args)]
+pub struct DisableDeviceNodeModificationArgs {
+    /// The container's config.json [default: from the state on stdin]
+    #[arg(long, value_name = "FILE")]
+    pub container_spec: Option<PathBuf>,
+}
+
+pub(super) fn run(command: &HookCommand, config: &Config) -> anyhow::Result<()> {
+    match command {
+        HookCommand::CreateSymlinks(args) => {
+            // WIRE: gpuhook-inject symlinks (RESOLVE_IN_ROOT) for args.links in the container root.
+            tracing::debug!(?args, "hook create-symlinks");
+            anyhow::bail!("`gpuhook hook create-symlinks` is not wired yet")
+        }
+        HookCommand::UpdateLdcache(args) => {
+            // WIRE: gpuhook-inject sandboxed host ldconfig (args.ldconfig or config.ldconfig_path()).
+            tracing::debug!(?args, ldconfig = %config.ldconfig, "hook update-ldcache");
+            anyhow::bail!("`gpuhook hook update-ldcache` is not wired yet")
+        }
+        HookCommand::DisableDeviceNodeModification(args) => {
+            // WIRE: gpuhook-inject read-only params copy with ModifyDeviceFiles: 0.
+            tracing::debug!(?args, "hook disable-device-node-modification");
+            anyhow::bail!("`gpuhook hook disable-device-node-modification` is not wired yet")
+        }
+    }
+}

@@ -1,0 +1,224 @@
+//! `/etc/gpuhook/config.toml`: the node administrator's settings.
+//!
+//! Unknown keys are errors (a typo in a security setting such as
+//! `accept-envvar-when-unprivileged` must not silently fall back to the default), and every error
+//! names the file, line and key. A missing *default* file means defaults; a file named explicitly
+//! (`--config`, `GPUHOOK_CONFIG`) must exist. Every key is documented in `config.toml.example`.
+
+mod errors;
+
+use std::path::{Path, PathBuf};
+
+use gpuhook_node::Capability;
+use serde::Deserialize;
+
+pub use errors::ConfigError;
+
+use crate::logging::{LogFormat, LogLevel, LogSettings};
+use crate::request::RequestPolicy;
+
+/// Where the config is read from when none is named.
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/gpuhook/config.toml";
+/// Environment variable naming the config file.
+pub const CONFIG_ENV: &str = "GPUHOOK_CONFIG";
+/// Default `ldconfig`: Debian's real binary on the host (`@` = host path).
+pub const DEFAULT_LDCONFIG: &str = "@/sbin/ldconfig.real";
+/// Fallback when [`DEFAULT_LDCONFIG`] does not exist.
+pub const FALLBACK_LDCONFIG: &str = "/sbin/ldconfig";
+
+/// The whole config file.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct Config {
+    /// Root of the driver installation (`/`, or e.g. `/run/nvidia/driver`).
+    pub driver_root: PathBuf,
+    /// Root of `/dev/nvidia*`; defaults to `driver_root`.
+    pub dev_root: Option<PathBuf>,
+    /// Honour `NVIDIA_VISIBLE_DEVICES` from unprivileged containers.
+    pub accept_envvar_when_unprivileged: bool,
+    /// Read device lists from `/dev/null` mounts under `/var/run/nvidia-container-devices/`.
+    pub accept_device_list_as_volume_mounts: bool,
+    /// Capabilities offered to containers.
+    pub supported_capabilities: Vec<Capability>,
+    /// Host ldconfig (`@/path` = host path; `/path` = inside `driver_root`).
+    pub ldconfig: String,
+    /// Where discovery results are cached for the container start path.
+    pub inventory_cache: PathBuf,
+    /// CDI spec directories, lowest priority first.
+    pub cdi_spec_dirs: Vec<PathBuf>,
+    /// Log file (appended); stderr when unset. Never stdout.
+    pub log_file: Option<PathBuf>,
+    pub log_level: LogLevel,
+    pub log_format: LogFormat,
+    pub runtime: RuntimeConfig,
+}
+
+/// `[runtime]`: the containerd runtime wrapper.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct RuntimeConfig {
+    /// Low-level runtimes to exec, first found on PATH wins (names or absolute paths).
+    pub runtimes: Vec<String>,
+    pub mode: RuntimeMode,
+    /// In `cdi` mode, generate missing CDI specs from discovery instead of failing.
+    pub generate_missing: bool,
+}
+
+/// How the runtime wrapper injects devices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RuntimeMode {
+    /// Insert the `gpuhook prestart` hook.
+    Legacy,
+    /// Turn requests into CDI names and apply the specs from `cdi-spec-dirs`.
+    Cdi,
+    /// Generate the CDI edits in memory from discovery.
+    JitCdi,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            driver_root: PathBuf::from("/"),
+            dev_root: None,
+            accept_envvar_when_unprivileged: true,
+            accept_device_list_as_volume_mounts: false,
+            supported_capabilities: Capability::ALL.to_vec(),
+            ldconfig: DEFAULT_LDCONFIG.to_string(),
+            inventory_cache: PathBuf::from("/var/run/gpuhook/inventory.json"),
+            cdi_spec_dirs: vec![PathBuf::from("/etc/cdi"), PathBuf::from("/var/run/cdi")],
+            log_file: None,
+            log_level: LogLevel::default(),
+            log_format: LogFormat::default(),
+            runtime: RuntimeConfig::default(),
+        }
+    }
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        RuntimeConfig {
+            runtimes: vec!["runc".into(), "crun".into()],
+            mode: RuntimeMode::Cdi,
+            generate_missing: true,
+        }
+    }
+}
+
+impl Config {
+    /// Loads the config: `path` when named explicitly (must exist), else [`DEFAULT_CONFIG_PATH`]
+    /// (missing = defaults).
+    pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
+        let (path, explicit) = match path {
+            Some(p) => (p, true),
+            None => (Path::new(DEFAULT_CONFIG_PATH), false),
+        };
+        match std::fs::read_to_string(path) {
+            Ok(text) => Config::from_toml(&text, path),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !explicit => {
+                Ok(Config::default())
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(ConfigError::Missing {
+                path: path.to_path_buf(),
+            }),
+            Err(source) => Err(ConfigError::Read {
+                path: path.to_path_buf(),
+                source,
+            }),
+        }
+    }
+
+    /// Parses and validates config text; `path` is only used in messages.
+    pub fn from_toml(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        let config: Config =
+            toml::from_str(text).map_err(|e| errors::parse_error(&e, text, path))?;
+        config
+            .validate()
+            .map_err(|(key, message)| errors::invalid(text, path, key, message))?;
+        Ok(config)
+    }
+
+    /// Checks what serde cannot: absolute paths, non-empty lists.
+    fn validate(&self) -> Result<(), (&'static str, String)> {
+        let absolute = |key: &'static str, p: &Path| {
+            if p.is_absolute() {
+                Ok(())
+            } else {
+                Err((key, format!("{} is not an absolute path", p.display())))
+            }
+        };
+        absolute("driver-root", &self.driver_root)?;
+        if let Some(d) = &self.dev_root {
+            absolute("dev-root", d)?;
+        }
+        absolute("inventory-cache", &self.inventory_cache)?;
+        for d in &self.cdi_spec_dirs {
+            absolute("cdi-spec-dirs", d)?;
+        }
+        if let Some(f) = &self.log_file {
+            absolute("log-file", f)?;
+        }
+        if !(self.ldconfig.starts_with("@/") || self.ldconfig.starts_with('/')) {
+            return Err((
+                "ldconfig",
+                format!(
+                    "{:?} must be @/host/path or /path/in/driver-root",
+                    self.ldconfig
+                ),
+            ));
+        }
+        if self.supported_capabilities.is_empty() {
+            return Err((
+                "supported-capabilities",
+                "is empty: list at least one capability".into(),
+            ));
+        }
+        if self.runtime.runtimes.is_empty() || self.runtime.runtimes.iter().any(|r| r.is_empty()) {
+            return Err((
+                "runtime.runtimes",
+                "must list at least one runtime name or path, e.g. [\"runc\"]".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Root of `/dev/nvidia*` on the host.
+    pub fn dev_root(&self) -> &Path {
+        self.dev_root.as_deref().unwrap_or(&self.driver_root)
+    }
+
+    /// The request policy these settings imply.
+    pub fn request_policy(&self) -> RequestPolicy {
+        RequestPolicy {
+            accept_envvar_when_unprivileged: self.accept_envvar_when_unprivileged,
+            accept_device_list_as_volume_mounts: self.accept_device_list_as_volume_mounts,
+            supported_capabilities: self.supported_capabilities.iter().copied().collect(),
+            ..RequestPolicy::default()
+        }
+    }
+
+    /// The logging settings.
+    pub fn log_settings(&self) -> LogSettings {
+        LogSettings {
+            file: self.log_file.clone(),
+            level: self.log_level,
+            format: self.log_format,
+        }
+    }
+
+    /// The host path of ldconfig: `@/p` → `/p`; `/p` → `driver_root/p`. The default falls back to
+    /// [`FALLBACK_LDCONFIG`] when `/sbin/ldconfig.real` does not exist (`exists` decides).
+    pub fn ldconfig_path(&self, exists: impl Fn(&Path) -> bool) -> PathBuf {
+        let path = match self.ldconfig.strip_prefix('@') {
+            Some(host) => PathBuf::from(host),
+            None => gpuhook_node::join_under(&self.driver_root, Path::new(&self.ldconfig)),
+        };
+        if self.ldconfig == DEFAULT_LDCONFIG && !exists(&path) {
+            return PathBuf::from(FALLBACK_LDCONFIG);
+        }
+        path
+    }
+}
+
+#[cfg(test)]
+mod tests;

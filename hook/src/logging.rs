@@ -1,0 +1,262 @@
+//! Where gpuhook writes its diagnostics: a log file (appended) or stderr — never stdout, which the
+//! runtime may read from a hook. One structured line per decision is the caller's job;
+//! [`Decision`] makes that one call.
+
+use std::fs::OpenOptions;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use serde::Deserialize;
+use tracing::Subscriber;
+use tracing_subscriber::filter::LevelFilter;
+
+/// Verbosity.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogLevel {
+    Error,
+    Warn,
+    #[default]
+    Info,
+    Debug,
+    Trace,
+}
+
+/// Line format.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// One JSON object per line (for log collectors).
+    Json,
+    /// `timestamp LEVEL target: message key=value ...`.
+    #[default]
+    Compact,
+}
+
+/// Where and how to log.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LogSettings {
+    /// Appended to; stderr when `None`.
+    pub file: Option<PathBuf>,
+    pub level: LogLevel,
+    pub format: LogFormat,
+}
+
+/// Why logging could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum LoggingError {
+    #[error("cannot open log file {}: {source} (fix log-file in the config or create its directory)", path.display())]
+    Open {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("logging was already initialised")]
+    AlreadyInitialised,
+}
+
+impl From<LogLevel> for LevelFilter {
+    fn from(l: LogLevel) -> Self {
+        match l {
+            LogLevel::Error => LevelFilter::ERROR,
+            LogLevel::Warn => LevelFilter::WARN,
+            LogLevel::Info => LevelFilter::INFO,
+            LogLevel::Debug => LevelFilter::DEBUG,
+            LogLevel::Trace => LevelFilter::TRACE,
+        }
+    }
+}
+
+fn open_append(path: &Path) -> Result<std::fs::File, LoggingError> {
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o640)
+        .open(path)
+        .map_err(|source| LoggingError::Open {
+            path: path.to_path_buf(),
+            source,
+        })
+}
+
+/// Builds the subscriber for `settings` without installing it (tests use it with
+/// `tracing::subscriber::with_default`).
+pub fn subscriber(
+    settings: &LogSettings,
+) -> Result<Box<dyn Subscriber + Send + Sync>, LoggingError> {
+    let level = LevelFilter::from(settings.level);
+    let builder = tracing_subscriber::fmt()
+        .with_max_level(level)
+        .with_ansi(false)
+        .with_target(true);
+    Ok(match (&settings.file, settings.format) {
+        (Some(path), LogFormat::Json) => Box::new(
+            builder
+                .json()
+                .with_writer(Mutex::new(open_append(path)?))
+                .finish(),
+        ),
+        (Some(path), LogFormat::Compact) => Box::new(
+            builder
+                .compact()
+                .with_writer(Mutex::new(open_append(path)?))
+                .finish(),
+        ),
+        (None, LogFormat::Json) => Box::new(builder.json().with_writer(std::io::stderr).finish()),
+        (None, LogFormat::Compact) => {
+            Box::new(builder.compact().with_writer(std::io::stderr).finish())
+        }
+    })
+}
+
+/// Installs the global subscriber. Call once, at the binary's boundary.
+pub fn init(settings: &LogSettings) -> Result<(), LoggingError> {
+    tracing::subscriber::set_global_default(subscriber(settings)?)
+        .map_err(|_| LoggingError::AlreadyInitialised)
+}
+
+/// What a command decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Devices/files were (or will be) injected.
+    Inject,
+    /// Nothing to do for this container.
+    Skip,
+    /// Refused; nothing was injected.
+    Refuse,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Inject => "inject",
+            Outcome::Skip => "skip",
+            Outcome::Refuse => "refuse",
+        }
+    }
+}
+
+/// One decision, logged as one structured line (target `gpuhook::decision`).
+#[derive(Debug, Clone, Copy)]
+pub struct Decision<'a> {
+    /// `prestart`, `runtime create`, ...
+    pub command: &'a str,
+    pub outcome: Outcome,
+    pub container: Option<&'a str>,
+    /// The request source (`envvar`, `cdi-annotations`, ...).
+    pub source: Option<&'a str>,
+    /// Devices, comma-separated.
+    pub devices: Option<&'a str>,
+    /// Capabilities, comma-separated.
+    pub capabilities: Option<&'a str>,
+    /// Why (for skip/refuse), or a note.
+    pub reason: Option<&'a str>,
+}
+
+impl<'a> Decision<'a> {
+    pub fn new(command: &'a str, outcome: Outcome) -> Self {
+        Decision {
+            command,
+            outcome,
+            container: None,
+            source: None,
+            devices: None,
+            capabilities: None,
+            reason: None,
+        }
+    }
+
+    /// Emits the line: `warn` for a refusal, `info` otherwise.
+    pub fn log(&self) {
+        let Decision {
+            command,
+            outcome,
+            container,
+            source,
+            devices,
+            capabilities,
+            reason,
+        } = *self;
+        let outcome = outcome.as_str();
+        if self.outcome == Outcome::Refuse {
+            tracing::warn!(target: "gpuhook::decision", command, outcome, container, source, devices, capabilities, reason, "decision");
+        } else {
+            tracing::info!(target: "gpuhook::decision", command, outcome, container, source, devices, capabilities, reason, "decision");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_file_gets_one_line_per_decision_appended() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gpuhook.log");
+        std::fs::write(&path, "earlier line\n").unwrap();
+        let settings = LogSettings {
+            file: Some(path.clone()),
+            level: LogLevel::Info,
+            format: LogFormat::Json,
+        };
+        tracing::subscriber::with_default(subscriber(&settings).unwrap(), || {
+            let mut d = Decision::new("prestart", Outcome::Inject);
+            d.container = Some("abc");
+            d.devices = Some("0,1");
+            d.log();
+            Decision::new("prestart", Outcome::Refuse).log();
+            tracing::debug!("filtered out at info");
+        });
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3, "{text}");
+        assert_eq!(lines[0], "earlier line");
+        let first: serde_json::Value = serde_json::from_str(lines[1]).unwrap();
+        assert_eq!(first["target"], "gpuhook::decision");
+        assert_eq!(first["level"], "INFO");
+        assert_eq!(first["fields"]["outcome"], "inject");
+        assert_eq!(first["fields"]["container"], "abc");
+        assert_eq!(first["fields"]["devices"], "0,1");
+        assert!(first["fields"].get("reason").is_none());
+        let second: serde_json::Value = serde_json::from_str(lines[2]).unwrap();
+        assert_eq!(second["level"], "WARN");
+        assert_eq!(second["fields"]["outcome"], "refuse");
+    }
+
+    #[test]
+    fn compact_format_and_level() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.log");
+        let settings = LogSettings {
+            file: Some(path.clone()),
+            level: LogLevel::Debug,
+            format: LogFormat::Compact,
+        };
+        tracing::subscriber::with_default(subscriber(&settings).unwrap(), || {
+            tracing::debug!(device = "0", "shown at debug");
+            tracing::trace!("hidden");
+        });
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            text.contains("shown at debug") && text.contains("device=\"0\""),
+            "{text}"
+        );
+        assert!(!text.contains("hidden"));
+        assert!(!text.contains('\u{1b}'), "no ANSI colours in files");
+    }
+
+    #[test]
+    fn unopenable_log_file_is_a_clear_error() {
+        let settings = LogSettings {
+            file: Some("/nonexistent-dir/x.log".into()),
+            ..LogSettings::default()
+        };
+        let err = subscriber(&settings).err().expect("must fail");
+        assert!(
+            err.to_string()
+                .contains("cannot open log file /nonexistent-dir/x.log"),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,216 @@
+//! `update-ldcache`: refresh the container's `/etc/ld.so.cache` after driver libraries were
+//! mounted, with the *host's* ldconfig (CVE-2024-0136/0137: never run an ldconfig from the image)
+//! inside the sandbox of [`crate::sandbox`].
+
+use std::ffi::CString;
+use std::fs::File;
+use std::io::Read;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::error::{InjectError, Result};
+use crate::root::{normalize_container_path, ContainerRoot};
+use crate::sandbox::{run_sandboxed, Limits};
+
+/// The drop-in listing the injected folders.
+pub const LDSO_CONF_DROPIN: &str = "/etc/ld.so.conf.d/00-gpuhook.conf";
+/// Written when the image has no `/etc/ld.so.conf` (distroless images).
+pub const LDSO_CONF_DEFAULT: &str = "include /etc/ld.so.conf.d/*.conf\n";
+
+/// Knobs for [`update_ldcache_with`].
+#[derive(Debug, Clone, Copy)]
+pub struct LdcacheOptions {
+    /// Container user and group ldconfig runs as.
+    pub uid: u32,
+    pub gid: u32,
+    /// RLIMIT_CPU for ldconfig.
+    pub cpu_seconds: u64,
+    /// Wall-clock limit; the sandbox is killed after it.
+    pub timeout: Duration,
+}
+
+impl LdcacheOptions {
+    /// Defaults: 10 s CPU, 30 s wall clock.
+    pub fn new(uid: u32, gid: u32) -> Self {
+        LdcacheOptions {
+            uid,
+            gid,
+            cpu_seconds: 10,
+            timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Debian ships `/sbin/ldconfig` as a shell wrapper around `/sbin/ldconfig.real`: when the given
+/// binary is named `ldconfig` and an `ldconfig.real` sits next to it, use that.
+pub fn select_ldconfig(given: &Path) -> PathBuf {
+    if given.file_name().is_some_and(|n| n == "ldconfig") {
+        let real = given.with_file_name("ldconfig.real");
+        if real.is_file() {
+            return real;
+        }
+    }
+    given.to_path_buf()
+}
+
+/// The drop-in's contents; folders must be absolute container paths without `..` or whitespace
+/// (ld.so.conf is whitespace-separated).
+pub fn conf_contents(folders: &[PathBuf]) -> Result<String> {
+    let mut out = String::from("# written by gpuhook update-ldcache\n");
+    for f in folders {
+        let bad = |reason: &str| InjectError::Invalid {
+            what: "ldcache folder",
+            value: f.display().to_string(),
+            reason: reason.to_string(),
+        };
+        let s = f.to_str().ok_or_else(|| bad("not UTF-8"))?;
+        if !f.is_absolute() {
+            return Err(bad("must be an absolute container path"));
+        }
+        if s.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(bad("contains whitespace or control characters"));
+        }
+        let norm = normalize_container_path(f)?;
+        out.push_str(&norm.to_string_lossy());
+        out.push('\n');
+    }
+    Ok(out)
+}
+
+/// Refuse anything but a static ELF executable: a dynamic one would be started by the *image's*
+/// dynamic loader inside the chroot.
+pub fn check_static_elf(file: &File, path: &Path) -> Result<()> {
+    let bad = |reason: String| InjectError::Ldconfig {
+        binary: path.to_path_buf(),
+        rootfs: PathBuf::new(),
+        reason,
+    };
+    let mut head = Vec::new();
+    file.try_clone()
+        .and_then(|f| f.take(1 << 20).read_to_end(&mut head))
+        .map_err(|e| bad(format!("read: {e}")))?;
+    if head.len() < 64 || &head[..4] != b"\x7fELF" {
+        return Err(bad("not an ELF binary; pass the host's ldconfig (e.g. /sbin/ldconfig)".into()));
+    }
+    if head[4] != 2 || head[5] != 1 {
+        return Err(bad("only 64-bit little-endian ELF is supported".into()));
+    }
+    let u16_at = |o: usize| u16::from_le_bytes([head[o], head[o + 1]]) as usize;
+    let phoff = u64::from_le_bytes(head[32..40].try_into().expect("8 bytes")) as usize;
+    let (phentsize, phnum) = (u16_at(54), u16_at(56));
+    for i in 0..phnum {
+        let o = phoff + i * phentsize;
+        if o + 4 > head.len() {
+            return Err(bad("truncated program headers".into()));
+        }
+        if u32::from_le_bytes(head[o..o + 4].try_into().expect("4 bytes")) == 3 {
+            return Err(bad(
+                "dynamically linked (has PT_INTERP): it would run the image's loader; use a \
+                 static ldconfig (glibc's is static)"
+                    .into(),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// [`update_ldcache_with`] with default limits.
+pub fn update_ldcache(
+    rootfs: &Path,
+    folders: &[PathBuf],
+    host_ldconfig: &Path,
+    uid: u32,
+    gid: u32,
+) -> Result<()> {
+    update_ldcache_with(rootfs, folders, host_ldconfig, LdcacheOptions::new(uid, gid))
+}
+
+/// Write the drop-in (and a default `/etc/ld.so.conf` if missing) inside the root, then run the
+/// host ldconfig sandboxed: `ldconfig -f /etc/ld.so.conf -C /etc/ld.so.cache <folders>`.
+pub fn update_ldcache_with(
+    rootfs: &Path,
+    folders: &[PathBuf],
+    host_ldconfig: &Path,
+    opts: LdcacheOptions,
+) -> Result<()> {
+    let conf = conf_contents(folders)?;
+    let binary = select_ldconfig(host_ldconfig);
+    let ldcfg_err = |reason: String| InjectError::Ldconfig {
+        binary: binary.clone(),
+        rootfs: rootfs.to_path_buf(),
+        reason,
+    };
+    // Open the host binary before touching the root: nothing in the image can influence it.
+    let exe = File::open(&binary).map_err(|e| ldcfg_err(format!("open host binary: {e}")))?;
+    check_static_elf(&exe, &binary)?;
+
+    let root = ContainerRoot::open(rootfs)?;
+    root.write_file(Path::new(LDSO_CONF_DROPIN), conf.as_bytes(), 0o644)?;
+    if root.lstat(Path::new("/etc/ld.so.conf"))?.is_none() {
+        root.write_file(Path::new("/etc/ld.so.conf"), LDSO_CONF_DEFAULT.as_bytes(), 0o644)?;
+    }
+    let mut args: Vec<CString> = ["ldconfig", "-f", "/etc/ld.so.conf", "-C", "/etc/ld.so.cache"]
+        .iter()
+        .map(|s| CString::new(*s).expect("static"))
+        .collect();
+    for f in folders {
+        args.push(CString::new(f.as_os_str().as_bytes()).map_err(|_| InjectError::Invalid {
+            what: "ldcache folder",
+            value: f.display().to_string(),
+            reason: "contains NUL".into(),
+        })?);
+    }
+    let limits = Limits {
+        uid: opts.uid,
+        gid: opts.gid,
+        cpu_seconds: opts.cpu_seconds,
+        timeout: opts.timeout,
+    };
+    run_sandboxed(root.root_fd(), root.path(), &exe, &binary, &args, limits).map_err(ldcfg_err)?;
+    tracing::info!(rootfs = %rootfs.display(), binary = %binary.display(), ?folders, "ldcache updated");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conf_lists_folders_and_refuses_bad_ones() {
+        let c = conf_contents(&["/usr/lib/x86_64-linux-gnu".into(), "/opt/./nv".into()]).unwrap();
+        assert!(c.ends_with("/usr/lib/x86_64-linux-gnu\n/opt/nv\n"), "{c}");
+        assert!(conf_contents(&["relative".into()]).is_err());
+        assert!(conf_contents(&["/a b".into()]).is_err());
+        assert!(conf_contents(&["/a\ninclude /x".into()]).is_err());
+        assert!(conf_contents(&["/../x".into()]).is_err());
+    }
+
+    #[test]
+    fn static_check_refuses_scripts_and_dynamic_binaries() {
+        let sh = File::open("/bin/sh").unwrap();
+        let err = check_static_elf(&sh, Path::new("/bin/sh")).unwrap_err().to_string();
+        assert!(err.contains("PT_INTERP"), "{err}");
+        let dir = std::env::temp_dir().join(format!("gpuhook-elf-{}", std::process::id()));
+        std::fs::write(&dir, b"#!/bin/sh\nexit 0\n").unwrap();
+        let f = File::open(&dir).unwrap();
+        assert!(check_static_elf(&f, &dir).unwrap_err().to_string().contains("not an ELF"));
+        std::fs::remove_file(&dir).unwrap();
+        let ld = Path::new("/sbin/ldconfig");
+        if ld.exists() {
+            check_static_elf(&File::open(ld).unwrap(), ld).unwrap();
+        }
+    }
+
+    #[test]
+    fn ldconfig_real_is_preferred_next_to_the_given_binary() {
+        let d = std::env::temp_dir().join(format!("gpuhook-ldsel-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("ldconfig"), b"").unwrap();
+        assert_eq!(select_ldconfig(&d.join("ldconfig")), d.join("ldconfig"));
+        std::fs::write(d.join("ldconfig.real"), b"").unwrap();
+        assert_eq!(select_ldconfig(&d.join("ldconfig")), d.join("ldconfig.real"));
+        assert_eq!(select_ldconfig(&d.join("other")), d.join("other"));
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}

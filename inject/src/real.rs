@@ -1,0 +1,354 @@
+//! The real [`Syscalls`]: every path inside the container root is resolved by pathrs (openat2
+//! `RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS`, with pathrs' userspace fallback on old kernels), and
+//! every mutation goes through the resulting fd or the parent directory fd — never through a
+//! re-resolved path string (CVE-2024-0132 / CVE-2025-23359).
+
+use std::ffi::CString;
+use std::fs::Permissions;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use pathrs::flags::{OpenFlags, RenameFlags};
+use pathrs::{Handle, InodeType, Root};
+
+use crate::error::{pathrs_errno, pathrs_io, InjectError, Result};
+use crate::mountapi;
+use crate::sys::{EntryKind, MountOptions, Syscalls};
+
+/// Largest file [`Syscalls::read_file`] reads (our own config files are tiny).
+const MAX_READ: u64 = 1 << 20;
+
+/// [`Syscalls`] on a real container root opened with pathrs.
+#[derive(Debug)]
+pub struct PathrsSyscalls {
+    root: Root,
+    root_path: PathBuf,
+}
+
+impl PathrsSyscalls {
+    /// Open the container root. The host path is trusted (it comes from the runtime's bundle), so
+    /// it is canonicalised first; everything below it is not.
+    pub fn open(rootfs: &Path) -> Result<Self> {
+        let canonical = rootfs.canonicalize().map_err(|source| InjectError::OpenRoot {
+            path: rootfs.to_path_buf(),
+            source,
+        })?;
+        let root = Root::open(&canonical).map_err(|e| InjectError::OpenRoot {
+            path: canonical.clone(),
+            source: pathrs_io(e),
+        })?;
+        Ok(PathrsSyscalls {
+            root,
+            root_path: canonical,
+        })
+    }
+
+    /// The O_PATH fd of the root directory.
+    pub fn root_fd(&self) -> BorrowedFd<'_> {
+        self.root.as_fd()
+    }
+
+    fn err(&self, op: &'static str, path: &Path, source: io::Error) -> InjectError {
+        InjectError::InRoot {
+            op,
+            root: self.root_path.clone(),
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+
+    fn perr(&self, op: &'static str, path: &Path, e: pathrs::error::Error) -> InjectError {
+        self.err(op, path, pathrs_io(e))
+    }
+
+    /// Resolve without following the last component; `None` on ENOENT.
+    fn resolve_nofollow(&self, path: &Path) -> Result<Option<Handle>> {
+        match self.root.resolve_nofollow(path) {
+            Ok(h) => Ok(Some(h)),
+            Err(e) if pathrs_errno(&e) == Some(libc::ENOENT) => Ok(None),
+            Err(e) => Err(self.perr("resolve", path, e)),
+        }
+    }
+
+    fn resolve_existing(&self, op: &'static str, path: &Path) -> Result<Handle> {
+        self.root.resolve_nofollow(path).map_err(|e| self.perr(op, path, e))
+    }
+}
+
+/// Classify an fd (O_PATH fds are fine for fstat and readlinkat).
+pub(crate) fn fd_kind(fd: BorrowedFd<'_>) -> io::Result<EntryKind> {
+    // SAFETY: an all-zero `stat` is a valid value to be overwritten by fstat.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `fd` is a live descriptor and `st` a valid out pointer.
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(match st.st_mode & libc::S_IFMT {
+        libc::S_IFDIR => EntryKind::Directory,
+        libc::S_IFREG => EntryKind::File,
+        libc::S_IFCHR => EntryKind::CharDevice {
+            major: libc::major(st.st_rdev),
+            minor: libc::minor(st.st_rdev),
+        },
+        libc::S_IFLNK => EntryKind::Symlink(readlink_fd(fd)?),
+        _ => EntryKind::Other,
+    })
+}
+
+fn readlink_fd(fd: BorrowedFd<'_>) -> io::Result<PathBuf> {
+    let mut buf = vec![0u8; libc::PATH_MAX as usize];
+    let empty = CString::default();
+    // SAFETY: readlinkat on an O_PATH symlink fd with an empty path reads the link itself; `buf`
+    // is valid for `buf.len()` bytes.
+    let n = unsafe {
+        libc::readlinkat(fd.as_raw_fd(), empty.as_ptr(), buf.as_mut_ptr().cast(), buf.len())
+    };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    buf.truncate(n as usize);
+    Ok(PathBuf::from(<std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(buf)))
+}
+
+/// Set exact mode and owner through an O_PATH fd (mknod/creat are subject to the umask).
+fn fix_mode_owner(fd: BorrowedFd<'_>, mode: u32, uid: u32, gid: u32) -> io::Result<()> {
+    let empty = CString::default();
+    // SAFETY: fchownat with AT_EMPTY_PATH acts on the inode `fd` refers to; the path is empty.
+    let rc = unsafe {
+        libc::fchownat(
+            fd.as_raw_fd(),
+            empty.as_ptr(),
+            uid,
+            gid,
+            libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let path = mountapi::fd_path(fd);
+    // SAFETY: chmod through the fd's magic link reaches exactly the inode we hold (O_PATH fds
+    // cannot be fchmod'ed); the path is a valid NUL-terminated string.
+    if unsafe { libc::chmod(path.as_ptr(), mode & 0o7777) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// A temp sibling name for atomic replace; unique per process and call.
+fn temp_sibling(path: &Path) -> PathBuf {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let name = path.file_name().map(|n| n.as_bytes().to_vec()).unwrap_or_default();
+    let mut tmp = b".".to_vec();
+    tmp.extend_from_slice(&name);
+    tmp.extend_from_slice(format!(".gpuhook-{}-{n}", std::process::id()).as_bytes());
+    path.with_file_name(std::ffi::OsStr::from_bytes(&tmp))
+}
+
+fn open_host_path(path: &Path) -> io::Result<OwnedFd> {
+    let c = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains NUL"))?;
+    // SAFETY: open with a valid NUL-terminated path; O_PATH needs no mode.
+    let fd = unsafe { libc::open(c.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fresh descriptor owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+impl Syscalls for PathrsSyscalls {
+    fn root_path(&self) -> &Path {
+        &self.root_path
+    }
+
+    fn lstat(&self, path: &Path) -> Result<Option<EntryKind>> {
+        match self.resolve_nofollow(path)? {
+            None => Ok(None),
+            Some(h) => fd_kind(h.as_fd()).map(Some).map_err(|e| self.err("stat", path, e)),
+        }
+    }
+
+    fn host_stat(&self, path: &Path) -> Result<Option<EntryKind>> {
+        let md = match std::fs::metadata(path) {
+            Ok(md) => md,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => {
+                return Err(InjectError::Io {
+                    op: "stat host path",
+                    path: path.to_path_buf(),
+                    source,
+                })
+            }
+        };
+        let ft = md.file_type();
+        Ok(Some(if ft.is_dir() {
+            EntryKind::Directory
+        } else if ft.is_file() {
+            EntryKind::File
+        } else if ft.is_char_device() {
+            use std::os::unix::fs::MetadataExt;
+            EntryKind::CharDevice {
+                major: libc::major(md.rdev()),
+                minor: libc::minor(md.rdev()),
+            }
+        } else {
+            EntryKind::Other
+        }))
+    }
+
+    fn mkdir_all(&self, path: &Path, mode: u32) -> Result<()> {
+        self.root
+            .mkdir_all(path, &Permissions::from_mode(mode))
+            .map(drop)
+            .map_err(|e| self.perr("mkdir -p", path, e))
+    }
+
+    fn create_file(&self, path: &Path, mode: u32) -> Result<()> {
+        let flags = OpenFlags::O_RDONLY | OpenFlags::O_CREAT | OpenFlags::O_CLOEXEC;
+        let file = self
+            .root
+            .create_file(path, flags, &Permissions::from_mode(mode))
+            .map_err(|e| self.perr("create file", path, e))?;
+        let md = file.metadata().map_err(|e| self.err("stat", path, e))?;
+        if !md.is_file() {
+            return Err(InjectError::WrongType {
+                path: path.to_path_buf(),
+                found: "not a regular file",
+                expected: "a regular file",
+            });
+        }
+        Ok(())
+    }
+
+    fn mknod_char(
+        &self,
+        path: &Path,
+        major: u32,
+        minor: u32,
+        mode: u32,
+        uid: u32,
+        gid: u32,
+    ) -> Result<()> {
+        let dev = libc::makedev(major, minor);
+        self.root
+            .create(path, &InodeType::CharacterDevice(Permissions::from_mode(mode), dev))
+            .map_err(|e| self.perr("mknod", path, e))?;
+        let h = self.resolve_existing("open created node", path)?;
+        // Re-check what we hold: a racing container process could have swapped the name.
+        match fd_kind(h.as_fd()).map_err(|e| self.err("stat", path, e))? {
+            EntryKind::CharDevice { major: m, minor: n } if m == major && n == minor => {}
+            other => {
+                return Err(InjectError::Refused {
+                    path: path.to_path_buf(),
+                    reason: format!("node was replaced by {} after mknod", other.describe()),
+                })
+            }
+        }
+        fix_mode_owner(h.as_fd(), mode, uid, gid).map_err(|e| self.err("chmod/chown", path, e))
+    }
+
+    fn chmod_chown(&self, path: &Path, mode: u32, uid: u32, gid: u32) -> Result<()> {
+        let h = self.resolve_existing("open", path)?;
+        if let EntryKind::Symlink(_) = fd_kind(h.as_fd()).map_err(|e| self.err("stat", path, e))? {
+            return Err(InjectError::Refused {
+                path: path.to_path_buf(),
+                reason: "will not chmod/chown through a symlink".into(),
+            });
+        }
+        fix_mode_owner(h.as_fd(), mode, uid, gid).map_err(|e| self.err("chmod/chown", path, e))
+    }
+
+    fn symlink(&self, target: &Path, link: &Path) -> Result<()> {
+        let tmp = temp_sibling(link);
+        self.root
+            .create(&tmp, &InodeType::Symlink(target.to_path_buf()))
+            .map_err(|e| self.perr("symlink", link, e))?;
+        if let Err(e) = self.root.rename(&tmp, link, RenameFlags::empty()) {
+            let _ = self.root.remove_file(&tmp);
+            return Err(self.perr("rename symlink into place", link, e));
+        }
+        Ok(())
+    }
+
+    fn write_file(&self, path: &Path, contents: &[u8], mode: u32) -> Result<()> {
+        let tmp = temp_sibling(path);
+        let flags =
+            OpenFlags::O_WRONLY | OpenFlags::O_CREAT | OpenFlags::O_EXCL | OpenFlags::O_CLOEXEC;
+        let mut file = self
+            .root
+            .create_file(&tmp, flags, &Permissions::from_mode(mode))
+            .map_err(|e| self.perr("create temp file", path, e))?;
+        let written = file
+            .write_all(contents)
+            .and_then(|()| file.set_permissions(Permissions::from_mode(mode)))
+            .and_then(|()| file.sync_all());
+        drop(file);
+        if let Err(e) = written {
+            let _ = self.root.remove_file(&tmp);
+            return Err(self.err("write", path, e));
+        }
+        if let Err(e) = self.root.rename(&tmp, path, RenameFlags::empty()) {
+            let _ = self.root.remove_file(&tmp);
+            return Err(self.perr("rename into place", path, e));
+        }
+        Ok(())
+    }
+
+    fn read_file(&self, path: &Path) -> Result<Vec<u8>> {
+        let h = self.root.resolve(path).map_err(|e| self.perr("resolve", path, e))?;
+        if fd_kind(h.as_fd()).map_err(|e| self.err("stat", path, e))? != EntryKind::File {
+            return Err(InjectError::WrongType {
+                path: path.to_path_buf(),
+                found: "not a regular file",
+                expected: "a regular file",
+            });
+        }
+        let file = h
+            .reopen(OpenFlags::O_RDONLY | OpenFlags::O_CLOEXEC)
+            .map_err(|e| self.perr("open", path, e))?;
+        let mut buf = Vec::new();
+        file.take(MAX_READ)
+            .read_to_end(&mut buf)
+            .map_err(|e| self.err("read", path, e))?;
+        Ok(buf)
+    }
+
+    fn bind_mount(&self, host_src: &Path, dst: &Path, opts: MountOptions) -> Result<()> {
+        let merr = |step, source| InjectError::Mount {
+            src: host_src.to_path_buf(),
+            dst: self.root_path.join(dst.strip_prefix("/").unwrap_or(dst)),
+            step,
+            source,
+        };
+        let src = open_host_path(host_src).map_err(|e| merr("open source", e))?;
+        let src_is_dir = fd_kind(src.as_fd()).map_err(|e| merr("stat source", e))?
+            == EntryKind::Directory;
+        // Follow symlinks *within* the root for the destination (like runc's securejoin): a
+        // library path that is a symlink in the image gets the mount on its in-root target.
+        let target = self.root.resolve(dst).map_err(|e| merr("resolve destination", pathrs_io(e)))?;
+        let dst_kind = fd_kind(target.as_fd()).map_err(|e| merr("stat destination", e))?;
+        if (dst_kind == EntryKind::Directory) != src_is_dir {
+            return Err(InjectError::WrongType {
+                path: dst.to_path_buf(),
+                found: dst_kind.describe(),
+                expected: if src_is_dir { "a directory" } else { "a non-directory" },
+            });
+        }
+        let tree = mountapi::clone_tree(src.as_fd(), src_is_dir).map_err(|e| merr("open_tree", e))?;
+        mountapi::set_attrs(tree.as_fd(), opts, src_is_dir).map_err(|e| merr("mount_setattr", e))?;
+        mountapi::attach(tree.as_fd(), target.as_fd()).map_err(|e| merr("move_mount", e))?;
+        tracing::debug!(src = %host_src.display(), dst = %dst.display(), ?opts, "bind mounted");
+        Ok(())
+    }
+
+    fn unmount(&self, dst: &Path) -> Result<()> {
+        let h = self.root.resolve(dst).map_err(|e| self.perr("resolve", dst, e))?;
+        mountapi::detach(h.as_fd()).map_err(|e| self.err("umount", dst, e))
+    }
+}

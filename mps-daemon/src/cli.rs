@@ -1,0 +1,260 @@
+//! Command line: `gpu-mps-daemon --config FILE [...]` runs the daemon; `status` reports on it.
+//!
+//! Lives in the library so that `main.rs` stays a thin shell and the wiring (lock, status
+//! writer, HTTP, signals, reload) is in one readable place.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::{Args, Parser, Subcommand};
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::watch;
+
+use crate::config::{self, parse_duration, DEFAULT_MPS_ROOT};
+use crate::inventory::{ComputeModeSetter, GpuInventory, JsonInventory};
+use crate::layout::{self, CreatedDirs};
+use crate::lock::RootLock;
+use crate::manager::Manager;
+use crate::plan::{self, Overrides, Plan};
+use crate::status::{self, Board};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "gpu-mps-daemon",
+    version,
+    about = "Runs and supervises one nvidia-cuda-mps-control daemon per shared GPU",
+    args_conflicts_with_subcommands = true
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Print the per-GPU state of a running daemon (from <mpsRoot>/status.json).
+    Status(StatusArgs),
+    /// Check a config against the node and print the resulting limits, without starting anything.
+    Check(RunArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    /// Sharing config (k8s-device-plugin format plus `mpsDaemon`).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Serve /healthz, /readyz and /status on this address (e.g. 127.0.0.1:9464).
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<SocketAddr>,
+    /// Overrides mpsDaemon.mpsRoot.
+    #[arg(long, value_name = "DIR")]
+    pub mps_root: Option<PathBuf>,
+    /// Overrides mpsDaemon.driverRoot.
+    #[arg(long, value_name = "DIR")]
+    pub driver_root: Option<PathBuf>,
+    /// Overrides mpsDaemon.controlBinary.
+    #[arg(long, value_name = "PATH")]
+    pub control_binary: Option<PathBuf>,
+    /// Overrides mpsDaemon.probeInterval (e.g. 500ms).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration_arg)]
+    pub probe_interval: Option<std::time::Duration>,
+    /// Take GPU facts from a serialised gpuhook inventory instead of discovering them.
+    #[arg(long, value_name = "FILE", hide = true)]
+    pub inventory_json: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct StatusArgs {
+    /// Print the status file as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// MPS root of the daemon (default: from --config, else /run/gpuhook/mps).
+    #[arg(long, value_name = "DIR")]
+    pub mps_root: Option<PathBuf>,
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+}
+
+fn parse_duration_arg(s: &str) -> Result<std::time::Duration, String> {
+    parse_duration(s).ok_or_else(|| format!("invalid duration {s:?} (use e.g. 500ms, 5s)"))
+}
+
+/// GPU facts and compute-mode control for the node.
+fn node_access(args: &RunArgs, driver_root: &Path) -> Result<(Box<dyn GpuInventory>, Arc<dyn ComputeModeSetter>)> {
+    if let Some(p) = &args.inventory_json {
+        let no_nvml = crate::inventory::NoComputeMode {
+            reason: "GPU facts come from --inventory-json, NVML is not used".into(),
+        };
+        return Ok((Box::new(JsonInventory { path: p.clone() }), Arc::new(no_nvml)));
+    }
+    crate::node::access(driver_root)
+}
+
+struct Loaded {
+    plan: Plan,
+    compute: Arc<dyn ComputeModeSetter>,
+    inventory: Box<dyn GpuInventory>,
+    overrides: Overrides,
+}
+
+fn load(args: &RunArgs) -> Result<Loaded> {
+    let path = args.config.as_ref().ok_or_else(|| anyhow!("--config FILE is required"))?;
+    let cfg = config::load(path)?;
+    let overrides = Overrides {
+        mps_root: args.mps_root.clone(),
+        driver_root: args.driver_root.clone(),
+        control_binary: args.control_binary.clone(),
+        probe_interval: args.probe_interval,
+    };
+    let driver_root = overrides
+        .driver_root
+        .clone()
+        .or_else(|| cfg.mps_daemon.driver_root.clone())
+        .unwrap_or_else(|| PathBuf::from("/"));
+    let (inventory, compute) = node_access(args, &driver_root)?;
+    let gpus = inventory.gpus()?;
+    let plan = plan::resolve(&cfg, &gpus, &overrides).with_context(|| format!("config file {}", path.display()))?;
+    Ok(Loaded {
+        plan,
+        compute,
+        inventory,
+        overrides,
+    })
+}
+
+fn reload(args: &RunArgs, l: &Loaded) -> Result<Plan> {
+    let path = args.config.as_ref().ok_or_else(|| anyhow!("--config FILE is required"))?;
+    let cfg = config::load(path)?;
+    let gpus = l.inventory.gpus()?;
+    Ok(plan::resolve(&cfg, &gpus, &l.overrides).with_context(|| format!("config file {}", path.display()))?)
+}
+
+/// `gpu-mps-daemon check`: prints the plan.
+pub fn check(args: &RunArgs) -> Result<()> {
+    let l = load(args)?;
+    for w in &l.plan.warnings {
+        eprintln!("warning: {w}");
+    }
+    println!("mpsRoot: {}", l.plan.mps_root.display());
+    for g in &l.plan.gpus {
+        println!(
+            "GPU {} {} resource={} replicas={} activeThreadPercentage={} pinnedMemoryLimitMiB={}",
+            g.index,
+            g.uuid,
+            g.resource,
+            g.replicas,
+            g.active_thread_percentage,
+            g.pinned_memory_limit_mib.map(|m| m.to_string()).unwrap_or_else(|| "-".into())
+        );
+    }
+    Ok(())
+}
+
+/// Runs the daemon until SIGTERM/SIGINT; SIGHUP reloads the config.
+pub async fn run(args: RunArgs) -> Result<()> {
+    let mut loaded = load(&args)?;
+    for w in &loaded.plan.warnings {
+        tracing::warn!("{w}");
+    }
+    let root = loaded.plan.mps_root.clone();
+    let mut root_dirs = CreatedDirs::default();
+    root_dirs.ensure(&root, 0o755).with_context(|| format!("MPS root {}", root.display()))?;
+    let lock = match RootLock::acquire(&root) {
+        Ok(l) => l,
+        Err(e) => {
+            root_dirs.remove_all();
+            bail!(e);
+        }
+    };
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    let mut hup = signal(SignalKind::hangup())?;
+
+    let board = Board::default();
+    board.set_config(args.config.as_ref().map(|p| p.display().to_string()));
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let writer = tokio::spawn(status::write_loop(board.clone(), layout::status_path(&root), stop_rx));
+    let http = match args.listen {
+        Some(addr) => match crate::http::serve(addr, board.clone()).await {
+            Ok(h) => Some(h),
+            Err(e) => {
+                let _ = stop_tx.send(true);
+                let _ = writer.await;
+                let _ = layout::remove_file_if_exists(&layout::status_path(&root));
+                lock.release();
+                root_dirs.remove_all();
+                bail!(e);
+            }
+        },
+        None => None,
+    };
+    tracing::info!(mps_root = %root.display(), gpus = loaded.plan.gpus.len(), "starting");
+    let mut manager = Manager::start(loaded.plan.clone(), board.clone(), loaded.compute.clone());
+    loop {
+        tokio::select! {
+            _ = term.recv() => break,
+            _ = int.recv() => break,
+            _ = hup.recv() => {
+                tracing::info!("SIGHUP: reloading config");
+                let res = reload(&args, &loaded).map_err(|e| format!("{e:#}"));
+                let res = match res {
+                    Ok(plan) => manager.reload(plan.clone()).await.map(|s| (plan, s)),
+                    Err(e) => Err(e),
+                };
+                match res {
+                    Ok((plan, s)) => {
+                        tracing::info!(started = ?s.started, restarted = ?s.restarted, stopped = ?s.stopped,
+                            unchanged = ?s.unchanged, "config reloaded");
+                        loaded.plan = plan;
+                        board.set_reload_error(None);
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "reload refused; keeping the running config");
+                        board.set_reload_error(Some(e));
+                    }
+                }
+            }
+        }
+    }
+    tracing::info!("shutting down");
+    manager.shutdown().await;
+    let _ = stop_tx.send(true);
+    let _ = writer.await;
+    if let Some(h) = http {
+        h.abort();
+    }
+    let _ = layout::remove_file_if_exists(&layout::status_path(&root));
+    lock.release();
+    for e in root_dirs.remove_all() {
+        tracing::warn!(error = %e, "cleanup");
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// `gpu-mps-daemon status`.
+pub fn status_cmd(args: &StatusArgs) -> Result<()> {
+    let root = match (&args.mps_root, &args.config) {
+        (Some(r), _) => r.clone(),
+        (None, Some(c)) => config::load(c)?
+            .mps_daemon
+            .mps_root
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_MPS_ROOT)),
+        (None, None) => PathBuf::from(DEFAULT_MPS_ROOT),
+    };
+    let s = status::read(&layout::status_path(&root)).map_err(|e| anyhow!(e))?;
+    let alive = i32::try_from(s.pid).map(crate::process::is_alive).unwrap_or(false);
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&s)?);
+    } else {
+        print!("{}", status::render_table(&s, alive));
+    }
+    if !alive {
+        bail!("gpu-mps-daemon (pid {}) is not running; the status file is stale", s.pid);
+    }
+    Ok(())
+}

@@ -1,0 +1,410 @@
+//! The configuration file: the k8s-device-plugin sharing format plus our `mpsDaemon` section.
+//!
+//! Operators already write `sharing.mps` for NVIDIA's device plugin, so we read that exact shape
+//! (`version: v1`, `sharing.mps.resources[]`) and keep our own settings in a separate top-level
+//! `mpsDaemon` key that the plugin does not know about. Unknown keys are rejected with their full
+//! path (`sharing.mps.resources[0].replica: unknown field ...`) because a typo in a sharing config
+//! silently changes how many containers share a GPU.
+//!
+//! This module only parses; [`crate::plan`] checks the values against the node's GPUs.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::de::{self, Deserializer, SeqAccess, Visitor};
+use serde::Deserialize;
+
+/// Default MPS root: pipe, log and shm directories per GPU live under it.
+pub const DEFAULT_MPS_ROOT: &str = "/run/gpuhook/mps";
+
+/// Errors reading or parsing a configuration file.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("config file {path}: {key}: {message}")]
+    Parse {
+        path: PathBuf,
+        key: String,
+        message: String,
+    },
+    /// A value that parsed but makes no sense (names the key and the fix).
+    #[error("{key}: {message}")]
+    Invalid { key: String, message: String },
+}
+
+impl ConfigError {
+    pub(crate) fn invalid(key: impl Into<String>, message: impl Into<String>) -> Self {
+        ConfigError::Invalid {
+            key: key.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// The whole file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ConfigFile {
+    pub version: String,
+    /// Device-plugin keys we accept so that one file can serve both programs; ignored here.
+    #[serde(default)]
+    pub flags: Option<serde_yaml::Value>,
+    #[serde(default)]
+    pub resources: Option<serde_yaml::Value>,
+    #[serde(default)]
+    pub imex: Option<serde_yaml::Value>,
+    #[serde(default)]
+    pub sharing: Sharing,
+    /// Our own settings.
+    #[serde(default)]
+    pub mps_daemon: DaemonSection,
+}
+
+/// `sharing`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Sharing {
+    /// Same shape as `mps`, used by the device plugin only.
+    #[serde(default)]
+    pub time_slicing: Option<serde_yaml::Value>,
+    #[serde(default)]
+    pub mps: Option<MpsSharing>,
+}
+
+/// `sharing.mps`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct MpsSharing {
+    #[serde(default)]
+    pub rename_by_default: bool,
+    #[serde(default)]
+    pub fail_requests_greater_than_one: bool,
+    #[serde(default)]
+    pub resources: Vec<Resource>,
+}
+
+/// `sharing.mps.resources[]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Resource {
+    pub name: String,
+    #[serde(default)]
+    pub rename: Option<String>,
+    pub replicas: i64,
+    #[serde(default)]
+    pub devices: Devices,
+}
+
+/// `devices`: `all`, a count, or a list of indexes / UUIDs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Devices {
+    #[default]
+    All,
+    Count(i64),
+    List(Vec<DeviceId>),
+}
+
+/// One entry of a device list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeviceId {
+    Index(u32),
+    Uuid(String),
+}
+
+impl fmt::Display for DeviceId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DeviceId::Index(i) => write!(f, "{i}"),
+            DeviceId::Uuid(u) => f.write_str(u),
+        }
+    }
+}
+
+/// `mpsDaemon`: settings of gpu-mps-daemon itself (not part of the device-plugin format).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct DaemonSection {
+    /// Default `/run/gpuhook/mps`.
+    pub mps_root: Option<PathBuf>,
+    /// Default `/`.
+    pub driver_root: Option<PathBuf>,
+    /// Host path of the control binary; default `<driverRoot>/usr/bin/nvidia-cuda-mps-control`.
+    pub control_binary: Option<PathBuf>,
+    /// Size of a tmpfs shared as `/dev/shm` by the daemon and its clients (`1Gi`, `512M`, bytes).
+    pub shm_size: Option<ByteSize>,
+    /// Health-probe period (`5s`, `500ms`); default 5s.
+    pub probe_interval: Option<DurationValue>,
+    /// Bound on every control command (`get_server_list`, `set_*`); default 5s.
+    pub command_timeout: Option<DurationValue>,
+    /// Bound on `-d` start until the control socket answers; default 10s.
+    pub start_timeout: Option<DurationValue>,
+    /// Bound on `quit` at shutdown before the daemon is killed; default 10s.
+    pub shutdown_timeout: Option<DurationValue>,
+    /// Upper bound of the exponential restart backoff; default 30s.
+    pub max_restart_backoff: Option<DurationValue>,
+    /// Per-GPU overrides of the limits derived from `replicas`.
+    #[serde(default)]
+    pub gpus: Vec<GpuOverride>,
+}
+
+/// `mpsDaemon.gpus[]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct GpuOverride {
+    pub device: DeviceId,
+    pub active_thread_percentage: Option<i64>,
+    #[serde(rename = "pinnedMemoryLimitMiB")]
+    pub pinned_memory_limit_mib: Option<i64>,
+}
+
+/// A size in bytes, written as `1Gi`, `512Mi`, `1G`, `64M` or a plain number of bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ByteSize(pub u64);
+
+/// A duration written as `5s`, `250ms`, `1m` or a plain number of seconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DurationValue(pub Duration);
+
+/// Reads and parses `path` (no checks against the node; see [`crate::plan::resolve`]).
+pub fn load(path: &Path) -> Result<ConfigFile, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    parse(&text).map_err(|e| match e {
+        ConfigError::Invalid { key, message } => ConfigError::Parse {
+            path: path.to_path_buf(),
+            key,
+            message,
+        },
+        other => other,
+    })
+}
+
+/// Parses YAML text; errors name the key path (`sharing.mps.resources[0].replicas`).
+pub fn parse(text: &str) -> Result<ConfigFile, ConfigError> {
+    let de = serde_yaml::Deserializer::from_str(text);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let key = match e.path().to_string() {
+            p if p == "." || p.is_empty() => "(top level)".to_string(),
+            p => p,
+        };
+        ConfigError::invalid(key, e.into_inner().to_string())
+    })
+}
+
+/// Parses `1Gi`, `512Mi`, `1G`, `64M`, `4096K`, `123` (bytes).
+pub fn parse_size(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num.parse().ok()?;
+    let mult: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "K" | "k" | "KB" | "Ki" | "KiB" => 1 << 10,
+        "M" | "MB" | "Mi" | "MiB" => 1 << 20,
+        "G" | "GB" | "Gi" | "GiB" => 1 << 30,
+        "T" | "TB" | "Ti" | "TiB" => 1 << 40,
+        _ => return None,
+    };
+    n.checked_mul(mult)
+}
+
+/// Parses `250ms`, `5s`, `2m`, `1h` or a plain number of seconds.
+pub fn parse_duration(s: &str) -> Option<Duration> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num.parse().ok()?;
+    match unit.trim() {
+        "ms" => Some(Duration::from_millis(n)),
+        "" | "s" => Some(Duration::from_secs(n)),
+        "m" => n.checked_mul(60).map(Duration::from_secs),
+        "h" => n.checked_mul(3600).map(Duration::from_secs),
+        _ => None,
+    }
+}
+
+impl<'de> Deserialize<'de> for Devices {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Devices;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("`all`, a number of GPUs, or a list of GPU indexes / UUIDs")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Devices, E> {
+                if v == "all" {
+                    Ok(Devices::All)
+                } else {
+                    Err(E::custom(format!(
+                        "expected `all`, a number of GPUs, or a list of GPU indexes / UUIDs, got {v:?}"
+                    )))
+                }
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Devices, E> {
+                Ok(Devices::Count(v))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Devices, E> {
+                Ok(Devices::Count(i64::try_from(v).unwrap_or(i64::MAX)))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Devices, A::Error> {
+                let mut out = Vec::new();
+                while let Some(id) = seq.next_element::<DeviceId>()? {
+                    out.push(id);
+                }
+                Ok(Devices::List(out))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl<'de> Deserialize<'de> for DeviceId {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = DeviceId;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a GPU index or a GPU UUID")
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<DeviceId, E> {
+                u32::try_from(v)
+                    .map(DeviceId::Index)
+                    .map_err(|_| E::custom(format!("GPU index {v} is out of range")))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<DeviceId, E> {
+                u32::try_from(v)
+                    .map(DeviceId::Index)
+                    .map_err(|_| E::custom(format!("GPU index {v} is out of range")))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<DeviceId, E> {
+                match v.parse::<u32>() {
+                    Ok(i) => Ok(DeviceId::Index(i)),
+                    Err(_) if !v.trim().is_empty() => Ok(DeviceId::Uuid(v.trim().to_string())),
+                    Err(_) => Err(E::custom("empty device id")),
+                }
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+macro_rules! string_value {
+    ($ty:ident, $parse:ident, $wrap:expr, $what:literal) => {
+        impl<'de> Deserialize<'de> for $ty {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let v = serde_yaml::Value::deserialize(d)?;
+                let text = match &v {
+                    serde_yaml::Value::String(s) => s.clone(),
+                    serde_yaml::Value::Number(n) => n.to_string(),
+                    _ => String::new(),
+                };
+                $parse(&text).map($wrap).ok_or_else(|| {
+                    de::Error::custom(format!(concat!("invalid ", $what, " {:?}"), text))
+                })
+            }
+        }
+    };
+}
+
+string_value!(ByteSize, parse_size, ByteSize, "size (use e.g. `1Gi`, `512Mi`, `64M`)");
+string_value!(
+    DurationValue,
+    parse_duration,
+    DurationValue,
+    "duration (use e.g. `5s`, `250ms`, `1m`)"
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_device_plugin_shape_and_our_section() {
+        let cfg = parse(
+            r#"
+version: v1
+flags: { migStrategy: none }
+sharing:
+  mps:
+    renameByDefault: true
+    failRequestsGreaterThanOne: true
+    resources:
+      - name: nvidia.com/gpu
+        replicas: 4
+        devices: all
+      - name: nvidia.com/gpu.big
+        replicas: 2
+        devices: ["3", 5, GPU-abc]
+      - name: x
+        replicas: 2
+        devices: 2
+mpsDaemon:
+  mpsRoot: /tmp/m
+  shmSize: 1Gi
+  probeInterval: 250ms
+  commandTimeout: 2
+  gpus:
+    - device: 3
+      activeThreadPercentage: 60
+      pinnedMemoryLimitMiB: 1000
+"#,
+        )
+        .unwrap();
+        let mps = cfg.sharing.mps.unwrap();
+        assert!(mps.rename_by_default && mps.fail_requests_greater_than_one);
+        assert_eq!(mps.resources[0].devices, Devices::All);
+        assert_eq!(
+            mps.resources[1].devices,
+            Devices::List(vec![
+                DeviceId::Index(3),
+                DeviceId::Index(5),
+                DeviceId::Uuid("GPU-abc".into())
+            ])
+        );
+        assert_eq!(mps.resources[2].devices, Devices::Count(2));
+        let d = cfg.mps_daemon;
+        assert_eq!(d.shm_size, Some(ByteSize(1 << 30)));
+        assert_eq!(d.probe_interval, Some(DurationValue(Duration::from_millis(250))));
+        assert_eq!(d.command_timeout, Some(DurationValue(Duration::from_secs(2))));
+        assert_eq!(d.gpus[0].pinned_memory_limit_mib, Some(1000));
+    }
+
+    #[test]
+    fn unknown_key_is_named_with_its_path() {
+        let err = parse("version: v1\nsharing:\n  mps:\n    resources:\n      - name: a\n        replica: 2\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("sharing.mps.resources[0]"), "{err}");
+        assert!(err.contains("unknown field `replica`"), "{err}");
+    }
+
+    #[test]
+    fn bad_values_name_their_key() {
+        let err = parse("version: v1\nmpsDaemon:\n  shmSize: lots\n").unwrap_err().to_string();
+        assert!(err.starts_with("mpsDaemon.shmSize:"), "{err}");
+        let err = parse("version: v1\nmpsDaemon:\n  probeInterval: 5 parsecs\n").unwrap_err().to_string();
+        assert!(err.starts_with("mpsDaemon.probeInterval:"), "{err}");
+        let err = parse("version: v1\nsharing: {mps: {resources: [{name: a, replicas: 2, devices: some}]}}\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("sharing.mps.resources[0].devices:"), "{err}");
+    }
+
+    #[test]
+    fn sizes_and_durations() {
+        assert_eq!(parse_size("512Mi"), Some(512 << 20));
+        assert_eq!(parse_size("2G"), Some(2 << 30));
+        assert_eq!(parse_size("4096"), Some(4096));
+        assert_eq!(parse_size("1X"), None);
+        assert_eq!(parse_duration("1m"), Some(Duration::from_secs(60)));
+        assert_eq!(parse_duration("ms"), None);
+    }
+}

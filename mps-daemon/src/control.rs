@@ -1,0 +1,293 @@
+//! Talking to `nvidia-cuda-mps-control`: starting the daemon (`-d`) and sending commands.
+//!
+//! A command is sent the way NVIDIA documents it: run the control binary with no arguments and the
+//! daemon's environment, write the command on stdin, read the reply on stdout (exit status 1: no
+//! daemon). Every call is bounded: the k8s-device-plugin's health check had no timeout, so one
+//! wedged daemon hung it forever. On expiry the client process is killed.
+//!
+//! The environment is built from scratch (`env_clear`): only the GPU's UUID, the pipe and log
+//! directories and a minimal PATH reach the daemon, never our own environment (no LD_PRELOAD).
+
+use std::ffi::{CString, OsString};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::AsyncWriteExt;
+use tokio::process::Command;
+use tokio::time::Instant;
+
+use crate::layout::GpuLayout;
+use crate::plan::GpuPlan;
+
+/// Errors of the control binary.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ControlError {
+    #[error("cannot run {binary}: {message}; check mpsDaemon.driverRoot / controlBinary")]
+    Spawn { binary: PathBuf, message: String },
+    #[error("`{command}` got no reply within {timeout:?} (control daemon wedged?)")]
+    Timeout { command: String, timeout: Duration },
+    #[error("`{command}`: no control daemon answers ({output})")]
+    NoDaemon { command: String, output: String },
+    #[error("`{command}` failed with exit status {code:?}: {output}")]
+    Failed {
+        command: String,
+        code: Option<i32>,
+        output: String,
+    },
+    #[error("`nvidia-cuda-mps-control -d` exited with status {code:?}: {output}")]
+    StartFailed { code: Option<i32>, output: String },
+    #[error("control daemon did not come up within {timeout:?}: {what}")]
+    StartTimeout { timeout: Duration, what: String },
+    #[error("{0}")]
+    Io(String),
+}
+
+/// How to run the control binary for one GPU.
+#[derive(Debug, Clone)]
+pub struct ControlEnv {
+    pub binary: PathBuf,
+    pub envs: Vec<(String, OsString)>,
+    /// When set, the daemon gets this directory bind-mounted on `/dev/shm` in a private mount
+    /// namespace, so that it shares `/dev/shm` with clients that mount the same directory.
+    pub shm: Option<PathBuf>,
+}
+
+/// Directories of the driver root that may hold its libraries.
+const LIB_DIRS: [&str; 4] = [
+    "usr/lib/x86_64-linux-gnu",
+    "usr/lib/aarch64-linux-gnu",
+    "usr/lib64",
+    "usr/lib",
+];
+
+impl ControlEnv {
+    /// The environment for `plan`'s GPU.
+    pub fn new(plan: &GpuPlan, layout: &GpuLayout, shm: Option<PathBuf>) -> Self {
+        let root = &plan.driver_root;
+        let bin = gpuhook_node::join_under(root, Path::new("/usr/bin"));
+        let mut path = OsString::from(bin.as_os_str());
+        path.push(":/usr/sbin:/usr/bin:/sbin:/bin");
+        let mut envs = vec![
+            ("CUDA_VISIBLE_DEVICES".to_string(), OsString::from(&plan.uuid)),
+            ("CUDA_MPS_PIPE_DIRECTORY".to_string(), layout.pipe.clone().into_os_string()),
+            ("CUDA_MPS_LOG_DIRECTORY".to_string(), layout.log.clone().into_os_string()),
+            ("PATH".to_string(), path),
+        ];
+        if root != Path::new("/") {
+            let dirs: Vec<String> = LIB_DIRS
+                .iter()
+                .map(|d| root.join(d))
+                .filter(|d| d.is_dir())
+                .map(|d| d.display().to_string())
+                .collect();
+            if !dirs.is_empty() {
+                envs.push(("LD_LIBRARY_PATH".to_string(), OsString::from(dirs.join(":"))));
+            }
+        }
+        ControlEnv {
+            binary: plan.control_binary.clone(),
+            envs,
+            shm,
+        }
+    }
+
+    fn command(&self) -> Command {
+        let mut cmd = Command::new(&self.binary);
+        cmd.env_clear().envs(self.envs.iter().map(|(k, v)| (k, v))).current_dir("/");
+        cmd
+    }
+
+    fn spawn_err(&self, e: std::io::Error) -> ControlError {
+        ControlError::Spawn {
+            binary: self.binary.clone(),
+            message: e.to_string(),
+        }
+    }
+
+    /// Sends one command; returns the trimmed reply. Kills the client after `timeout`.
+    pub async fn send(&self, command: &str, timeout: Duration) -> Result<String, ControlError> {
+        let mut cmd = self.command();
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = cmd.spawn().map_err(|e| self.spawn_err(e))?;
+        let mut stdin = child.stdin.take();
+        let line = format!("{command}\n");
+        let run = async move {
+            if let Some(stdin) = stdin.as_mut() {
+                // A client with no daemon may exit before reading: EPIPE is not our error.
+                let _ = stdin.write_all(line.as_bytes()).await;
+            }
+            drop(stdin);
+            child.wait_with_output().await
+        };
+        // On timeout `run` is dropped with the child in it: kill_on_drop kills and reaps it.
+        let out = match tokio::time::timeout(timeout, run).await {
+            Err(_) => {
+                return Err(ControlError::Timeout {
+                    command: command.to_string(),
+                    timeout,
+                })
+            }
+            Ok(Err(e)) => return Err(ControlError::Io(format!("`{command}`: {e}"))),
+            Ok(Ok(out)) => out,
+        };
+        let stdout = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        if out.status.success() {
+            return Ok(stdout);
+        }
+        let stderr = String::from_utf8_lossy(&out.stderr).trim().to_string();
+        let output = [stdout, stderr].into_iter().filter(|s| !s.is_empty()).collect::<Vec<_>>().join("; ");
+        match out.status.code() {
+            Some(1) => Err(ControlError::NoDaemon {
+                command: command.to_string(),
+                output,
+            }),
+            code => Err(ControlError::Failed {
+                command: command.to_string(),
+                code,
+                output,
+            }),
+        }
+    }
+
+    /// Runs `<binary> -d` and waits until the daemon's pid file and control socket exist.
+    /// Returns the daemon's pid.
+    pub async fn start_daemon(&self, layout: &GpuLayout, timeout: Duration) -> Result<i32, ControlError> {
+        let deadline = Instant::now() + timeout;
+        let err_path = layout.log.join("gpu-mps-daemon-start.err");
+        let err_file = std::fs::File::create(&err_path)
+            .map_err(|e| ControlError::Io(format!("cannot create {}: {e}", err_path.display())))?;
+        let mut cmd = self.command();
+        cmd.arg("-d").stdin(Stdio::null()).stdout(Stdio::null()).stderr(err_file).kill_on_drop(true);
+        if let Some(shm) = &self.shm {
+            let shm = CString::new(shm.as_os_str().as_bytes())
+                .map_err(|_| ControlError::Io(format!("bad shm path {}", shm.display())))?;
+            // SAFETY: the closure runs between fork and exec; it only calls the async-signal-safe
+            // syscalls unshare(2) and mount(2) with C strings prepared before the fork, and reads
+            // errno. It allocates nothing and takes no locks.
+            unsafe {
+                cmd.pre_exec(move || private_dev_shm(&shm));
+            }
+        }
+        let mut child = cmd.spawn().map_err(|e| self.spawn_err(e))?;
+        let status = match tokio::time::timeout_at(deadline, child.wait()).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => return Err(ControlError::Io(format!("waiting for -d: {e}"))),
+            Err(_) => {
+                let _ = child.start_kill();
+                return Err(ControlError::StartTimeout {
+                    timeout,
+                    what: "`-d` did not return".into(),
+                });
+            }
+        };
+        if !status.success() {
+            let text = std::fs::read_to_string(&err_path).unwrap_or_default();
+            let tail: String = text.trim().chars().rev().take(2000).collect::<Vec<_>>().into_iter().rev().collect();
+            return Err(ControlError::StartFailed {
+                code: status.code(),
+                output: tail,
+            });
+        }
+        let (pid_file, sock) = (layout.pid_file(), layout.control_socket());
+        loop {
+            if let Some(pid) = crate::process::read_pid(&pid_file) {
+                if sock.exists() {
+                    return Ok(pid);
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(ControlError::StartTimeout {
+                    timeout,
+                    what: format!("no pid file {} or socket {}", pid_file.display(), sock.display()),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}
+
+/// In the forked child: a private mount namespace where `/dev/shm` is the shared tmpfs.
+fn private_dev_shm(shm: &CString) -> std::io::Result<()> {
+    const ROOT: &[u8] = b"/\0";
+    const DEV_SHM: &[u8] = b"/dev/shm\0";
+    // SAFETY: unshare takes a flag only.
+    if unsafe { libc::unshare(libc::CLONE_NEWNS) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: NUL-terminated static strings and null pointers where mount(2) allows them.
+    let rc = unsafe {
+        libc::mount(
+            std::ptr::null(),
+            ROOT.as_ptr().cast(),
+            std::ptr::null(),
+            libc::MS_REC | libc::MS_SLAVE,
+            std::ptr::null(),
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `shm` is a valid C string owned by the caller; the others are static.
+    let rc = unsafe {
+        libc::mount(
+            shm.as_ptr(),
+            DEV_SHM.as_ptr().cast(),
+            std::ptr::null(),
+            libc::MS_BIND,
+            std::ptr::null(),
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Parses a thread percentage reply (`25.0`, `25`).
+pub fn parse_percentage(reply: &str) -> Option<f64> {
+    reply.split_whitespace().last()?.parse().ok()
+}
+
+/// Parses a pinned memory limit reply into MiB: `4096M`, `2G`, `0=4096M`, `4096 MB`, `4294967296`
+/// (bytes when unit-less and large, MiB otherwise).
+pub fn parse_mem_limit_mib(reply: &str) -> Option<u64> {
+    let mut s = reply.trim().to_string();
+    if let Some((_, v)) = s.rsplit_once('=') {
+        s = v.trim().to_string();
+    }
+    let s = s.replace(' ', "");
+    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: f64 = num.parse().ok()?;
+    let mib = match unit.trim_end_matches('B').trim_end_matches('i') {
+        "" if n >= (1u64 << 20) as f64 => n / (1u64 << 20) as f64,
+        "" | "M" | "m" => n,
+        "K" | "k" => n / 1024.0,
+        "G" | "g" => n * 1024.0,
+        "T" | "t" => n * 1024.0 * 1024.0,
+        _ => return None,
+    };
+    Some(mib.round() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_replies() {
+        assert_eq!(parse_percentage("25.0"), Some(25.0));
+        assert_eq!(parse_percentage("x"), None);
+        assert_eq!(parse_mem_limit_mib("4096M"), Some(4096));
+        assert_eq!(parse_mem_limit_mib("2G"), Some(2048));
+        assert_eq!(parse_mem_limit_mib("0=20000M"), Some(20000));
+        assert_eq!(parse_mem_limit_mib("20000 MB"), Some(20000));
+        assert_eq!(parse_mem_limit_mib("4294967296"), Some(4096));
+        assert_eq!(parse_mem_limit_mib("lots"), None);
+    }
+}

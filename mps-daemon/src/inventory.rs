@@ -1,0 +1,113 @@
+//! The few GPU facts the daemon needs, behind traits.
+//!
+//! The daemon only needs index, UUID, memory and MIG state of each GPU, and a way to switch a GPU
+//! to EXCLUSIVE_PROCESS. Keeping that behind [`GpuInventory`] and [`ComputeModeSetter`] lets the
+//! supervisor be tested with a fake node and lets the source of facts (NVML discovery, a saved
+//! inventory JSON) be chosen by the binary.
+
+use std::path::{Path, PathBuf};
+
+use gpuhook_node::Inventory;
+
+/// One full GPU as the daemon sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuFacts {
+    /// NVML index.
+    pub index: u32,
+    /// `GPU-...`.
+    pub uuid: String,
+    /// Total memory in MiB (0 when unknown: no memory limit is derived then).
+    pub memory_mib: u64,
+    /// MIG mode enabled: MPS cannot run on it.
+    pub mig_enabled: bool,
+    /// UUIDs of its MIG devices, so that a `MIG-...` in the config gets a precise error.
+    pub mig_uuids: Vec<String>,
+}
+
+/// Errors getting GPU facts.
+#[derive(Debug, thiserror::Error)]
+pub enum InventoryError {
+    #[error("cannot read inventory {path}: {message}")]
+    Read { path: PathBuf, message: String },
+    #[error("GPU discovery failed: {0}")]
+    Discovery(String),
+}
+
+/// Lists the node's GPUs.
+pub trait GpuInventory: Send + Sync + std::fmt::Debug {
+    fn gpus(&self) -> Result<Vec<GpuFacts>, InventoryError>;
+}
+
+/// NVML compute modes we use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ComputeMode {
+    Default,
+    ExclusiveProcess,
+}
+
+/// Sets a GPU's compute mode; returns the previous mode so that it can be restored.
+pub trait ComputeModeSetter: Send + Sync + std::fmt::Debug {
+    fn set_compute_mode(&self, uuid: &str, mode: ComputeMode) -> Result<ComputeMode, String>;
+}
+
+/// Facts from a serialised [`gpuhook_node::Inventory`] (e.g. `gpuhook cdi generate` output).
+#[derive(Debug, Clone)]
+pub struct JsonInventory {
+    pub path: PathBuf,
+}
+
+impl GpuInventory for JsonInventory {
+    fn gpus(&self) -> Result<Vec<GpuFacts>, InventoryError> {
+        let read_err = |message: String| InventoryError::Read {
+            path: self.path.clone(),
+            message,
+        };
+        let text = std::fs::read_to_string(&self.path).map_err(|e| read_err(e.to_string()))?;
+        let inv: Inventory = serde_json::from_str(&text).map_err(|e| read_err(e.to_string()))?;
+        Ok(facts_of(&inv))
+    }
+}
+
+/// GPU facts of an inventory.
+pub fn facts_of(inv: &Inventory) -> Vec<GpuFacts> {
+    let mut gpus: Vec<GpuFacts> = inv
+        .gpus
+        .iter()
+        .map(|g| GpuFacts {
+            index: g.index,
+            uuid: g.uuid.clone(),
+            memory_mib: g.memory_mib,
+            mig_enabled: g.mig_enabled,
+            mig_uuids: g.mig_devices.iter().map(|m| m.uuid.clone()).collect(),
+        })
+        .collect();
+    gpus.sort_by_key(|g| g.index);
+    gpus
+}
+
+/// A fixed list (tests, and callers that discovered GPUs themselves).
+#[derive(Debug, Clone, Default)]
+pub struct StaticInventory(pub Vec<GpuFacts>);
+
+impl GpuInventory for StaticInventory {
+    fn gpus(&self) -> Result<Vec<GpuFacts>, InventoryError> {
+        Ok(self.0.clone())
+    }
+}
+
+/// Used when no NVML is reachable: logs that the compute mode stays as it is.
+#[derive(Debug, Clone, Default)]
+pub struct NoComputeMode {
+    pub reason: String,
+}
+
+impl ComputeModeSetter for NoComputeMode {
+    fn set_compute_mode(&self, uuid: &str, _mode: ComputeMode) -> Result<ComputeMode, String> {
+        Err(format!("cannot set the compute mode of {uuid}: {}", self.reason))
+    }
+}
+
+/// Path of the driver's control binary under `driver_root`.
+pub fn default_control_binary(driver_root: &Path) -> PathBuf {
+    gpuhook_node::join_under(driver_root, Path::new("/usr/bin/nvidia-cuda-mps-control"))
+}

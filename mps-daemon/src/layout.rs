@@ -1,0 +1,194 @@
+//! Files and directories under the MPS root, and how they are created and removed.
+//!
+//! ```text
+//! <mpsRoot>/.lock              flock held by the running daemon (contains its pid)
+//! <mpsRoot>/status.json        per-GPU state, rewritten atomically
+//! <mpsRoot>/<uuid>/pipe/       CUDA_MPS_PIPE_DIRECTORY (control socket, pid file)
+//! <mpsRoot>/<uuid>/log/        CUDA_MPS_LOG_DIRECTORY
+//! <mpsRoot>/<uuid>/shm/        optional tmpfs shared as /dev/shm
+//! <mpsRoot>/<uuid>/ready       exists only while limits are applied and the daemon answers
+//! ```
+//!
+//! Shutdown must leave the root as it found it, so we remember which directories we created and
+//! remove exactly those.
+
+use std::fs;
+use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+/// Name of the pid file `nvidia-cuda-mps-control -d` writes into its pipe directory.
+pub const PID_FILE: &str = "nvidia-cuda-mps-control.pid";
+
+/// Paths of one GPU.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuLayout {
+    pub dir: PathBuf,
+    pub pipe: PathBuf,
+    pub log: PathBuf,
+    pub shm: PathBuf,
+    pub ready: PathBuf,
+}
+
+impl GpuLayout {
+    pub fn new(mps_root: &Path, uuid: &str) -> Self {
+        let dir = mps_root.join(uuid);
+        GpuLayout {
+            pipe: dir.join("pipe"),
+            log: dir.join("log"),
+            shm: dir.join("shm"),
+            ready: dir.join("ready"),
+            dir,
+        }
+    }
+
+    pub fn control_socket(&self) -> PathBuf {
+        self.pipe.join("control")
+    }
+
+    pub fn pid_file(&self) -> PathBuf {
+        self.pipe.join(PID_FILE)
+    }
+}
+
+/// Path of the status file.
+pub fn status_path(mps_root: &Path) -> PathBuf {
+    mps_root.join("status.json")
+}
+
+/// Path of the lock file.
+pub fn lock_path(mps_root: &Path) -> PathBuf {
+    mps_root.join(".lock")
+}
+
+/// Directories created by us, removed (deepest first) by [`CreatedDirs::remove_all`].
+#[derive(Debug, Default)]
+pub struct CreatedDirs(Vec<PathBuf>);
+
+impl CreatedDirs {
+    /// Creates `dir` and missing parents with `mode`, remembering each one created.
+    pub fn ensure(&mut self, dir: &Path, mode: u32) -> io::Result<()> {
+        let mut missing = Vec::new();
+        let mut cur = Some(dir);
+        while let Some(p) = cur {
+            if p.exists() {
+                break;
+            }
+            missing.push(p.to_path_buf());
+            cur = p.parent();
+        }
+        for p in missing.into_iter().rev() {
+            match fs::DirBuilder::new().mode(mode).create(&p) {
+                Ok(()) => self.0.push(p),
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(io::Error::new(e.kind(), format!("cannot create {}: {e}", p.display()))),
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes every directory we created, contents included, deepest first.
+    pub fn remove_all(&mut self) -> Vec<String> {
+        let mut errors = Vec::new();
+        while let Some(p) = self.0.pop() {
+            if let Err(e) = fs::remove_dir_all(&p) {
+                if e.kind() != io::ErrorKind::NotFound {
+                    errors.push(format!("cannot remove {}: {e}", p.display()));
+                }
+            }
+        }
+        errors
+    }
+
+    pub fn contains(&self, p: &Path) -> bool {
+        self.0.iter().any(|d| d == p)
+    }
+}
+
+/// Writes `data` to `path` through a temp file in the same directory and a rename, so readers
+/// see either the old or the new content, never a partial file.
+pub fn write_atomic(path: &Path, data: &[u8]) -> io::Result<()> {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
+    let tmp = path.with_file_name(format!(".{name}.tmp.{}", std::process::id()));
+    let res = (|| {
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o644)
+            .open(&tmp)?;
+        f.write_all(data)?;
+        f.sync_all()?;
+        fs::rename(&tmp, path)
+    })();
+    if res.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    res.map_err(|e| io::Error::new(e.kind(), format!("cannot write {}: {e}", path.display())))
+}
+
+/// Removes a file, ignoring "not found".
+pub fn remove_file_if_exists(path: &Path) -> io::Result<()> {
+    match fs::remove_file(path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// Removes everything inside `dir` (not `dir` itself): stale sockets and pid files.
+pub fn clean_dir(dir: &Path) -> io::Result<()> {
+    let entries = match fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    for entry in entries {
+        let entry = entry?;
+        let p = entry.path();
+        if entry.file_type()?.is_dir() {
+            fs::remove_dir_all(&p)?;
+        } else {
+            remove_file_if_exists(&p)?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn created_dirs_are_removed_and_others_kept() {
+        let t = tempfile::tempdir().unwrap();
+        let keep = t.path().join("keep");
+        fs::create_dir(&keep).unwrap();
+        let mut c = CreatedDirs::default();
+        c.ensure(&keep.join("a/b/c"), 0o755).unwrap();
+        c.ensure(&keep.join("a/b/c"), 0o755).unwrap();
+        fs::write(keep.join("a/b/c/f"), "x").unwrap();
+        assert!(c.contains(&keep.join("a")));
+        assert!(c.remove_all().is_empty());
+        assert!(keep.exists());
+        assert!(!keep.join("a").exists());
+    }
+
+    #[test]
+    fn atomic_write_replaces_and_leaves_no_temp() {
+        let t = tempfile::tempdir().unwrap();
+        let p = t.path().join("ready");
+        write_atomic(&p, b"one").unwrap();
+        write_atomic(&p, b"two").unwrap();
+        assert_eq!(fs::read(&p).unwrap(), b"two");
+        assert_eq!(fs::read_dir(t.path()).unwrap().count(), 1);
+        clean_dir(t.path()).unwrap();
+        assert_eq!(fs::read_dir(t.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn socket_path_is_under_pipe() {
+        let l = GpuLayout::new(Path::new("/run/m"), "GPU-1");
+        assert_eq!(l.control_socket(), PathBuf::from("/run/m/GPU-1/pipe/control"));
+        assert_eq!(l.pid_file(), PathBuf::from("/run/m/GPU-1/pipe/nvidia-cuda-mps-control.pid"));
+    }
+}

@@ -1,0 +1,324 @@
+//! Resolving a parsed config against the node's GPUs: which GPU gets which limits.
+//!
+//! Every check that needs the node happens here, before anything is started, so that a bad
+//! config fails as a whole with a message naming the key (and a reload with a bad config leaves
+//! the running daemons alone).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::config::{ConfigError, ConfigFile, DeviceId, Devices, DEFAULT_MPS_ROOT};
+use crate::inventory::{default_control_binary, GpuFacts};
+
+/// `sun_path` of `sockaddr_un` holds 108 bytes including the terminating NUL.
+pub const MAX_SOCKET_PATH: usize = 107;
+
+/// Supervision timing, changeable by a reload without restarting daemons.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timing {
+    pub probe_interval: Duration,
+    pub command_timeout: Duration,
+    pub start_timeout: Duration,
+    pub shutdown_timeout: Duration,
+    pub max_restart_backoff: Duration,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Timing {
+            probe_interval: Duration::from_secs(5),
+            command_timeout: Duration::from_secs(5),
+            start_timeout: Duration::from_secs(10),
+            shutdown_timeout: Duration::from_secs(10),
+            max_restart_backoff: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Everything that defines one GPU's control daemon; a change means a restart.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuPlan {
+    pub index: u32,
+    pub uuid: String,
+    /// Resource name from the config.
+    pub resource: String,
+    pub replicas: u32,
+    pub memory_mib: u64,
+    /// `set_default_active_thread_percentage`.
+    pub active_thread_percentage: u32,
+    /// `set_default_device_pinned_mem_limit 0 <n>M`; `None` when the GPU's memory is unknown.
+    pub pinned_memory_limit_mib: Option<u64>,
+    pub shm_size: Option<u64>,
+    pub driver_root: PathBuf,
+    pub control_binary: PathBuf,
+}
+
+/// A resolved configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    pub mps_root: PathBuf,
+    pub timing: Timing,
+    pub gpus: Vec<GpuPlan>,
+    /// Non-fatal remarks (e.g. MIG-enabled GPUs skipped by `devices: all`).
+    pub warnings: Vec<String>,
+}
+
+/// Command-line values that win over the file.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub mps_root: Option<PathBuf>,
+    pub driver_root: Option<PathBuf>,
+    pub control_binary: Option<PathBuf>,
+    pub probe_interval: Option<Duration>,
+}
+
+const MIG_ERR: &str = "MPS on MIG devices is not supported";
+
+/// Checks `cfg` against `gpus` and computes each GPU's limits.
+pub fn resolve(cfg: &ConfigFile, gpus: &[GpuFacts], ov: &Overrides) -> Result<Plan, ConfigError> {
+    if cfg.version != "v1" {
+        return Err(ConfigError::invalid(
+            "version",
+            format!("unsupported version {:?}; use `version: v1`", cfg.version),
+        ));
+    }
+    let d = &cfg.mps_daemon;
+    let mps_root = ov
+        .mps_root
+        .clone()
+        .or_else(|| d.mps_root.clone())
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_MPS_ROOT));
+    if !mps_root.is_absolute() {
+        return Err(ConfigError::invalid("mpsDaemon.mpsRoot", "must be an absolute path"));
+    }
+    let driver_root = ov
+        .driver_root
+        .clone()
+        .or_else(|| d.driver_root.clone())
+        .unwrap_or_else(|| PathBuf::from("/"));
+    let control_binary = ov
+        .control_binary
+        .clone()
+        .or_else(|| d.control_binary.clone())
+        .unwrap_or_else(|| default_control_binary(&driver_root));
+    let timing = resolve_timing(cfg, ov)?;
+    let shm_size = match d.shm_size {
+        Some(s) if s.0 < (1 << 20) => {
+            return Err(ConfigError::invalid("mpsDaemon.shmSize", "must be at least 1Mi"));
+        }
+        s => s.map(|s| s.0),
+    };
+
+    let resources = cfg.sharing.mps.as_ref().map(|m| m.resources.as_slice()).unwrap_or(&[]);
+    if resources.is_empty() {
+        return Err(ConfigError::invalid(
+            "sharing.mps.resources",
+            "no MPS resources configured; add at least one entry with `name`, `replicas` and `devices`",
+        ));
+    }
+    let mut warnings = Vec::new();
+    let mut names: BTreeMap<&str, usize> = BTreeMap::new();
+    // GPU index -> (resource position, name)
+    let mut owner: BTreeMap<u32, (usize, &str)> = BTreeMap::new();
+    let mut out: Vec<GpuPlan> = Vec::new();
+    for (i, r) in resources.iter().enumerate() {
+        let key = format!("sharing.mps.resources[{i}]");
+        if r.name.trim().is_empty() {
+            return Err(ConfigError::invalid(format!("{key}.name"), "must not be empty"));
+        }
+        if let Some(prev) = names.insert(&r.name, i) {
+            return Err(ConfigError::invalid(
+                format!("{key}.name"),
+                format!("duplicate resource name {:?} (also sharing.mps.resources[{prev}]); use one entry per name", r.name),
+            ));
+        }
+        if r.replicas < 1 || r.replicas > 100 {
+            return Err(ConfigError::invalid(
+                format!("{key}.replicas"),
+                format!("must be between 1 and 100, got {}", r.replicas),
+            ));
+        }
+        let replicas = r.replicas as u32;
+        for (g, dkey) in select(&r.devices, gpus, &format!("{key}.devices"), &mut warnings)? {
+            if let Some((pi, pname)) = owner.insert(g.index, (i, &r.name)) {
+                return Err(ConfigError::invalid(
+                    dkey,
+                    format!(
+                        "GPU {} ({}) is already shared by resource {pname:?} (sharing.mps.resources[{pi}]); a GPU can belong to one MPS resource only",
+                        g.index, g.uuid
+                    ),
+                ));
+            }
+            out.push(GpuPlan {
+                index: g.index,
+                uuid: g.uuid.clone(),
+                resource: r.name.clone(),
+                replicas,
+                memory_mib: g.memory_mib,
+                active_thread_percentage: 100 / replicas,
+                pinned_memory_limit_mib: (g.memory_mib > 0).then(|| g.memory_mib / u64::from(replicas)),
+                shm_size,
+                driver_root: driver_root.clone(),
+                control_binary: control_binary.clone(),
+            });
+        }
+    }
+    apply_overrides(cfg, gpus, &mut out)?;
+    for g in &out {
+        check_socket_path(&mps_root, &g.uuid)?;
+    }
+    out.sort_by_key(|g| g.index);
+    Ok(Plan { mps_root, timing, gpus: out, warnings })
+}
+
+fn resolve_timing(cfg: &ConfigFile, ov: &Overrides) -> Result<Timing, ConfigError> {
+    let d = &cfg.mps_daemon;
+    let def = Timing::default();
+    let pick = |v: Option<crate::config::DurationValue>, dflt: Duration, key: &str| {
+        let v = v.map(|v| v.0).unwrap_or(dflt);
+        if v.is_zero() {
+            Err(ConfigError::invalid(format!("mpsDaemon.{key}"), "must be greater than 0"))
+        } else {
+            Ok(v)
+        }
+    };
+    Ok(Timing {
+        probe_interval: match ov.probe_interval {
+            Some(p) if !p.is_zero() => p,
+            _ => pick(d.probe_interval, def.probe_interval, "probeInterval")?,
+        },
+        command_timeout: pick(d.command_timeout, def.command_timeout, "commandTimeout")?,
+        start_timeout: pick(d.start_timeout, def.start_timeout, "startTimeout")?,
+        shutdown_timeout: pick(d.shutdown_timeout, def.shutdown_timeout, "shutdownTimeout")?,
+        max_restart_backoff: pick(d.max_restart_backoff, def.max_restart_backoff, "maxRestartBackoff")?,
+    })
+}
+
+/// The GPUs a `devices` value selects, each with the key to blame for it.
+fn select<'a>(
+    devices: &Devices,
+    gpus: &'a [GpuFacts],
+    key: &str,
+    warnings: &mut Vec<String>,
+) -> Result<Vec<(&'a GpuFacts, String)>, ConfigError> {
+    let full: Vec<&GpuFacts> = gpus.iter().filter(|g| !g.mig_enabled).collect();
+    match devices {
+        Devices::All => {
+            for g in gpus.iter().filter(|g| g.mig_enabled) {
+                warnings.push(format!("{key}: skipping GPU {} ({}): MIG is enabled and {MIG_ERR}", g.index, g.uuid));
+            }
+            if full.is_empty() {
+                return Err(ConfigError::invalid(key, "`all` selects no GPU: the node has no full (non-MIG) GPU"));
+            }
+            Ok(full.into_iter().map(|g| (g, key.to_string())).collect())
+        }
+        Devices::Count(n) => {
+            if *n < 1 || *n as usize > full.len() {
+                return Err(ConfigError::invalid(
+                    key,
+                    format!("asks for {n} GPUs but the node has {} full (non-MIG) GPUs", full.len()),
+                ));
+            }
+            Ok(full.into_iter().take(*n as usize).map(|g| (g, key.to_string())).collect())
+        }
+        Devices::List(ids) => {
+            if ids.is_empty() {
+                return Err(ConfigError::invalid(key, "empty device list; use `all`, a count, or indexes/UUIDs"));
+            }
+            ids.iter()
+                .enumerate()
+                .map(|(j, id)| {
+                    let k = format!("{key}[{j}]");
+                    find(id, gpus, &k).map(|g| (g, k))
+                })
+                .collect()
+        }
+    }
+}
+
+/// Finds one full GPU by index or UUID; MIG devices and MIG-enabled GPUs are refused.
+fn find<'a>(id: &DeviceId, gpus: &'a [GpuFacts], key: &str) -> Result<&'a GpuFacts, ConfigError> {
+    let found = match id {
+        DeviceId::Index(i) => gpus.iter().find(|g| g.index == *i),
+        DeviceId::Uuid(u) => {
+            if let Some(m) = gpus.iter().flat_map(|g| &g.mig_uuids).find(|m| m.eq_ignore_ascii_case(u)) {
+                return Err(ConfigError::invalid(key, format!("{MIG_ERR}: {m}; use a full GPU")));
+            }
+            gpus.iter().find(|g| g.uuid.eq_ignore_ascii_case(u))
+        }
+    };
+    let g = found.ok_or_else(|| {
+        let known: Vec<String> = gpus.iter().map(|g| format!("{} ({})", g.index, g.uuid)).collect();
+        ConfigError::invalid(
+            key,
+            format!("unknown device {:?}; this node has GPUs: {}", id.to_string(), known.join(", ")),
+        )
+    })?;
+    if g.mig_enabled {
+        return Err(ConfigError::invalid(
+            key,
+            format!("{MIG_ERR}: {} (MIG mode is enabled); use a full GPU", g.uuid),
+        ));
+    }
+    Ok(g)
+}
+
+fn apply_overrides(cfg: &ConfigFile, gpus: &[GpuFacts], out: &mut [GpuPlan]) -> Result<(), ConfigError> {
+    let mut seen: BTreeMap<u32, usize> = BTreeMap::new();
+    for (i, o) in cfg.mps_daemon.gpus.iter().enumerate() {
+        let key = format!("mpsDaemon.gpus[{i}]");
+        let g = find(&o.device, gpus, &format!("{key}.device"))?;
+        if let Some(prev) = seen.insert(g.index, i) {
+            return Err(ConfigError::invalid(
+                format!("{key}.device"),
+                format!("GPU {} already has overrides in mpsDaemon.gpus[{prev}]; merge them", g.index),
+            ));
+        }
+        let plan = out.iter_mut().find(|p| p.index == g.index).ok_or_else(|| {
+            ConfigError::invalid(
+                format!("{key}.device"),
+                format!("GPU {} ({}) is not shared by any sharing.mps resource; add it to one", g.index, g.uuid),
+            )
+        })?;
+        if let Some(p) = o.active_thread_percentage {
+            if !(1..=100).contains(&p) {
+                return Err(ConfigError::invalid(
+                    format!("{key}.activeThreadPercentage"),
+                    format!("must be between 1 and 100, got {p}"),
+                ));
+            }
+            plan.active_thread_percentage = p as u32;
+        }
+        if let Some(m) = o.pinned_memory_limit_mib {
+            if m < 1 || (g.memory_mib > 0 && m as u64 > g.memory_mib) {
+                return Err(ConfigError::invalid(
+                    format!("{key}.pinnedMemoryLimitMiB"),
+                    format!("must be between 1 and the GPU's memory ({} MiB), got {m}", g.memory_mib),
+                ));
+            }
+            plan.pinned_memory_limit_mib = Some(m as u64);
+        }
+    }
+    Ok(())
+}
+
+/// Fails when `<mpsRoot>/<uuid>/pipe/control` does not fit in a unix socket address.
+pub fn check_socket_path(mps_root: &Path, uuid: &str) -> Result<(), ConfigError> {
+    let sock = crate::layout::GpuLayout::new(mps_root, uuid).control_socket();
+    let len = sock.as_os_str().len();
+    if len > MAX_SOCKET_PATH {
+        return Err(ConfigError::invalid(
+            "mpsDaemon.mpsRoot",
+            format!(
+                "control socket path {} is {len} bytes, over the {MAX_SOCKET_PATH}-byte unix socket limit; use a shorter mpsRoot",
+                sock.display()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+#[path = "plan_tests.rs"]
+mod tests;

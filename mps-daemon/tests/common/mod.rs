@@ -1,0 +1,310 @@
+//! Support for the gpu-mps-daemon integration tests: a fake node (inventory JSON + a driver root
+//! whose `usr/bin/nvidia-cuda-mps-control` is the simulator), running the built daemon, and
+//! talking to the simulated control daemons the way a CUDA client would.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use gpuhook_node::{DeviceMajors, DiscoverySource, DriverFiles, Gpu, Inventory, INVENTORY_FORMAT_VERSION};
+use serde_json::Value;
+
+/// Generous bound for anything we wait for (the machine is small and shared).
+pub const WAIT: Duration = Duration::from_secs(30);
+
+pub fn daemon_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_gpu-mps-daemon"))
+}
+
+/// The simulator: `GPUHOOK_SIM_MPS_CONTROL`, else next to our binary (workspace build).
+pub fn sim_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("GPUHOOK_SIM_MPS_CONTROL") {
+        return PathBuf::from(p);
+    }
+    let p = daemon_bin().with_file_name("sim-nvidia-cuda-mps-control");
+    assert!(
+        p.exists(),
+        "{} is missing: build the workspace first (`cargo build --workspace`) or set GPUHOOK_SIM_MPS_CONTROL",
+        p.display()
+    );
+    p
+}
+
+pub fn uuid(i: u32) -> String {
+    format!("GPU-{i:08x}-1111-2222-3333-444455556666")
+}
+
+/// A node with `n` GPUs of `mem_mib` each.
+pub struct Node {
+    pub dir: tempfile::TempDir,
+    pub driver_root: PathBuf,
+    pub inventory: PathBuf,
+    pub mps_root: PathBuf,
+    pub config: PathBuf,
+}
+
+impl Node {
+    pub fn new(n: u32, mem_mib: u64) -> Node {
+        let dir = tempfile::tempdir().unwrap();
+        let driver_root = dir.path().join("driver");
+        std::fs::create_dir_all(driver_root.join("usr/bin")).unwrap();
+        std::os::unix::fs::symlink(sim_bin(), driver_root.join("usr/bin/nvidia-cuda-mps-control")).unwrap();
+        let gpus = (0..n)
+            .map(|i| Gpu {
+                index: i,
+                minor: i,
+                uuid: uuid(i),
+                pci_bus_id: format!("00000000:{:02x}:00.0", 0x10 + i),
+                name: "NVIDIA H100 80GB HBM3".into(),
+                memory_mib: mem_mib,
+                architecture: Some("hopper".into()),
+                compute_capability: Some((9, 0)),
+                brand: Some("nvidia".into()),
+                mig_enabled: false,
+                mig_devices: vec![],
+            })
+            .collect();
+        let inv = Inventory {
+            format_version: INVENTORY_FORMAT_VERSION,
+            driver_root: driver_root.clone(),
+            dev_root: driver_root.clone(),
+            driver_version: "570.158.01".into(),
+            cuda_driver_version: Some("12.8".into()),
+            majors: DeviceMajors {
+                nvidia: 195,
+                nvidia_uvm: Some(510),
+                nvidia_caps: None,
+                nvidia_caps_imex_channels: None,
+            },
+            gpus,
+            mig_caps: None,
+            files: DriverFiles::default(),
+            source: DiscoverySource::Nvml,
+        };
+        let inventory = dir.path().join("inventory.json");
+        std::fs::write(&inventory, serde_json::to_vec(&inv).unwrap()).unwrap();
+        let mps_root = dir.path().join("mps");
+        let config = dir.path().join("config.yaml");
+        Node {
+            dir,
+            driver_root,
+            inventory,
+            mps_root,
+            config,
+        }
+    }
+
+    /// Replaces the driver root's control binary with a shell script that runs `body` and then
+    /// execs the simulator (`$SIM`).
+    pub fn wrap_control(&self, body: &str) {
+        let bin = self.driver_root.join("usr/bin/nvidia-cuda-mps-control");
+        std::fs::remove_file(&bin).unwrap();
+        let script = format!("#!/bin/sh\nSIM='{}'\n{body}\nexec \"$SIM\" \"$@\"\n", sim_bin().display());
+        std::fs::write(&bin, script).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+
+    /// Writes a config: `resources` is the YAML list body, `extra` more `mpsDaemon` keys.
+    pub fn write_config(&self, resources: &str, extra: &str) {
+        let text = format!(
+            "version: v1\nsharing:\n  mps:\n    resources:\n{resources}mpsDaemon:\n  mpsRoot: {}\n  driverRoot: {}\n{extra}",
+            self.mps_root.display(),
+            self.driver_root.display()
+        );
+        std::fs::write(&self.config, text).unwrap();
+    }
+
+    pub fn command(&self) -> Command {
+        let mut c = Command::new(daemon_bin());
+        c.arg("--config")
+            .arg(&self.config)
+            .arg("--inventory-json")
+            .arg(&self.inventory)
+            .env("RUST_LOG", "debug")
+            .env("GPUHOOK_TEST_MARKER", "must-not-leak");
+        c
+    }
+
+    /// Starts the daemon with `--listen` on a free port.
+    pub fn start(&self) -> Daemon {
+        let port = free_port();
+        let log = self.dir.path().join(format!("daemon-{port}.log"));
+        let child = self
+            .command()
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{port}"))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        Daemon { child, port, log }
+    }
+
+    pub fn pipe(&self, i: u32) -> PathBuf {
+        self.mps_root.join(uuid(i)).join("pipe")
+    }
+
+    pub fn ready_file(&self, i: u32) -> PathBuf {
+        self.mps_root.join(uuid(i)).join("ready")
+    }
+
+    pub fn status(&self) -> Option<Value> {
+        let text = std::fs::read_to_string(self.mps_root.join("status.json")).ok()?;
+        serde_json::from_str(&text).ok()
+    }
+
+    /// Status entry of GPU `i`.
+    pub fn gpu_status(&self, i: u32) -> Option<Value> {
+        let s = self.status()?;
+        s["gpus"].as_array()?.iter().find(|g| g["uuid"] == uuid(i)).cloned()
+    }
+
+    pub fn wait_ready(&self, i: u32) -> Value {
+        wait_for(&format!("GPU {i} ready"), || {
+            self.gpu_status(i).filter(|g| g["state"] == "ready" && self.ready_file(i).exists())
+        })
+    }
+
+    /// Sends one command to GPU `i`'s control daemon like a client would.
+    pub fn control(&self, i: u32, cmd: &str) -> Output {
+        control_at(&self.pipe(i), cmd)
+    }
+
+    /// A simulated CUDA client of GPU `i`: prints the limits it got.
+    pub fn client_limits(&self, i: u32) -> String {
+        let out = self.sim_command(i).args(["--sim-client", "--uid", "0", "--hold", "0"]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).to_string()
+    }
+
+    fn sim_command(&self, i: u32) -> Command {
+        let mut c = Command::new(sim_bin());
+        c.env_clear()
+            .env("CUDA_MPS_PIPE_DIRECTORY", self.pipe(i))
+            .env("CUDA_MPS_LOG_DIRECTORY", self.mps_root.join(uuid(i)).join("log"));
+        c
+    }
+}
+
+/// Sends one command to the control daemon of pipe directory `pipe`.
+pub fn control_at(pipe: &Path, cmd: &str) -> Output {
+    use std::io::Write;
+    let mut child = Command::new(sim_bin())
+        .env_clear()
+        .env("CUDA_MPS_PIPE_DIRECTORY", pipe)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(format!("{cmd}\n").as_bytes()).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+pub struct Daemon {
+    pub child: Child,
+    pub port: u16,
+    pub log: PathBuf,
+}
+
+impl Daemon {
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    pub fn signal(&self, sig: libc::c_int) {
+        // SAFETY: kill(2) on our own child's pid.
+        assert_eq!(unsafe { libc::kill(self.pid(), sig) }, 0);
+    }
+
+    /// Waits for exit (bounded); returns the exit code.
+    pub fn wait_exit(&mut self) -> Option<i32> {
+        let start = Instant::now();
+        loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                return st.code();
+            }
+            assert!(start.elapsed() < WAIT, "daemon did not exit; log:\n{}", self.log_text());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn get(&self, path: &str) -> (u16, String) {
+        http_get(self.port, path)
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            // SAFETY: SIGTERM to our own child; it cleans up its control daemons.
+            unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+            let start = Instant::now();
+            while self.child.try_wait().ok().flatten().is_none() && start.elapsed() < WAIT {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+pub fn http_get(port: u16, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return (0, String::new());
+    };
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    let code = out.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let body = out.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    (code, body)
+}
+
+/// Polls `f` until it returns `Some` (bounded by [`WAIT`]).
+pub fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(start.elapsed() < WAIT, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+pub fn alive(pid: i64) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    !matches!(stat.rsplit_once(')').and_then(|(_, r)| r.split_whitespace().next()), Some("Z" | "X"))
+}
+
+/// Every path under `root`, relative, sorted.
+pub fn tree(root: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    fn walk(base: &Path, dir: &Path, out: &mut Vec<String>) {
+        let Ok(rd) = std::fs::read_dir(dir) else { return };
+        for e in rd.flatten() {
+            let p = e.path();
+            out.push(p.strip_prefix(base).unwrap().display().to_string());
+            if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                walk(base, &p, out);
+            }
+        }
+    }
+    walk(root, root, &mut out);
+    out.sort();
+    out
+}

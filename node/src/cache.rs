@@ -1,0 +1,249 @@
+//! The inventory cache: a JSON copy of an [`Inventory`] for the container start path.
+//!
+//! The prestart hook runs for every container start; loading NVML there would cost tens of
+//! milliseconds and fail in exactly the situations (driver upgrade in progress) where a clear error
+//! matters most. So `gpuhook cdi generate` saves the inventory, and the hook loads it after a
+//! cheap staleness check: the driver version the kernel module reports now must still be the
+//! cached one. Writes are atomic (temp file + rename) so a reader never sees half a file.
+
+use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use crate::error::NodeError;
+use crate::inventory::{Inventory, INVENTORY_FORMAT_VERSION};
+use crate::procfs::ProcFs;
+
+/// Why a cached inventory cannot be used as is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Staleness {
+    Fresh,
+    /// The cache was made for another driver root.
+    OtherDriverRoot {
+        cached: PathBuf,
+    },
+    /// The node's driver version is not the cached one (driver upgraded).
+    DriverChanged {
+        cached: String,
+        now: String,
+    },
+}
+
+impl Inventory {
+    /// Writes the inventory as JSON to `path` atomically, mode 0644.
+    pub fn save_json(&self, path: &Path) -> Result<(), NodeError> {
+        let werr = |source| NodeError::InventoryWrite {
+            path: path.to_path_buf(),
+            source,
+        };
+        let json = serde_json::to_vec_pretty(self).map_err(|e| werr(std::io::Error::other(e)))?;
+        let dir = path
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
+        let result = (|| {
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o644)
+                .open(&tmp)?;
+            // The mode given to open() is filtered by the umask; make it exact.
+            f.set_permissions(std::fs::Permissions::from_mode(0o644))?;
+            f.write_all(&json)?;
+            f.write_all(b"\n")?;
+            f.sync_all()?;
+            std::fs::rename(&tmp, path)?;
+            // Persist the rename; not all filesystems support fsync on a directory.
+            if let Ok(d) = std::fs::File::open(dir) {
+                let _ = d.sync_all();
+            }
+            Ok(())
+        })();
+        if result.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        result.map_err(werr)
+    }
+
+    /// Reads an inventory saved by [`Inventory::save_json`], checking its format version.
+    pub fn load_json(path: &Path) -> Result<Inventory, NodeError> {
+        let bad = |reason: String| NodeError::InventoryCache {
+            path: path.to_path_buf(),
+            reason,
+        };
+        let data = std::fs::read(path).map_err(|e| NodeError::io(path, e))?;
+        let value: serde_json::Value =
+            serde_json::from_slice(&data).map_err(|e| bad(format!("not JSON: {e}")))?;
+        let version = value.get("format_version").and_then(|v| v.as_u64());
+        if version != Some(u64::from(INVENTORY_FORMAT_VERSION)) {
+            return Err(bad(format!(
+                "format version {} (this gpuhook reads {INVENTORY_FORMAT_VERSION})",
+                version.map_or("missing".to_string(), |v| v.to_string())
+            )));
+        }
+        serde_json::from_value(value).map_err(|e| bad(format!("not an inventory: {e}")))
+    }
+
+    /// Compares the cached inventory with the node as it is now.
+    pub fn staleness(&self, driver_root: &Path, node_driver_version: Option<&str>) -> Staleness {
+        if self.driver_root != driver_root {
+            return Staleness::OtherDriverRoot {
+                cached: self.driver_root.clone(),
+            };
+        }
+        match node_driver_version {
+            Some(now) if now != self.driver_version => Staleness::DriverChanged {
+                cached: self.driver_version.clone(),
+                now: now.to_string(),
+            },
+            _ => Staleness::Fresh,
+        }
+    }
+}
+
+/// The driver version the kernel module under `driver_root` reports now (one small read), when
+/// `/proc/driver/nvidia/version` exists.
+pub fn node_driver_version(driver_root: &Path) -> Option<String> {
+    ProcFs::new(driver_root).driver_version().ok().flatten()
+}
+
+/// Loads the cache at `path` if it exists and is fresh for `driver_root`; `Ok(None)` when it is
+/// missing or stale (the caller rediscovers and saves a new one).
+pub fn load_fresh(path: &Path, driver_root: &Path) -> Result<Option<Inventory>, NodeError> {
+    let inv = match Inventory::load_json(path) {
+        Ok(inv) => inv,
+        Err(NodeError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(None)
+        }
+        Err(e) => return Err(e),
+    };
+    match inv.staleness(driver_root, node_driver_version(driver_root).as_deref()) {
+        Staleness::Fresh => Ok(Some(inv)),
+        other => {
+            tracing::info!(path = %path.display(), reason = ?other, "inventory cache is stale");
+            Ok(None)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inventory::{DeviceMajors, DiscoverySource, DriverFiles};
+    use crate::procfs::PROC_VERSION;
+    use crate::testutil::FakeRoot;
+
+    fn inventory(root: &Path) -> Inventory {
+        Inventory {
+            format_version: INVENTORY_FORMAT_VERSION,
+            driver_root: root.to_path_buf(),
+            dev_root: root.to_path_buf(),
+            driver_version: "570.158.01".into(),
+            cuda_driver_version: Some("12.8".into()),
+            majors: DeviceMajors {
+                nvidia: 195,
+                nvidia_uvm: Some(510),
+                nvidia_caps: None,
+                nvidia_caps_imex_channels: None,
+            },
+            gpus: vec![],
+            mig_caps: None,
+            files: DriverFiles::default(),
+            source: DiscoverySource::Procfs,
+        }
+    }
+
+    #[test]
+    fn save_load_round_trip_atomic_0644() {
+        let root = FakeRoot::new();
+        let path = root.path("/var/lib/gpuhook/inventory.json");
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        let inv = inventory(root.root());
+        inv.save_json(&path).unwrap();
+        inv.save_json(&path).unwrap();
+        assert_eq!(Inventory::load_json(&path).unwrap(), inv);
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o644);
+        let leftovers: Vec<_> = std::fs::read_dir(path.parent().unwrap())
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert_eq!(leftovers, vec![std::ffi::OsString::from("inventory.json")]);
+        let err = inv
+            .save_json(&root.path("/missing-dir/inv.json"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("missing-dir/inv.json") && err.contains("writable"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn bad_caches_are_clear_errors() {
+        let root = FakeRoot::new();
+        let path = root.path("/inv.json");
+        std::fs::write(&path, "{\"format_version\": 99}").unwrap();
+        let err = Inventory::load_json(&path).unwrap_err().to_string();
+        assert!(
+            err.contains("format version 99") && err.contains("gpuhook cdi generate"),
+            "{err}"
+        );
+        std::fs::write(&path, "{").unwrap();
+        assert!(Inventory::load_json(&path)
+            .unwrap_err()
+            .to_string()
+            .contains("not JSON"));
+        std::fs::write(&path, "{\"format_version\": 1}").unwrap();
+        assert!(Inventory::load_json(&path)
+            .unwrap_err()
+            .to_string()
+            .contains("not an inventory"));
+    }
+
+    #[test]
+    fn staleness_follows_the_kernel_module_version() {
+        let root = FakeRoot::new();
+        let path = root.path("/inv.json");
+        assert_eq!(
+            load_fresh(&path, root.root()).unwrap(),
+            None,
+            "missing cache"
+        );
+        let inv = inventory(root.root());
+        inv.save_json(&path).unwrap();
+        assert!(
+            load_fresh(&path, root.root()).unwrap().is_some(),
+            "no /proc version: cannot tell, keep"
+        );
+        root.write(
+            PROC_VERSION,
+            "NVRM version: NVIDIA UNIX x86_64 Kernel Module  570.158.01  x\n",
+        );
+        assert!(load_fresh(&path, root.root()).unwrap().is_some());
+        std::fs::write(
+            root.path(PROC_VERSION),
+            "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  x\n",
+        )
+        .unwrap();
+        assert_eq!(load_fresh(&path, root.root()).unwrap(), None);
+        assert_eq!(
+            inv.staleness(root.root(), Some("580.159.04")),
+            Staleness::DriverChanged {
+                cached: "570.158.01".into(),
+                now: "580.159.04".into()
+            }
+        );
+        assert!(matches!(
+            inv.staleness(Path::new("/other"), None),
+            Staleness::OtherDriverRoot { .. }
+        ));
+    }
+}

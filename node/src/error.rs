@@ -1,0 +1,120 @@
+//! Errors of node discovery.
+//!
+//! Every variant names what was being looked at (a file, a library, a root) and what the operator
+//! can do about it, because these errors surface in `gpuhook cdi generate` and in hook logs where
+//! nobody has a debugger.
+
+use std::path::PathBuf;
+
+use crate::ldcache::LdCacheError;
+
+/// Errors returned by discovery, NVML and the inventory cache.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// Neither the kernel module's `/proc` files nor a `libcuda` were found under the root.
+    #[error(
+        "no NVIDIA driver found under driver root {root}: looked for {looked_for}; if the driver is \
+         installed elsewhere (e.g. a driver container at /run/nvidia/driver) pass `--driver-root`"
+    )]
+    NoDriver { root: PathBuf, looked_for: String },
+
+    /// The driver version could not be determined from NVML, library names or `/proc`.
+    #[error(
+        "cannot tell the NVIDIA driver version under driver root {root}: NVML did not load, no \
+         libcuda.so.<version>/libnvidia-ml.so.<version> was found and {proc_version} is missing; \
+         check that the driver is fully installed there"
+    )]
+    DriverVersionUnknown {
+        root: PathBuf,
+        proc_version: PathBuf,
+    },
+
+    /// A file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// `ld.so.cache` is truncated, corrupt or of an unknown format.
+    #[error(
+        "ld.so.cache {path} is unusable: {source}; regenerate it with `ldconfig` (for a driver root \
+         other than /: `ldconfig -r <driver-root>`)"
+    )]
+    LdCache {
+        path: PathBuf,
+        #[source]
+        source: LdCacheError,
+    },
+
+    /// A `/proc` file of the driver has content we cannot parse.
+    #[error(
+        "malformed {path}: {reason}; is the NVIDIA kernel module loaded and the driver root right?"
+    )]
+    Procfs { path: PathBuf, reason: String },
+
+    /// `libnvidia-ml.so.1` was not found under the driver root.
+    #[error(
+        "libnvidia-ml.so.1 not found under driver root {root} (looked in its ld.so.cache and in {searched}); \
+         install the driver's NVML library there or pass its path explicitly (`--nvml-lib`)"
+    )]
+    NvmlNotFound { root: PathBuf, searched: String },
+
+    /// The NVML library could not be loaded or lacks a required function.
+    #[error("cannot load NVML from {path}: {reason}")]
+    NvmlLoad { path: PathBuf, reason: String },
+
+    /// `nvmlInit_v2` failed.
+    #[error(
+        "NVML from {path} failed to initialise: {message} (NVML error {code}); check that the NVIDIA \
+         kernel module is loaded and matches the library (`nvidia-smi`)"
+    )]
+    NvmlInit {
+        path: PathBuf,
+        code: u32,
+        message: String,
+    },
+
+    /// Another NVML call failed.
+    #[error(
+        "NVML call {call} failed{}: {message} (NVML error {code}; library {path})",
+        fmt_target(target)
+    )]
+    Nvml {
+        path: PathBuf,
+        call: &'static str,
+        /// The device (index or UUID) the call was about, when any.
+        target: Option<String>,
+        code: u32,
+        message: String,
+    },
+
+    /// The inventory cache file is unreadable, corrupt or of another format version.
+    #[error("inventory cache {path} is unusable: {reason}; delete it or run `gpuhook cdi generate` to rebuild it")]
+    InventoryCache { path: PathBuf, reason: String },
+
+    /// Writing the inventory cache failed.
+    #[error("cannot write inventory cache {path}: {source}; check that its directory exists and is writable")]
+    InventoryWrite {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn fmt_target(target: &Option<String>) -> String {
+    target
+        .as_ref()
+        .map(|t| format!(" for {t}"))
+        .unwrap_or_default()
+}
+
+impl NodeError {
+    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        NodeError::Io {
+            path: path.into(),
+            source,
+        }
+    }
+}

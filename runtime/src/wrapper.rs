@@ -1,0 +1,356 @@
+//! The wrapper: `create` edits the bundle's `config.json`, then every command execs the runtime.
+//!
+//! Order of work for `create`/`run`, chosen so a failure never leaves a half-edited bundle:
+//! read `config.json`, ask the caller's [`DeviceRequest`] what the container wants, resolve every
+//! CDI name (spec dirs, then the optional [`GenerateMissing`] for what they lack) *before*
+//! changing anything, drop legacy GPU prestart hooks, apply, write atomically, exec. A container
+//! that asks for nothing is not rewritten at all.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use gpuhook_cdi::registry::LoadedSpec;
+use gpuhook_cdi::{apply_devices, apply_edits, ContainerEdits, Registry, RegistryDevice, Spec};
+use serde_json::Value;
+use thiserror::Error;
+
+use crate::argv::{self, ArgvError, Intercept};
+use crate::exec::{find_runtime, ExecPlan};
+use crate::{atomic, legacy, runclog};
+
+/// Error type of the caller's callbacks.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Exit status of the wrapper when it fails (runc's own failure status).
+pub const EXIT_FAILURE: i32 = 1;
+
+/// What a container asks to have injected.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Injection {
+    /// Fully qualified CDI device names (`nvidia.com/gpu=0`), applied from the spec dirs.
+    Cdi(Vec<String>),
+    /// Edits computed by the caller (e.g. a prestart hook in legacy mode, or JIT edits).
+    Edits(ContainerEdits),
+}
+
+/// Turns a container's OCI spec into what to inject; `Ok(None)`: not a GPU container.
+pub trait DeviceRequest {
+    fn injection(&self, spec: &Value) -> Result<Option<Injection>, BoxError>;
+}
+
+/// A closure returning CDI names is a request (an empty list: nothing to inject).
+impl<F> DeviceRequest for F
+where
+    F: Fn(&Value) -> Result<Vec<String>, BoxError>,
+{
+    fn injection(&self, spec: &Value) -> Result<Option<Injection>, BoxError> {
+        let names = self(spec)?;
+        Ok((!names.is_empty()).then_some(Injection::Cdi(names)))
+    }
+}
+
+/// Makes specs in memory for requested devices that no spec file defines (`generate-missing`).
+/// It gets the unresolved qualified names and returns specs defining some or all of them; what
+/// it leaves undefined is reported as unresolvable.
+pub trait GenerateMissing {
+    fn generate(&self, missing: &[String]) -> Result<Vec<Spec>, BoxError>;
+}
+
+impl<F> GenerateMissing for F
+where
+    F: Fn(&[String]) -> Result<Vec<Spec>, BoxError>,
+{
+    fn generate(&self, missing: &[String]) -> Result<Vec<Spec>, BoxError> {
+        self(missing)
+    }
+}
+
+/// Settings of the wrapper.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuntimeConfig {
+    /// Runtimes to exec, first found wins: bare names are looked up on PATH, others are paths.
+    pub runtimes: Vec<PathBuf>,
+    /// CDI spec directories, lowest priority first.
+    pub spec_dirs: Vec<PathBuf>,
+    /// PATH for the lookup; None: this process's PATH.
+    pub path_env: Option<OsString>,
+    /// This executable, never exec'd; None: `/proc/self/exe`.
+    pub self_exe: Option<PathBuf>,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        RuntimeConfig {
+            runtimes: vec!["runc".into(), "crun".into()],
+            spec_dirs: gpuhook_cdi::DEFAULT_SPEC_DIRS
+                .iter()
+                .map(PathBuf::from)
+                .collect(),
+            path_env: None,
+            self_exe: None,
+        }
+    }
+}
+
+/// Why the wrapper could not start the container.
+#[derive(Debug, Error)]
+pub enum RuntimeError {
+    #[error(transparent)]
+    Argv(#[from] ArgvError),
+    #[error("cannot read {}: {source} (is --bundle the container's bundle directory?)", path.display())]
+    ReadSpec {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot parse {} as an OCI runtime spec: {source}", path.display())]
+    ParseSpec {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("cannot work out the GPU request of the container in {}: {source}", path.display())]
+    Request { path: PathBuf, source: BoxError },
+    #[error("cannot generate CDI specs for {}: {source}", names.join(", "))]
+    Generate { names: Vec<String>, source: BoxError },
+    /// The exact wording runtimes use, followed by where we looked and the fix.
+    #[error(
+        "unresolvable CDI devices {} (no spec in {} defines them; run `gpuhook cdi generate`, \
+         or check the container's request)",
+        names.join(", "),
+        dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
+    )]
+    Unresolvable { names: Vec<String>, dirs: Vec<PathBuf> },
+    #[error("cannot apply CDI edits to {}: {source}", path.display())]
+    Apply {
+        path: PathBuf,
+        #[source]
+        source: gpuhook_cdi::CdiError,
+    },
+    #[error("cannot write {}: {source}", path.display())]
+    WriteSpec {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "no OCI runtime found: looked for {} on PATH{} (install runc, or list the runtime's \
+         absolute path in the gpuhook config's [runtime] runtimes)",
+        candidates.iter().map(|c| c.display().to_string()).collect::<Vec<_>>().join(", "),
+        if skipped_self.is_empty() { String::new() } else {
+            format!("; skipped {} because it is gpuhook-runtime itself",
+                skipped_self.iter().map(|c| c.display().to_string()).collect::<Vec<_>>().join(", "))
+        }
+    )]
+    NoRuntime {
+        candidates: Vec<PathBuf>,
+        skipped_self: Vec<PathBuf>,
+    },
+    #[error("cannot execute {}: {source}", path.display())]
+    Exec {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Registers in-memory specs in `registry` (after the spec dirs, so a file always wins).
+fn add_generated(registry: &mut Registry, specs: Vec<Spec>) {
+    let base = registry.specs.len();
+    for (i, spec) in specs.into_iter().enumerate() {
+        let loaded = Arc::new(LoadedSpec {
+            path: PathBuf::from(format!("<generated in memory #{}>", base + i)),
+            priority: usize::MAX,
+            spec,
+        });
+        registry.specs.push(loaded.clone());
+        for (index, (name, _)) in loaded.spec.qualified_devices().enumerate() {
+            registry.devices.entry(name).or_insert(RegistryDevice {
+                spec: loaded.clone(),
+                index,
+            });
+        }
+    }
+}
+
+fn resolve(
+    names: &[String],
+    config: &RuntimeConfig,
+    generate: Option<&dyn GenerateMissing>,
+) -> Result<Registry, RuntimeError> {
+    let mut registry = Registry::load(&config.spec_dirs);
+    for e in &registry.errors {
+        tracing::warn!(file = %e.path.display(), error = %e.message, "skipping CDI spec");
+    }
+    let missing = |r: &Registry| -> Vec<String> {
+        let mut m: Vec<String> = names.iter().filter(|n| r.get(n).is_none()).cloned().collect();
+        m.dedup();
+        m
+    };
+    let mut unknown = missing(&registry);
+    if let (false, Some(generate)) = (unknown.is_empty(), generate) {
+        let specs = generate
+            .generate(&unknown)
+            .map_err(|source| RuntimeError::Generate {
+                names: unknown.clone(),
+                source,
+            })?;
+        add_generated(&mut registry, specs);
+        unknown = missing(&registry);
+    }
+    if !unknown.is_empty() {
+        return Err(RuntimeError::Unresolvable {
+            names: unknown,
+            dirs: config.spec_dirs.clone(),
+        });
+    }
+    Ok(registry)
+}
+
+/// Edits `<bundle>/config.json` for the request; returns whether the file was rewritten.
+pub fn edit_bundle(
+    bundle: &Path,
+    config: &RuntimeConfig,
+    request: &dyn DeviceRequest,
+    generate: Option<&dyn GenerateMissing>,
+) -> Result<bool, RuntimeError> {
+    let path = bundle.join("config.json");
+    let bytes = std::fs::read(&path).map_err(|source| RuntimeError::ReadSpec {
+        path: path.clone(),
+        source,
+    })?;
+    let mut spec: Value =
+        serde_json::from_slice(&bytes).map_err(|source| RuntimeError::ParseSpec {
+            path: path.clone(),
+            source,
+        })?;
+    let injection = request
+        .injection(&spec)
+        .map_err(|source| RuntimeError::Request {
+            path: path.clone(),
+            source,
+        })?;
+    let Some(injection) = injection else {
+        tracing::debug!(bundle = %bundle.display(), "no GPU request, spec untouched");
+        return Ok(false);
+    };
+    // Resolve before touching anything: an unresolvable name leaves the spec as it was.
+    let registry = match &injection {
+        Injection::Cdi(names) => Some(resolve(names, config, generate)?),
+        Injection::Edits(_) => None,
+    };
+    let removed = legacy::remove_legacy_hooks(&mut spec);
+    if !removed.is_empty() {
+        tracing::info!(hooks = ?removed, "removed legacy GPU prestart hooks");
+    }
+    let applied = match (&injection, &registry) {
+        (Injection::Cdi(names), Some(reg)) => apply_devices(&mut spec, reg, names),
+        (Injection::Cdi(names), None) => apply_devices(&mut spec, &Registry::default(), names),
+        (Injection::Edits(edits), _) => apply_edits(&mut spec, edits),
+    };
+    applied.map_err(|source| RuntimeError::Apply {
+        path: path.clone(),
+        source,
+    })?;
+    let out = serde_json::to_vec(&spec).map_err(|e| RuntimeError::WriteSpec {
+        path: path.clone(),
+        source: e.into(),
+    })?;
+    atomic::write_atomic(&path, &out, 0o644).map_err(|source| RuntimeError::WriteSpec {
+        path: path.clone(),
+        source,
+    })?;
+    if let Injection::Cdi(names) = &injection {
+        tracing::info!(bundle = %bundle.display(), devices = ?names, "injected CDI devices");
+    }
+    Ok(true)
+}
+
+/// Everything but the exec: edits the bundle for `create`/`run` and picks the runtime.
+pub fn prepare(
+    argv: &[OsString],
+    config: &RuntimeConfig,
+    request: &dyn DeviceRequest,
+    generate: Option<&dyn GenerateMissing>,
+) -> Result<ExecPlan, RuntimeError> {
+    let args = argv::parse(argv)?;
+    if let Intercept::Bundle { bundle, .. } = args.intercept() {
+        edit_bundle(&bundle, config, request, generate)?;
+    }
+    let path_env = config.path_env.clone().or_else(|| std::env::var_os("PATH"));
+    let self_exe = config
+        .self_exe
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("/proc/self/exe"));
+    let program = find_runtime(&config.runtimes, path_env.as_deref(), &self_exe).map_err(
+        |lookup| RuntimeError::NoRuntime {
+            candidates: config.runtimes.clone(),
+            skipped_self: lookup.skipped_self,
+        },
+    )?;
+    Ok(ExecPlan::new(program, argv))
+}
+
+/// [`prepare`] then exec; returns only on failure.
+pub fn run(
+    argv: &[OsString],
+    config: &RuntimeConfig,
+    request: &dyn DeviceRequest,
+    generate: Option<&dyn GenerateMissing>,
+) -> RuntimeError {
+    match prepare(argv, config, request, generate) {
+        Ok(plan) => RuntimeError::Exec {
+            source: plan.exec(),
+            path: plan.program,
+        },
+        Err(e) => e,
+    }
+}
+
+/// Reports a failure where the user will see it: stderr and, when runc's argv names one, the
+/// `--log` file in its `--log-format` (containerd shows that file's last error).
+pub fn report_error(argv: &[OsString], error: &dyn std::fmt::Display) {
+    let msg = format!("gpuhook-runtime: {error}");
+    eprintln!("{msg}");
+    tracing::error!(error = %error, "gpuhook-runtime failed");
+    let args = argv::parse(argv).unwrap_or_else(|_| lenient_log_args(argv));
+    if let Some(log) = &args.log {
+        if let Err(e) = runclog::append_error(log, args.log_is_json(), &msg) {
+            eprintln!("gpuhook-runtime: cannot write {}: {e}", log.display());
+        }
+    }
+}
+
+/// `--log`/`--log-format` found even when the command could not be parsed.
+fn lenient_log_args(argv: &[OsString]) -> argv::RuncArgs {
+    let mut args = argv::RuncArgs::default();
+    let mut it = argv.iter().skip(1).map(|a| a.to_string_lossy());
+    while let Some(a) = it.next() {
+        let a = a.trim_start_matches('-');
+        let (name, inline) = a.split_once('=').map_or((a, None), |(n, v)| (n, Some(v)));
+        let mut value = || inline.map(str::to_string).or_else(|| it.next().map(|s| s.into_owned()));
+        match name {
+            "log" => args.log = value().map(PathBuf::from),
+            "log-format" => args.log_format = value(),
+            _ => {}
+        }
+    }
+    args
+}
+
+/// The whole wrapper for a binary: run, and on failure report and exit with [`EXIT_FAILURE`].
+pub fn main(
+    argv: &[OsString],
+    config: &RuntimeConfig,
+    request: &dyn DeviceRequest,
+    generate: Option<&dyn GenerateMissing>,
+) -> ! {
+    let err = run(argv, config, request, generate);
+    report_error(argv, &err);
+    std::process::exit(EXIT_FAILURE)
+}
+
+#[cfg(test)]
+#[path = "wrapper_tests.rs"]
+mod tests;

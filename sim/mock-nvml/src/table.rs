@@ -1,0 +1,379 @@
+//! The device table: the profile turned into NVML's view of the node.
+//!
+//! The table is built once, leaked, and never mutated, so an `nvmlDevice_t` can be the address of
+//! one of its entries and stays valid across `nvmlShutdown`/`nvmlInit` cycles exactly like a real
+//! NVML handle. A handle from a caller is only ever *compared* against the entries' addresses
+//! ([`Table::resolve`]); it is never dereferenced, so a stale or forged pointer yields
+//! `NVML_ERROR_INVALID_ARGUMENT` instead of undefined behaviour.
+
+use std::os::raw::{c_int, c_uint};
+use std::path::PathBuf;
+
+use gpuhook_sim::profile::{GpuProfile, MigDeviceProfile, NodeProfile};
+
+use crate::ffi::{self, NvmlDevice, NvmlReturn};
+use crate::pci::{self, PciAddr};
+
+const MIB: u64 = 1024 * 1024;
+
+/// The whole simulated node as NVML reports it.
+#[derive(Debug)]
+pub struct Table {
+    /// Directory that holds the library and the profile (state files go below it).
+    pub dir: PathBuf,
+    pub driver_version: String,
+    /// `nvmlSystemGetCudaDriverVersion` value, e.g. 12080 for CUDA 12.8.
+    pub cuda_version: c_int,
+    /// `<cuda major>.<driver version>`, what `nvmlSystemGetNVMLVersion` returns.
+    pub nvml_version: String,
+    /// GPUs in NVML index order.
+    pub gpus: Vec<Gpu>,
+}
+
+/// A physical GPU.
+#[derive(Debug)]
+pub struct Gpu {
+    pub index: c_uint,
+    pub minor: c_uint,
+    pub uuid: String,
+    pub name: String,
+    pub pci: PciAddr,
+    /// `(device id << 16) | 0x10de`, 0 when the model is not in our table.
+    pub pci_device_id: c_uint,
+    pub memory_bytes: u64,
+    pub brand: c_uint,
+    pub arch: c_uint,
+    pub cc: (c_int, c_int),
+    /// The model supports MIG at all (else MIG queries are `NOT_SUPPORTED`).
+    pub mig_capable: bool,
+    pub mig_enabled: bool,
+    /// `nvmlDeviceGetMaxMigDeviceCount` while MIG is enabled.
+    pub max_mig: c_uint,
+    /// MIG devices in NVML's enumeration order.
+    pub migs: Vec<Mig>,
+}
+
+/// A MIG device (GPU instance + compute instance) of a GPU.
+#[derive(Debug)]
+pub struct Mig {
+    pub gi: c_uint,
+    pub ci: c_uint,
+    pub uuid: String,
+    /// `<parent name> MIG <profile>`, as the real driver names it.
+    pub name: String,
+    pub memory_bytes: u64,
+}
+
+/// A resolved handle.
+#[derive(Debug, Clone, Copy)]
+pub enum Dev<'a> {
+    Gpu(&'a Gpu),
+    Mig(&'a Gpu, &'a Mig),
+}
+
+impl<'a> Dev<'a> {
+    /// The physical GPU (the parent of a MIG device).
+    pub fn gpu(self) -> &'a Gpu {
+        match self {
+            Dev::Gpu(g) | Dev::Mig(g, _) => g,
+        }
+    }
+
+    /// The full GPU, or `NOT_SUPPORTED` for a MIG handle (queries that only make sense for one).
+    pub fn whole_gpu(self) -> Result<&'a Gpu, NvmlReturn> {
+        match self {
+            Dev::Gpu(g) => Ok(g),
+            Dev::Mig(..) => Err(ffi::NVML_ERROR_NOT_SUPPORTED),
+        }
+    }
+
+    /// The MIG device, or `NOT_SUPPORTED` for a full GPU.
+    pub fn mig(self) -> Result<(&'a Gpu, &'a Mig), NvmlReturn> {
+        match self {
+            Dev::Mig(g, m) => Ok((g, m)),
+            Dev::Gpu(_) => Err(ffi::NVML_ERROR_NOT_SUPPORTED),
+        }
+    }
+
+    pub fn uuid(self) -> &'a str {
+        match self {
+            Dev::Gpu(g) => &g.uuid,
+            Dev::Mig(_, m) => &m.uuid,
+        }
+    }
+
+    pub fn name(self) -> &'a str {
+        match self {
+            Dev::Gpu(g) => &g.name,
+            Dev::Mig(_, m) => &m.name,
+        }
+    }
+
+    pub fn memory_bytes(self) -> u64 {
+        match self {
+            Dev::Gpu(g) => g.memory_bytes,
+            Dev::Mig(_, m) => m.memory_bytes,
+        }
+    }
+}
+
+/// The opaque handle of a table entry.
+pub fn handle_of<T>(entry: &T) -> NvmlDevice {
+    (entry as *const T).cast_mut().cast()
+}
+
+impl Table {
+    /// Maps a caller's handle to the entry it names, comparing addresses only.
+    pub fn resolve(&self, handle: NvmlDevice) -> Result<Dev<'_>, NvmlReturn> {
+        if handle.is_null() {
+            return Err(ffi::NVML_ERROR_INVALID_ARGUMENT);
+        }
+        for gpu in &self.gpus {
+            if handle_of(gpu) == handle {
+                return Ok(Dev::Gpu(gpu));
+            }
+            if let Some(mig) = gpu.migs.iter().find(|m| handle_of(*m) == handle) {
+                return Ok(Dev::Mig(gpu, mig));
+            }
+        }
+        Err(ffi::NVML_ERROR_INVALID_ARGUMENT)
+    }
+
+    /// Finds a GPU or MIG device by its exact UUID.
+    pub fn by_uuid(&self, uuid: &str) -> Option<NvmlDevice> {
+        self.gpus.iter().find_map(|g| {
+            if g.uuid == uuid {
+                Some(handle_of(g))
+            } else {
+                g.migs.iter().find(|m| m.uuid == uuid).map(handle_of)
+            }
+        })
+    }
+
+    /// Builds the table from a parsed profile, rejecting what NVML could never report.
+    pub fn from_profile(profile: &NodeProfile, dir: PathBuf) -> Result<Table, String> {
+        let cuda_version = parse_cuda_version(&profile.cuda_driver_version)?;
+        let mut gpus = profile
+            .gpus
+            .iter()
+            .map(gpu_from_profile)
+            .collect::<Result<Vec<_>, _>>()?;
+        gpus.sort_by_key(|g| g.index);
+        for (pos, gpu) in gpus.iter().enumerate() {
+            if gpu.index as usize != pos {
+                return Err(format!(
+                    "GPU indexes must be 0..{} without gaps or duplicates, found index {} at position {pos}: renumber the [[gpus]] entries",
+                    gpus.len(),
+                    gpu.index
+                ));
+            }
+        }
+        let mut uuids: Vec<&str> = gpus
+            .iter()
+            .flat_map(|g| {
+                std::iter::once(g.uuid.as_str()).chain(g.migs.iter().map(|m| m.uuid.as_str()))
+            })
+            .collect();
+        uuids.sort_unstable();
+        if let Some(w) = uuids.windows(2).find(|w| w[0] == w[1]) {
+            return Err(format!(
+                "UUID {} is used twice: every GPU and MIG device needs its own",
+                w[0]
+            ));
+        }
+        Ok(Table {
+            dir,
+            driver_version: profile.driver_version.clone(),
+            cuda_version,
+            nvml_version: format!("{}.{}", cuda_version / 1000, profile.driver_version),
+            gpus,
+        })
+    }
+}
+
+fn gpu_from_profile(p: &GpuProfile) -> Result<Gpu, String> {
+    let ctx = |msg: String| format!("GPU {} ({}): {msg}", p.index, p.uuid);
+    check_uuid(&p.uuid, "GPU-").map_err(ctx)?;
+    let pci = pci::parse_bus_id(&p.pci_bus_id).map_err(ctx)?;
+    let arch = parse_arch(&p.architecture).map_err(ctx)?;
+    let brand = parse_brand(&p.brand).map_err(ctx)?;
+    let cc = parse_compute_capability(&p.compute_capability).map_err(ctx)?;
+    if !p.mig_mode && !p.mig_devices.is_empty() {
+        return Err(ctx(
+            "has [[gpus.mig_devices]] but mig_mode = false: set mig_mode = true".into(),
+        ));
+    }
+    let migs = p
+        .mig_devices
+        .iter()
+        .map(|m| mig_from_profile(p, m))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(ctx)?;
+    let mig_capable = p.mig_mode || model_supports_mig(&p.name, arch);
+    // A30 has 4 MIG slices, every other MIG-capable model 7.
+    let slices = if p.name.contains("A30") { 4 } else { 7 };
+    Ok(Gpu {
+        index: p.index,
+        minor: p.minor,
+        uuid: p.uuid.clone(),
+        name: p.name.clone(),
+        pci,
+        pci_device_id: pci::device_id_for(&p.name),
+        memory_bytes: p.memory_mib * MIB,
+        brand,
+        arch,
+        cc,
+        mig_capable,
+        mig_enabled: p.mig_mode,
+        max_mig: slices.max(migs.len() as c_uint),
+        migs,
+    })
+}
+
+fn mig_from_profile(gpu: &GpuProfile, m: &MigDeviceProfile) -> Result<Mig, String> {
+    check_uuid(&m.uuid, "MIG-").map_err(|e| format!("MIG device {}: {e}", m.uuid))?;
+    Ok(Mig {
+        gi: m.gi_id,
+        ci: m.ci_id,
+        uuid: m.uuid.clone(),
+        name: format!("{} MIG {}", gpu.name, m.profile),
+        memory_bytes: m.memory_mib * MIB,
+    })
+}
+
+/// MIG exists on A100/A30/A800 (Ampere), every Hopper data-centre part, and B100/B200/GB200.
+fn model_supports_mig(name: &str, arch: c_uint) -> bool {
+    match arch {
+        ffi::NVML_DEVICE_ARCH_AMPERE => ["A100", "A30", "A800"].iter().any(|m| name.contains(m)),
+        ffi::NVML_DEVICE_ARCH_HOPPER => true,
+        ffi::NVML_DEVICE_ARCH_BLACKWELL => ["B100", "B200", "B300", "RTX PRO 6000"]
+            .iter()
+            .any(|m| name.contains(m)),
+        _ => false,
+    }
+}
+
+/// UUIDs become file names (compute-mode state), so only `[A-Za-z0-9-]` is allowed.
+fn check_uuid(uuid: &str, prefix: &str) -> Result<(), String> {
+    let ok = uuid.starts_with(prefix)
+        && uuid.len() > prefix.len()
+        && uuid.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "UUID {uuid:?} must look like {prefix}<hex and dashes>"
+        ))
+    }
+}
+
+/// `"12.8"` -> 12080, NVML's `1000 * major + 10 * minor`.
+pub fn parse_cuda_version(v: &str) -> Result<c_int, String> {
+    let err = || format!("cuda_driver_version {v:?} must be major.minor, e.g. \"12.8\"");
+    let (major, minor) = v.trim().split_once('.').ok_or_else(err)?;
+    let major: c_int = major.parse().map_err(|_| err())?;
+    let minor: c_int = minor.parse().map_err(|_| err())?;
+    if !(1..=99).contains(&major) || !(0..=99).contains(&minor) {
+        return Err(err());
+    }
+    Ok(major * 1000 + minor * 10)
+}
+
+/// `"8.0"` -> (8, 0).
+pub fn parse_compute_capability(v: &str) -> Result<(c_int, c_int), String> {
+    let err = || format!("compute_capability {v:?} must be major.minor, e.g. \"8.0\"");
+    let (major, minor) = v.trim().split_once('.').ok_or_else(err)?;
+    Ok((
+        major.parse().map_err(|_| err())?,
+        minor.parse().map_err(|_| err())?,
+    ))
+}
+
+/// Architecture name (case-insensitive) -> `nvmlDeviceArchitecture_t`.
+pub fn parse_arch(v: &str) -> Result<c_uint, String> {
+    let norm: String = v
+        .to_ascii_lowercase()
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric())
+        .collect();
+    Ok(match norm.as_str() {
+        "kepler" => ffi::NVML_DEVICE_ARCH_KEPLER,
+        "maxwell" => ffi::NVML_DEVICE_ARCH_MAXWELL,
+        "pascal" => ffi::NVML_DEVICE_ARCH_PASCAL,
+        "volta" => ffi::NVML_DEVICE_ARCH_VOLTA,
+        "turing" => ffi::NVML_DEVICE_ARCH_TURING,
+        "ampere" => ffi::NVML_DEVICE_ARCH_AMPERE,
+        "ada" | "adalovelace" => ffi::NVML_DEVICE_ARCH_ADA,
+        "hopper" => ffi::NVML_DEVICE_ARCH_HOPPER,
+        "blackwell" => ffi::NVML_DEVICE_ARCH_BLACKWELL,
+        "t23x" | "orin" => ffi::NVML_DEVICE_ARCH_T23X,
+        _ => {
+            return Err(format!(
+                "unknown architecture {v:?}: use one of kepler, maxwell, pascal, volta, turing, ampere, ada, hopper, blackwell"
+            ))
+        }
+    })
+}
+
+/// Brand name (case-insensitive, `-`/space = `_`) -> `nvmlBrandType_t`.
+pub fn parse_brand(v: &str) -> Result<c_uint, String> {
+    let norm = v.trim().to_ascii_lowercase().replace(['-', ' '], "_");
+    ffi::BRANDS
+        .iter()
+        .find(|(n, _)| *n == norm)
+        .map(|(_, b)| *b)
+        .ok_or_else(|| {
+            let names: Vec<&str> = ffi::BRANDS.iter().map(|(n, _)| *n).collect();
+            format!("unknown brand {v:?}: use one of {}", names.join(", "))
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_and_enums() {
+        assert_eq!(parse_cuda_version("12.8"), Ok(12080));
+        assert_eq!(parse_cuda_version("13.0"), Ok(13000));
+        assert!(parse_cuda_version("12").is_err());
+        assert!(parse_cuda_version("x.y").is_err());
+        assert_eq!(parse_compute_capability("8.9"), Ok((8, 9)));
+        assert_eq!(parse_arch("Ada Lovelace"), Ok(8));
+        assert_eq!(parse_arch("hopper"), Ok(9));
+        assert!(parse_arch("fermi").unwrap_err().contains("use one of"));
+        assert_eq!(parse_brand("Tesla"), Ok(2));
+        assert_eq!(parse_brand("nvidia"), Ok(14));
+        assert_eq!(parse_brand("geforce-rtx"), Ok(15));
+        assert!(parse_brand("radeon").is_err());
+    }
+
+    #[test]
+    fn uuid_characters_are_restricted() {
+        assert!(check_uuid("GPU-0b3b1a6c-1111", "GPU-").is_ok());
+        assert!(check_uuid("GPU-../../etc", "GPU-").is_err());
+        assert!(check_uuid("MIG-abc", "GPU-").is_err());
+        assert!(check_uuid("GPU-", "GPU-").is_err());
+    }
+
+    #[test]
+    fn mig_capability_by_model() {
+        assert!(model_supports_mig(
+            "NVIDIA A100-SXM4-80GB",
+            ffi::NVML_DEVICE_ARCH_AMPERE
+        ));
+        assert!(!model_supports_mig(
+            "NVIDIA A10",
+            ffi::NVML_DEVICE_ARCH_AMPERE
+        ));
+        assert!(model_supports_mig(
+            "NVIDIA H20",
+            ffi::NVML_DEVICE_ARCH_HOPPER
+        ));
+        assert!(!model_supports_mig(
+            "Tesla T4",
+            ffi::NVML_DEVICE_ARCH_TURING
+        ));
+        assert!(!model_supports_mig("NVIDIA L20", ffi::NVML_DEVICE_ARCH_ADA));
+    }
+}

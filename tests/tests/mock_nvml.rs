@@ -1,0 +1,392 @@
+//! The mock `libnvidia-ml.so.1` seen through a real NVML consumer.
+//!
+//! `nvml-wrapper` is compiled against NVIDIA's `nvml.h` (via `nvml-wrapper-sys`), so driving the
+//! mock with it checks the C ABI (symbol names, struct layouts, enum values) as well as the data.
+//! Every node profile is installed the way the materialiser does it (`libnvidia-ml.so.<ver>`, a
+//! `libnvidia-ml.so.1` symlink, the profile beside them) in its own temp dir; each dir holds its
+//! own *copy* of the library, so each is an independent load with its own NVML state. MIG calls
+//! that `nvml-wrapper` does not wrap, and calls before init, go through raw `dlsym` lookups.
+//! No root needed.
+
+#[path = "mock_nvml/support.rs"]
+mod support;
+
+use nvml_wrapper::enum_wrappers::device::ComputeMode;
+use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::{Device, Nvml};
+use support::{arch_of, brand_of, bus_id_key, install, own_profiles, Raw, ALL_PROFILES};
+use support::{INVALID_ARGUMENT, NOT_FOUND, NOT_SUPPORTED, SUCCESS, UNINITIALIZED};
+
+const MIB: u64 = 1024 * 1024;
+
+fn check_node(name: &str, text: &str) {
+    let node = install(text);
+    let p = &node.profile;
+    let nvml = node.nvml();
+    let raw = Raw::open(&node.lib);
+    assert_eq!(
+        nvml.sys_driver_version().expect("driver version"),
+        p.driver_version,
+        "{name}"
+    );
+    let (major, minor) = p
+        .cuda_driver_version
+        .split_once('.')
+        .expect("cuda major.minor");
+    let cuda =
+        major.parse::<i32>().expect("major") * 1000 + minor.parse::<i32>().expect("minor") * 10;
+    assert_eq!(
+        nvml.sys_cuda_driver_version().expect("cuda version"),
+        cuda,
+        "{name}"
+    );
+    assert_eq!(
+        nvml.sys_nvml_version().expect("nvml version"),
+        format!("{major}.{}", p.driver_version)
+    );
+    assert_eq!(
+        nvml.device_count().expect("count") as usize,
+        p.gpus.len(),
+        "{name}"
+    );
+    assert!(matches!(
+        nvml.device_by_index(p.gpus.len() as u32),
+        Err(NvmlError::InvalidArg)
+    ));
+
+    for g in &p.gpus {
+        let what = format!("{name} GPU {}", g.index);
+        let dev = nvml.device_by_index(g.index).expect("device by index");
+        assert_eq!(dev.name().expect("name"), g.name, "{what}");
+        assert_eq!(dev.uuid().expect("uuid"), g.uuid, "{what}");
+        assert_eq!(dev.minor_number().expect("minor"), g.minor, "{what}");
+        assert_eq!(dev.index().expect("index"), g.index, "{what}");
+        let pci = dev.pci_info().expect("pci info");
+        assert_eq!(bus_id_key(&pci.bus_id), bus_id_key(&g.pci_bus_id), "{what}");
+        assert_eq!(
+            pci.bus_id,
+            pci.bus_id.to_ascii_uppercase(),
+            "NVML prints hex in upper case"
+        );
+        assert_eq!(
+            pci.bus_id.split(':').next().map(str::len),
+            Some(8),
+            "8-digit domain"
+        );
+        assert_eq!(
+            dev.memory_info().expect("memory").total,
+            g.memory_mib * MIB,
+            "{what}"
+        );
+        assert_eq!(dev.brand().expect("brand"), brand_of(&g.brand), "{what}");
+        assert_eq!(
+            dev.architecture().expect("arch"),
+            arch_of(&g.architecture),
+            "{what}"
+        );
+        let cc = dev.cuda_compute_capability().expect("compute capability");
+        assert_eq!(
+            format!("{}.{}", cc.major, cc.minor),
+            g.compute_capability,
+            "{what}"
+        );
+
+        // Lookups by UUID and by every accepted spelling of the bus id find the same GPU.
+        let key = bus_id_key(&g.pci_bus_id);
+        let short = key[4..].to_string(); // 4-digit domain
+        for id in [g.pci_bus_id.clone(), key.to_ascii_lowercase(), short] {
+            let by_bus = nvml
+                .device_by_pci_bus_id(id.as_str())
+                .expect("device by bus id");
+            assert_eq!(by_bus.index().expect("index"), g.index, "{what} by {id}");
+        }
+        assert_eq!(
+            nvml.device_by_uuid(g.uuid.as_str())
+                .expect("by uuid")
+                .index()
+                .expect("index"),
+            g.index
+        );
+
+        // SAFETY: the handle is only passed back to the library that issued it.
+        let handle = unsafe { dev.handle() }.cast::<std::ffi::c_void>();
+        assert_eq!(
+            raw.u32_out("nvmlDeviceIsMigDeviceHandle", handle),
+            (SUCCESS, 0)
+        );
+        assert_eq!(
+            raw.u32_out("nvmlDeviceGetGpuInstanceId", handle).0,
+            NOT_SUPPORTED,
+            "{what}"
+        );
+        if !g.mig_mode {
+            match dev.mig_mode() {
+                Ok(m) => assert_eq!((m.current, m.pending), (0, 0), "{what}"),
+                Err(NvmlError::NotSupported) => {}
+                Err(e) => panic!("{what}: mig_mode: {e}"),
+            }
+            if g.name.contains("T4") || g.name.contains("L20") {
+                assert!(
+                    matches!(dev.mig_mode(), Err(NvmlError::NotSupported)),
+                    "{what} has no MIG"
+                );
+            }
+            assert_eq!(raw.mig_by_index(handle, 0).0, NOT_SUPPORTED, "{what}");
+            continue;
+        }
+        let mode = dev.mig_mode().expect("mig mode");
+        assert_eq!((mode.current, mode.pending), (1, 1), "{what}");
+        let (rc, max) = raw.u32_out("nvmlDeviceGetMaxMigDeviceCount", handle);
+        assert_eq!(rc, SUCCESS);
+        assert!(
+            max as usize >= g.mig_devices.len() && max > 0,
+            "{what}: max {max}"
+        );
+        for i in 0..max {
+            let (rc, mig) = raw.mig_by_index(handle, i);
+            let Some(m) = g.mig_devices.get(i as usize) else {
+                assert_eq!(rc, NOT_FOUND, "{what}: MIG index {i} has no device");
+                continue;
+            };
+            assert_eq!(rc, SUCCESS, "{what} MIG {i}");
+            let mwhat = format!("{what} MIG {i} ({})", m.uuid);
+            assert_eq!(
+                raw.u32_out("nvmlDeviceIsMigDeviceHandle", mig),
+                (SUCCESS, 1),
+                "{mwhat}"
+            );
+            assert_eq!(
+                raw.u32_out("nvmlDeviceGetGpuInstanceId", mig),
+                (SUCCESS, m.gi_id),
+                "{mwhat}"
+            );
+            assert_eq!(
+                raw.u32_out("nvmlDeviceGetComputeInstanceId", mig),
+                (SUCCESS, m.ci_id),
+                "{mwhat}"
+            );
+            assert_eq!(raw.parent_of(mig), (SUCCESS, handle), "{mwhat}");
+            assert_eq!(
+                raw.u32_out("nvmlDeviceGetMinorNumber", mig).0,
+                NOT_SUPPORTED,
+                "{mwhat}"
+            );
+            // SAFETY: `mig` is a live handle issued by the library `nvml` wraps.
+            let mdev = unsafe { Device::new(mig.cast(), &nvml) };
+            assert_eq!(mdev.uuid().expect("mig uuid"), m.uuid, "{mwhat}");
+            assert_eq!(
+                mdev.name().expect("mig name"),
+                format!("{} MIG {}", g.name, m.profile)
+            );
+            assert_eq!(
+                mdev.memory_info().expect("mig memory").total,
+                m.memory_mib * MIB,
+                "{mwhat}"
+            );
+            let by_uuid = nvml.device_by_uuid(m.uuid.as_str()).expect("MIG by uuid");
+            // SAFETY: only compared, never dereferenced.
+            let by_uuid = unsafe { by_uuid.handle() }.cast::<std::ffi::c_void>();
+            assert_eq!(by_uuid, mig, "{mwhat}");
+        }
+        assert_eq!(
+            raw.mig_by_index(handle, max).0,
+            INVALID_ARGUMENT,
+            "{what}: index == max"
+        );
+        assert_eq!(raw.mig_by_index(handle, u32::MAX).0, INVALID_ARGUMENT);
+    }
+}
+
+#[test]
+fn every_builtin_profile_matches_nvml() {
+    let profiles = support::builtin_profiles();
+    for (name, text) in &profiles {
+        check_node(name, text);
+    }
+    let names: Vec<&str> = profiles.iter().map(|(n, _)| n.as_str()).collect();
+    let missing: Vec<&&str> = ALL_PROFILES.iter().filter(|n| !names.contains(n)).collect();
+    assert!(
+        missing.is_empty(),
+        "built-in profiles missing from sim/profiles: {missing:?}"
+    );
+}
+
+#[test]
+fn own_profiles_match_nvml() {
+    for (name, text) in own_profiles() {
+        check_node(name, text);
+    }
+}
+
+#[test]
+fn error_codes_match_nvml() {
+    let node = install(own_profiles()[0].1);
+    let nvml = node.nvml();
+    let raw = Raw::open(&node.lib);
+    assert!(matches!(
+        nvml.device_by_uuid("GPU-00000000-0000-0000-0000-000000000000"),
+        Err(NvmlError::NotFound)
+    ));
+    assert!(matches!(
+        nvml.device_by_uuid("gpu-a100a100-0000-4000-8000-000000000000"),
+        Err(NvmlError::NotFound)
+    ));
+    assert!(matches!(
+        nvml.device_by_pci_bus_id("0000:FE:1F.0"),
+        Err(NvmlError::NotFound)
+    ));
+    assert!(matches!(
+        nvml.device_by_pci_bus_id("not-a-bus-id"),
+        Err(NvmlError::InvalidArg)
+    ));
+    let gpu = raw.handle_by_index(0);
+    assert_eq!(
+        raw.name_into(gpu, 5),
+        7,
+        "short buffer -> NVML_ERROR_INSUFFICIENT_SIZE"
+    );
+    assert_eq!(raw.name_into(gpu, 96), SUCCESS);
+    assert_eq!(
+        raw.u32_out("nvmlDeviceGetMinorNumber", 0xdead0 as *mut _).0,
+        INVALID_ARGUMENT,
+        "forged handle"
+    );
+    assert_eq!(
+        raw.u32_out("nvmlDeviceGetMinorNumber", std::ptr::null_mut())
+            .0,
+        INVALID_ARGUMENT
+    );
+    assert_eq!(raw.null_out("nvmlDeviceGetCount_v2"), INVALID_ARGUMENT);
+    assert_eq!(
+        raw.memory_v2_with_version(gpu, 1),
+        25,
+        "wrong struct version -> ARGUMENT_VERSION_MISMATCH"
+    );
+    assert_eq!(raw.error_string(0), "Success");
+    assert_eq!(raw.error_string(999), "Unknown Error");
+    assert_eq!(raw.error_string(123_456), "Unknown Error");
+    // GPU 1 of the own A100 profile is MIG-capable with MIG off: max 0, no MIG handles.
+    let gpu1 = raw.handle_by_index(1);
+    assert_eq!(
+        raw.u32_out("nvmlDeviceGetMaxMigDeviceCount", gpu1),
+        (SUCCESS, 0)
+    );
+    assert_eq!(raw.mig_by_index(gpu1, 0).0, NOT_SUPPORTED);
+    assert_eq!(
+        raw.parent_of(gpu1).0,
+        INVALID_ARGUMENT,
+        "a GPU handle is not a MIG handle"
+    );
+}
+
+#[test]
+fn init_is_reference_counted_and_handles_stay_valid() {
+    let node = install(own_profiles()[0].1);
+    let raw = Raw::open(&node.lib);
+    assert_eq!(
+        raw.null_out("nvmlDeviceGetCount_v2"),
+        UNINITIALIZED,
+        "init is checked first"
+    );
+    assert_eq!(raw.u32_count(), (UNINITIALIZED, 0), "count before init");
+    assert_eq!(
+        raw.call0("nvmlShutdown"),
+        UNINITIALIZED,
+        "shutdown before init"
+    );
+    assert_eq!(raw.call0("nvmlInit_v2"), SUCCESS);
+    assert_eq!(raw.init_with_flags(1), SUCCESS);
+    let gpu = raw.handle_by_index(0);
+    assert_eq!(raw.call0("nvmlShutdown"), SUCCESS);
+    assert_eq!(raw.u32_count(), (SUCCESS, 2), "still initialised once");
+    assert_eq!(raw.call0("nvmlShutdown"), SUCCESS);
+    assert_eq!(raw.u32_count(), (UNINITIALIZED, 0));
+    assert_eq!(
+        raw.u32_out("nvmlDeviceGetMinorNumber", gpu).0,
+        UNINITIALIZED
+    );
+    assert_eq!(raw.call0("nvmlShutdown"), UNINITIALIZED);
+    assert_eq!(raw.call0("nvmlInit"), SUCCESS);
+    assert_eq!(
+        raw.u32_out("nvmlDeviceGetMinorNumber", gpu),
+        (SUCCESS, 0),
+        "handle survives re-init"
+    );
+    assert_eq!(raw.call0("nvmlShutdown"), SUCCESS);
+}
+
+#[test]
+fn missing_profile_fails_init_like_a_missing_driver() {
+    let node = install(own_profiles()[0].1);
+    std::fs::remove_file(
+        node.dir
+            .path()
+            .join(gpuhook_sim::profile::PROFILE_FILE_NAME),
+    )
+    .expect("rm profile");
+    let err = Nvml::builder()
+        .lib_path(node.lib.as_os_str())
+        .init()
+        .expect_err("no profile");
+    assert!(matches!(err, NvmlError::DriverNotLoaded), "{err:?}");
+}
+
+#[test]
+fn compute_mode_is_persisted_for_other_processes() {
+    let node = install(own_profiles()[0].1);
+    let nvml = node.nvml();
+    let mut gpu0 = nvml.device_by_index(0).expect("gpu0");
+    assert_eq!(gpu0.compute_mode().expect("mode"), ComputeMode::Default);
+    gpu0.set_compute_mode(ComputeMode::ExclusiveProcess)
+        .expect("set mode");
+    assert_eq!(
+        gpu0.compute_mode().expect("mode"),
+        ComputeMode::ExclusiveProcess
+    );
+    let uuid = &node.profile.gpus[0].uuid;
+    let state = node
+        .dir
+        .path()
+        .join(format!("gpuhook-sim-state/compute-mode-{uuid}"));
+    assert_eq!(
+        std::fs::read_to_string(&state).expect("state file").trim(),
+        "3"
+    );
+
+    let raw = Raw::open(&node.lib);
+    let (rc, mig) = raw.mig_by_index(raw.handle_by_index(0), 0);
+    assert_eq!(rc, SUCCESS);
+    assert_eq!(
+        raw.set_compute_mode(mig, 0),
+        NOT_SUPPORTED,
+        "MIG handles have no compute mode of their own"
+    );
+    assert_eq!(
+        raw.set_compute_mode(raw.handle_by_index(0), 4),
+        INVALID_ARGUMENT
+    );
+
+    // A second, independent load of the library (another copy in the same dir, as another
+    // process would have) sees the mode; GPU 1 was never touched.
+    let second = node.dir.path().join("libnvidia-ml-second-load.so");
+    std::fs::copy(&node.lib, &second).expect("copy lib");
+    let raw2 = Raw::open(&second);
+    assert_eq!(
+        raw2.u32_count(),
+        (UNINITIALIZED, 0),
+        "a separate instance, not initialised yet"
+    );
+    let nvml2 = Nvml::builder()
+        .lib_path(second.as_os_str())
+        .init()
+        .expect("second load");
+    let modes: Vec<ComputeMode> = (0..2)
+        .map(|i| {
+            nvml2
+                .device_by_index(i)
+                .and_then(|d| d.compute_mode())
+                .expect("mode")
+        })
+        .collect();
+    assert_eq!(modes, [ComputeMode::ExclusiveProcess, ComputeMode::Default]);
+}
