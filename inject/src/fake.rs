@@ -59,22 +59,43 @@ impl Syscalls for FakeSyscalls {
     }
     fn create_file(&self, path: &Path, mode: u32) -> Result<()> {
         self.log(format!("create_file {} {mode:o}", path.display()));
-        self.tree.borrow_mut().entry(path.into()).or_insert(EntryKind::File);
+        self.tree
+            .borrow_mut()
+            .entry(path.into())
+            .or_insert(EntryKind::File);
         Ok(())
     }
-    fn mknod_char(&self, path: &Path, major: u32, minor: u32, mode: u32, uid: u32, gid: u32) -> Result<()> {
-        self.log(format!("mknod {} {major}:{minor} {mode:o} {uid}:{gid}", path.display()));
+    fn mknod_char(
+        &self,
+        path: &Path,
+        major: u32,
+        minor: u32,
+        mode: u32,
+        uid: u32,
+        gid: u32,
+    ) -> Result<()> {
+        self.log(format!(
+            "mknod {} {major}:{minor} {mode:o} {uid}:{gid}",
+            path.display()
+        ));
         self.tree
             .borrow_mut()
             .insert(path.into(), EntryKind::CharDevice { major, minor });
         Ok(())
     }
     fn chmod_chown(&self, path: &Path, mode: u32, uid: u32, gid: u32) -> Result<()> {
-        self.log(format!("chmod_chown {} {mode:o} {uid}:{gid}", path.display()));
+        self.log(format!(
+            "chmod_chown {} {mode:o} {uid}:{gid}",
+            path.display()
+        ));
         Ok(())
     }
     fn symlink(&self, target: &Path, link: &Path) -> Result<()> {
-        self.log(format!("symlink {} -> {}", link.display(), target.display()));
+        self.log(format!(
+            "symlink {} -> {}",
+            link.display(),
+            target.display()
+        ));
         self.tree
             .borrow_mut()
             .insert(link.into(), EntryKind::Symlink(target.into()));
@@ -83,7 +104,9 @@ impl Syscalls for FakeSyscalls {
     fn write_file(&self, path: &Path, contents: &[u8], mode: u32) -> Result<()> {
         self.log(format!("write_file {} {mode:o}", path.display()));
         self.tree.borrow_mut().insert(path.into(), EntryKind::File);
-        self.files.borrow_mut().insert(path.into(), contents.to_vec());
+        self.files
+            .borrow_mut()
+            .insert(path.into(), contents.to_vec());
         Ok(())
     }
     fn read_file(&self, path: &Path) -> Result<Vec<u8>> {

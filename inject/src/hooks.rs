@@ -66,7 +66,11 @@ pub fn params_without_device_modification(host: &str) -> String {
 
 /// `disable-device-node-modification` with `/run` (or `/tmp`) as scratch space.
 pub fn disable_device_node_modification(rootfs: &Path, host_params: &Path) -> Result<bool> {
-    let scratch = if Path::new("/run").is_dir() { "/run" } else { "/tmp" };
+    let scratch = if Path::new("/run").is_dir() {
+        "/run"
+    } else {
+        "/tmp"
+    };
     disable_device_node_modification_in(rootfs, host_params, Path::new(scratch))
 }
 
@@ -216,7 +220,10 @@ mod tests {
     fn params_rewrite() {
         let host = "ResmanDebugLevel: 4294967295\nModifyDeviceFiles: 1\nDeviceFileUID: 0\n";
         let out = params_without_device_modification(host);
-        assert_eq!(out, "ResmanDebugLevel: 4294967295\nModifyDeviceFiles: 0\nDeviceFileUID: 0\n");
+        assert_eq!(
+            out,
+            "ResmanDebugLevel: 4294967295\nModifyDeviceFiles: 0\nDeviceFileUID: 0\n"
+        );
         assert!(params_without_device_modification("A: 1\n").ends_with("ModifyDeviceFiles: 0\n"));
     }
 
@@ -224,7 +231,10 @@ mod tests {
     fn link_specs() {
         assert_eq!(
             parse_link_spec("libcuda.so.1::/usr/lib/libcuda.so").unwrap(),
-            (PathBuf::from("libcuda.so.1"), PathBuf::from("/usr/lib/libcuda.so"))
+            (
+                PathBuf::from("libcuda.so.1"),
+                PathBuf::from("/usr/lib/libcuda.so")
+            )
         );
         assert!(parse_link_spec("nolink").is_err());
         assert!(parse_link_spec("::/x").is_err());

@@ -1,6 +1,7 @@
 //! `update-ldcache`: refresh the container's `/etc/ld.so.cache` after driver libraries were
 //! mounted, with the *host's* ldconfig (CVE-2024-0136/0137: never run an ldconfig from the image)
-//! inside the sandbox of [`crate::sandbox`].
+//! inside a sandbox (new namespaces, chroot, no capabilities, empty environment; see the private
+//! `sandbox` module).
 
 use std::ffi::CString;
 use std::fs::File;
@@ -91,7 +92,9 @@ pub fn check_static_elf(file: &File, path: &Path) -> Result<()> {
         .and_then(|f| f.take(1 << 20).read_to_end(&mut head))
         .map_err(|e| bad(format!("read: {e}")))?;
     if head.len() < 64 || &head[..4] != b"\x7fELF" {
-        return Err(bad("not an ELF binary; pass the host's ldconfig (e.g. /sbin/ldconfig)".into()));
+        return Err(bad(
+            "not an ELF binary; pass the host's ldconfig (e.g. /sbin/ldconfig)".into(),
+        ));
     }
     if head[4] != 2 || head[5] != 1 {
         return Err(bad("only 64-bit little-endian ELF is supported".into()));
@@ -123,7 +126,12 @@ pub fn update_ldcache(
     uid: u32,
     gid: u32,
 ) -> Result<()> {
-    update_ldcache_with(rootfs, folders, host_ldconfig, LdcacheOptions::new(uid, gid))
+    update_ldcache_with(
+        rootfs,
+        folders,
+        host_ldconfig,
+        LdcacheOptions::new(uid, gid),
+    )
 }
 
 /// Write the drop-in (and a default `/etc/ld.so.conf` if missing) inside the root, then run the
@@ -148,18 +156,30 @@ pub fn update_ldcache_with(
     let root = ContainerRoot::open(rootfs)?;
     root.write_file(Path::new(LDSO_CONF_DROPIN), conf.as_bytes(), 0o644)?;
     if root.lstat(Path::new("/etc/ld.so.conf"))?.is_none() {
-        root.write_file(Path::new("/etc/ld.so.conf"), LDSO_CONF_DEFAULT.as_bytes(), 0o644)?;
+        root.write_file(
+            Path::new("/etc/ld.so.conf"),
+            LDSO_CONF_DEFAULT.as_bytes(),
+            0o644,
+        )?;
     }
-    let mut args: Vec<CString> = ["ldconfig", "-f", "/etc/ld.so.conf", "-C", "/etc/ld.so.cache"]
-        .iter()
-        .map(|s| CString::new(*s).expect("static"))
-        .collect();
+    let mut args: Vec<CString> = [
+        "ldconfig",
+        "-f",
+        "/etc/ld.so.conf",
+        "-C",
+        "/etc/ld.so.cache",
+    ]
+    .iter()
+    .map(|s| CString::new(*s).expect("static"))
+    .collect();
     for f in folders {
-        args.push(CString::new(f.as_os_str().as_bytes()).map_err(|_| InjectError::Invalid {
-            what: "ldcache folder",
-            value: f.display().to_string(),
-            reason: "contains NUL".into(),
-        })?);
+        args.push(
+            CString::new(f.as_os_str().as_bytes()).map_err(|_| InjectError::Invalid {
+                what: "ldcache folder",
+                value: f.display().to_string(),
+                reason: "contains NUL".into(),
+            })?,
+        );
     }
     let limits = Limits {
         uid: opts.uid,
@@ -167,7 +187,7 @@ pub fn update_ldcache_with(
         cpu_seconds: opts.cpu_seconds,
         timeout: opts.timeout,
     };
-    run_sandboxed(root.root_fd(), root.path(), &exe, &binary, &args, limits).map_err(ldcfg_err)?;
+    run_sandboxed(root.root_fd(), root.path(), &exe, &args, limits).map_err(ldcfg_err)?;
     tracing::info!(rootfs = %rootfs.display(), binary = %binary.display(), ?folders, "ldcache updated");
     Ok(())
 }
@@ -189,12 +209,17 @@ mod tests {
     #[test]
     fn static_check_refuses_scripts_and_dynamic_binaries() {
         let sh = File::open("/bin/sh").unwrap();
-        let err = check_static_elf(&sh, Path::new("/bin/sh")).unwrap_err().to_string();
+        let err = check_static_elf(&sh, Path::new("/bin/sh"))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("PT_INTERP"), "{err}");
         let dir = std::env::temp_dir().join(format!("gpuhook-elf-{}", std::process::id()));
         std::fs::write(&dir, b"#!/bin/sh\nexit 0\n").unwrap();
         let f = File::open(&dir).unwrap();
-        assert!(check_static_elf(&f, &dir).unwrap_err().to_string().contains("not an ELF"));
+        assert!(check_static_elf(&f, &dir)
+            .unwrap_err()
+            .to_string()
+            .contains("not an ELF"));
         std::fs::remove_file(&dir).unwrap();
         let ld = Path::new("/sbin/ldconfig");
         if ld.exists() {
@@ -209,7 +234,10 @@ mod tests {
         std::fs::write(d.join("ldconfig"), b"").unwrap();
         assert_eq!(select_ldconfig(&d.join("ldconfig")), d.join("ldconfig"));
         std::fs::write(d.join("ldconfig.real"), b"").unwrap();
-        assert_eq!(select_ldconfig(&d.join("ldconfig")), d.join("ldconfig.real"));
+        assert_eq!(
+            select_ldconfig(&d.join("ldconfig")),
+            d.join("ldconfig.real")
+        );
         assert_eq!(select_ldconfig(&d.join("other")), d.join("other"));
         std::fs::remove_dir_all(&d).unwrap();
     }

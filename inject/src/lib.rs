@@ -29,6 +29,7 @@ pub mod sys;
 #[cfg(test)]
 mod fake;
 
+pub use cgroup::{allow_devices, DeviceCgroup, DeviceController, DeviceRule, DeviceType};
 pub use error::{InjectError, Result};
 pub use hooks::{
     create_dev_char_symlinks, create_symlinks, disable_device_node_modification,

@@ -54,7 +54,11 @@ pub(crate) fn clone_tree(src: BorrowedFd<'_>, recursive: bool) -> io::Result<Own
 }
 
 /// Apply `opts` (and make it private) on a detached mount tree before it is attached.
-pub(crate) fn set_attrs(tree: BorrowedFd<'_>, opts: MountOptions, recursive: bool) -> io::Result<()> {
+pub(crate) fn set_attrs(
+    tree: BorrowedFd<'_>,
+    opts: MountOptions,
+    recursive: bool,
+) -> io::Result<()> {
     let mut set = 0;
     if opts.read_only {
         set |= MOUNT_ATTR_RDONLY;
@@ -71,7 +75,7 @@ pub(crate) fn set_attrs(tree: BorrowedFd<'_>, opts: MountOptions, recursive: boo
     let attr = MountAttr {
         attr_set: set,
         attr_clr: 0,
-        propagation: libc::MS_PRIVATE as u64,
+        propagation: libc::MS_PRIVATE,
         userns_fd: 0,
     };
     let path = empty();

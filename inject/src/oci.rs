@@ -164,7 +164,10 @@ impl BundleConfig {
                 "c" => DeviceType::Char,
                 "b" => DeviceType::Block,
                 other => {
-                    return Err(oci_err(&what, format!("device rule type {other:?} is not a/b/c")))
+                    return Err(oci_err(
+                        &what,
+                        format!("device rule type {other:?} is not a/b/c"),
+                    ))
                 }
             };
             let num = |v: Option<i64>| -> Result<Option<u32>> {

@@ -33,10 +33,12 @@ impl PathrsSyscalls {
     /// Open the container root. The host path is trusted (it comes from the runtime's bundle), so
     /// it is canonicalised first; everything below it is not.
     pub fn open(rootfs: &Path) -> Result<Self> {
-        let canonical = rootfs.canonicalize().map_err(|source| InjectError::OpenRoot {
-            path: rootfs.to_path_buf(),
-            source,
-        })?;
+        let canonical = rootfs
+            .canonicalize()
+            .map_err(|source| InjectError::OpenRoot {
+                path: rootfs.to_path_buf(),
+                source,
+            })?;
         let root = Root::open(&canonical).map_err(|e| InjectError::OpenRoot {
             path: canonical.clone(),
             source: pathrs_io(e),
@@ -75,7 +77,9 @@ impl PathrsSyscalls {
     }
 
     fn resolve_existing(&self, op: &'static str, path: &Path) -> Result<Handle> {
-        self.root.resolve_nofollow(path).map_err(|e| self.perr(op, path, e))
+        self.root
+            .resolve_nofollow(path)
+            .map_err(|e| self.perr(op, path, e))
     }
 }
 
@@ -105,13 +109,20 @@ fn readlink_fd(fd: BorrowedFd<'_>) -> io::Result<PathBuf> {
     // SAFETY: readlinkat on an O_PATH symlink fd with an empty path reads the link itself; `buf`
     // is valid for `buf.len()` bytes.
     let n = unsafe {
-        libc::readlinkat(fd.as_raw_fd(), empty.as_ptr(), buf.as_mut_ptr().cast(), buf.len())
+        libc::readlinkat(
+            fd.as_raw_fd(),
+            empty.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
     };
     if n < 0 {
         return Err(io::Error::last_os_error());
     }
     buf.truncate(n as usize);
-    Ok(PathBuf::from(<std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(buf)))
+    Ok(PathBuf::from(
+        <std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(buf),
+    ))
 }
 
 /// Set exact mode and owner through an O_PATH fd (mknod/creat are subject to the umask).
@@ -143,7 +154,10 @@ fn fix_mode_owner(fd: BorrowedFd<'_>, mode: u32, uid: u32, gid: u32) -> io::Resu
 fn temp_sibling(path: &Path) -> PathBuf {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let name = path.file_name().map(|n| n.as_bytes().to_vec()).unwrap_or_default();
+    let name = path
+        .file_name()
+        .map(|n| n.as_bytes().to_vec())
+        .unwrap_or_default();
     let mut tmp = b".".to_vec();
     tmp.extend_from_slice(&name);
     tmp.extend_from_slice(format!(".gpuhook-{}-{n}", std::process::id()).as_bytes());
@@ -170,7 +184,9 @@ impl Syscalls for PathrsSyscalls {
     fn lstat(&self, path: &Path) -> Result<Option<EntryKind>> {
         match self.resolve_nofollow(path)? {
             None => Ok(None),
-            Some(h) => fd_kind(h.as_fd()).map(Some).map_err(|e| self.err("stat", path, e)),
+            Some(h) => fd_kind(h.as_fd())
+                .map(Some)
+                .map_err(|e| self.err("stat", path, e)),
         }
     }
 
@@ -206,7 +222,15 @@ impl Syscalls for PathrsSyscalls {
         self.root
             .mkdir_all(path, &Permissions::from_mode(mode))
             .map(drop)
-            .map_err(|e| self.perr("mkdir -p", path, e))
+            .map_err(|e| {
+                if pathrs_errno(&e) == Some(libc::ENOTDIR) {
+                    let op = "mkdir -p (a component is a file, or a symlink dangling inside the \
+                              root; fix the image)";
+                    self.perr(op, path, e)
+                } else {
+                    self.perr("mkdir -p", path, e)
+                }
+            })
     }
 
     fn create_file(&self, path: &Path, mode: u32) -> Result<()> {
@@ -237,7 +261,10 @@ impl Syscalls for PathrsSyscalls {
     ) -> Result<()> {
         let dev = libc::makedev(major, minor);
         self.root
-            .create(path, &InodeType::CharacterDevice(Permissions::from_mode(mode), dev))
+            .create(
+                path,
+                &InodeType::CharacterDevice(Permissions::from_mode(mode), dev),
+            )
             .map_err(|e| self.perr("mknod", path, e))?;
         let h = self.resolve_existing("open created node", path)?;
         // Re-check what we hold: a racing container process could have swapped the name.
@@ -301,7 +328,10 @@ impl Syscalls for PathrsSyscalls {
     }
 
     fn read_file(&self, path: &Path) -> Result<Vec<u8>> {
-        let h = self.root.resolve(path).map_err(|e| self.perr("resolve", path, e))?;
+        let h = self
+            .root
+            .resolve(path)
+            .map_err(|e| self.perr("resolve", path, e))?;
         if fd_kind(h.as_fd()).map_err(|e| self.err("stat", path, e))? != EntryKind::File {
             return Err(InjectError::WrongType {
                 path: path.to_path_buf(),
@@ -327,28 +357,40 @@ impl Syscalls for PathrsSyscalls {
             source,
         };
         let src = open_host_path(host_src).map_err(|e| merr("open source", e))?;
-        let src_is_dir = fd_kind(src.as_fd()).map_err(|e| merr("stat source", e))?
-            == EntryKind::Directory;
+        let src_is_dir =
+            fd_kind(src.as_fd()).map_err(|e| merr("stat source", e))? == EntryKind::Directory;
         // Follow symlinks *within* the root for the destination (like runc's securejoin): a
         // library path that is a symlink in the image gets the mount on its in-root target.
-        let target = self.root.resolve(dst).map_err(|e| merr("resolve destination", pathrs_io(e)))?;
+        let target = self
+            .root
+            .resolve(dst)
+            .map_err(|e| merr("resolve destination", pathrs_io(e)))?;
         let dst_kind = fd_kind(target.as_fd()).map_err(|e| merr("stat destination", e))?;
         if (dst_kind == EntryKind::Directory) != src_is_dir {
             return Err(InjectError::WrongType {
                 path: dst.to_path_buf(),
                 found: dst_kind.describe(),
-                expected: if src_is_dir { "a directory" } else { "a non-directory" },
+                expected: if src_is_dir {
+                    "a directory"
+                } else {
+                    "a non-directory"
+                },
             });
         }
-        let tree = mountapi::clone_tree(src.as_fd(), src_is_dir).map_err(|e| merr("open_tree", e))?;
-        mountapi::set_attrs(tree.as_fd(), opts, src_is_dir).map_err(|e| merr("mount_setattr", e))?;
+        let tree =
+            mountapi::clone_tree(src.as_fd(), src_is_dir).map_err(|e| merr("open_tree", e))?;
+        mountapi::set_attrs(tree.as_fd(), opts, src_is_dir)
+            .map_err(|e| merr("mount_setattr", e))?;
         mountapi::attach(tree.as_fd(), target.as_fd()).map_err(|e| merr("move_mount", e))?;
         tracing::debug!(src = %host_src.display(), dst = %dst.display(), ?opts, "bind mounted");
         Ok(())
     }
 
     fn unmount(&self, dst: &Path) -> Result<()> {
-        let h = self.root.resolve(dst).map_err(|e| self.perr("resolve", dst, e))?;
+        let h = self
+            .root
+            .resolve(dst)
+            .map_err(|e| self.perr("resolve", dst, e))?;
         mountapi::detach(h.as_fd()).map_err(|e| self.err("umount", dst, e))
     }
 }

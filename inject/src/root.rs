@@ -173,7 +173,12 @@ impl<S: Syscalls> ContainerRoot<S> {
 
     /// Bind-mount the host path `host_src` at `container_dst`, creating the mountpoint inside the
     /// root if needed, with `opts` applied atomically.
-    pub fn bind_mount(&self, host_src: &Path, container_dst: &Path, opts: MountOptions) -> Result<()> {
+    pub fn bind_mount(
+        &self,
+        host_src: &Path,
+        container_dst: &Path,
+        opts: MountOptions,
+    ) -> Result<()> {
         let dst = normalize_container_path(container_dst)?;
         match self.sys.host_stat(host_src)? {
             None => Err(InjectError::Io {
@@ -219,9 +224,7 @@ impl<S: Syscalls> ContainerRoot<S> {
         }
         match self.sys.lstat(&path)? {
             Some(k) if same(&k) => match source {
-                DeviceSource::Mknod => {
-                    self.sys.chmod_chown(&path, spec.mode, spec.uid, spec.gid)
-                }
+                DeviceSource::Mknod => self.sys.chmod_chown(&path, spec.mode, spec.uid, spec.gid),
                 DeviceSource::BindHost(_) => Ok(()),
             },
             Some(EntryKind::File) if matches!(source, DeviceSource::BindHost(_)) => {
@@ -240,9 +243,9 @@ impl<S: Syscalls> ContainerRoot<S> {
             None => {
                 self.ensure_parent(&path)?;
                 match source {
-                    DeviceSource::Mknod => self.sys.mknod_char(
-                        &path, spec.major, spec.minor, spec.mode, spec.uid, spec.gid,
-                    ),
+                    DeviceSource::Mknod => self
+                        .sys
+                        .mknod_char(&path, spec.major, spec.minor, spec.mode, spec.uid, spec.gid),
                     DeviceSource::BindHost(_) => {
                         self.sys.create_file(&path, 0o600)?;
                         self.bind_device(&path, source)
@@ -279,14 +282,19 @@ impl<S: Syscalls> ContainerRoot<S> {
                 self.sys.symlink(target, &link)?;
                 Ok(SymlinkOutcome::Created)
             }
-            Some(EntryKind::Symlink(existing)) if existing == target => Ok(SymlinkOutcome::Unchanged),
+            Some(EntryKind::Symlink(existing)) if existing == target => {
+                Ok(SymlinkOutcome::Unchanged)
+            }
             Some(EntryKind::Symlink(_)) => {
                 self.sys.symlink(target, &link)?;
                 Ok(SymlinkOutcome::Replaced)
             }
             Some(other) => Err(InjectError::Refused {
                 path: link,
-                reason: format!("exists as {}; will not replace it with a symlink", other.describe()),
+                reason: format!(
+                    "exists as {}; will not replace it with a symlink",
+                    other.describe()
+                ),
             }),
         }
     }

@@ -3,7 +3,10 @@
 use std::path::{Path, PathBuf};
 
 use crate::fake::FakeSyscalls;
-use crate::{CharDeviceSpec, ContainerRoot, DeviceSource, EntryKind, InjectError, MountOptions, SymlinkOutcome};
+use crate::{
+    CharDeviceSpec, ContainerRoot, DeviceSource, EntryKind, InjectError, MountOptions,
+    SymlinkOutcome,
+};
 
 fn spec() -> CharDeviceSpec {
     CharDeviceSpec {
@@ -29,16 +32,39 @@ fn hostile_paths_are_refused_before_any_syscall() {
 #[test]
 fn symlink_is_idempotent_replaces_links_and_refuses_files() {
     let fake = FakeSyscalls::new()
-        .with("/usr/lib/libcuda.so", EntryKind::Symlink("libcuda.so.1".into()))
-        .with("/usr/lib/libold.so", EntryKind::Symlink("libold.so.9".into()))
+        .with(
+            "/usr/lib/libcuda.so",
+            EntryKind::Symlink("libcuda.so.1".into()),
+        )
+        .with(
+            "/usr/lib/libold.so",
+            EntryKind::Symlink("libold.so.9".into()),
+        )
         .with("/usr/lib/real.so", EntryKind::File);
     let root = ContainerRoot::with_syscalls(fake);
     let t = |s: &str| PathBuf::from(s);
-    assert_eq!(root.symlink(&t("libcuda.so.1"), &t("/usr/lib/libcuda.so")).unwrap(), SymlinkOutcome::Unchanged);
-    assert_eq!(root.symlink(&t("libold.so.1"), &t("usr/lib/libold.so")).unwrap(), SymlinkOutcome::Replaced);
-    let err = root.symlink(&t("x"), &t("/usr/lib/real.so")).unwrap_err().to_string();
-    assert!(err.contains("regular file") && err.contains("real.so"), "{err}");
-    assert_eq!(root.symlink(&t("/abs/target"), &t("/new/dir/l")).unwrap(), SymlinkOutcome::Created);
+    assert_eq!(
+        root.symlink(&t("libcuda.so.1"), &t("/usr/lib/libcuda.so"))
+            .unwrap(),
+        SymlinkOutcome::Unchanged
+    );
+    assert_eq!(
+        root.symlink(&t("libold.so.1"), &t("usr/lib/libold.so"))
+            .unwrap(),
+        SymlinkOutcome::Replaced
+    );
+    let err = root
+        .symlink(&t("x"), &t("/usr/lib/real.so"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("regular file") && err.contains("real.so"),
+        "{err}"
+    );
+    assert_eq!(
+        root.symlink(&t("/abs/target"), &t("/new/dir/l")).unwrap(),
+        SymlinkOutcome::Created
+    );
     assert_eq!(
         root.syscalls().calls(),
         vec![
@@ -56,14 +82,26 @@ fn bind_mount_creates_the_right_mountpoint_kind() {
         .host("/drv/fw", EntryKind::Directory)
         .with("/lib/firmware/nvidia", EntryKind::File);
     let root = ContainerRoot::with_syscalls(fake);
-    root.bind_mount(Path::new("/drv/libcuda.so.1"), Path::new("/usr/lib64/libcuda.so.1"), MountOptions::LIBRARY)
-        .unwrap();
+    root.bind_mount(
+        Path::new("/drv/libcuda.so.1"),
+        Path::new("/usr/lib64/libcuda.so.1"),
+        MountOptions::LIBRARY,
+    )
+    .unwrap();
     let err = root
-        .bind_mount(Path::new("/drv/fw"), Path::new("/lib/firmware/nvidia"), MountOptions::LIBRARY)
+        .bind_mount(
+            Path::new("/drv/fw"),
+            Path::new("/lib/firmware/nvidia"),
+            MountOptions::LIBRARY,
+        )
         .unwrap_err();
     assert!(matches!(err, InjectError::WrongType { .. }), "{err}");
     let missing = root
-        .bind_mount(Path::new("/drv/nope"), Path::new("/x"), MountOptions::LIBRARY)
+        .bind_mount(
+            Path::new("/drv/nope"),
+            Path::new("/x"),
+            MountOptions::LIBRARY,
+        )
         .unwrap_err()
         .to_string();
     assert!(missing.contains("/drv/nope"), "{missing}");
@@ -80,22 +118,67 @@ fn bind_mount_creates_the_right_mountpoint_kind() {
 #[test]
 fn char_devices_mknod_verify_and_refuse() {
     let fake = FakeSyscalls::new()
-        .with("/dev/nvidia0", EntryKind::CharDevice { major: 195, minor: 0 })
-        .with("/dev/nvidia1", EntryKind::CharDevice { major: 195, minor: 7 })
-        .host("/host/dev/nvidia0", EntryKind::CharDevice { major: 195, minor: 0 })
-        .host("/host/dev/stale", EntryKind::CharDevice { major: 195, minor: 9 });
+        .with(
+            "/dev/nvidia0",
+            EntryKind::CharDevice {
+                major: 195,
+                minor: 0,
+            },
+        )
+        .with(
+            "/dev/nvidia1",
+            EntryKind::CharDevice {
+                major: 195,
+                minor: 7,
+            },
+        )
+        .host(
+            "/host/dev/nvidia0",
+            EntryKind::CharDevice {
+                major: 195,
+                minor: 0,
+            },
+        )
+        .host(
+            "/host/dev/stale",
+            EntryKind::CharDevice {
+                major: 195,
+                minor: 9,
+            },
+        );
     let root = ContainerRoot::with_syscalls(fake);
-    root.make_char_device(Path::new("/dev/nvidia0"), spec(), &DeviceSource::Mknod).unwrap();
-    let err = root.make_char_device(Path::new("/dev/nvidia1"), spec(), &DeviceSource::Mknod).unwrap_err();
-    assert!(matches!(err, InjectError::Refused { .. }), "{err}");
-    root.make_char_device(Path::new("/dev/nvidia-uvm"), CharDeviceSpec { major: 511, ..spec() }, &DeviceSource::Mknod)
+    root.make_char_device(Path::new("/dev/nvidia0"), spec(), &DeviceSource::Mknod)
         .unwrap();
-    let stale = root
-        .make_char_device(Path::new("/dev/x"), spec(), &DeviceSource::BindHost("/host/dev/stale".into()))
+    let err = root
+        .make_char_device(Path::new("/dev/nvidia1"), spec(), &DeviceSource::Mknod)
         .unwrap_err();
-    assert!(matches!(stale, InjectError::DeviceMismatch { .. }), "{stale}");
-    root.make_char_device(Path::new("/dev/y"), spec(), &DeviceSource::BindHost("/host/dev/nvidia0".into()))
-        .unwrap();
+    assert!(matches!(err, InjectError::Refused { .. }), "{err}");
+    root.make_char_device(
+        Path::new("/dev/nvidia-uvm"),
+        CharDeviceSpec {
+            major: 511,
+            ..spec()
+        },
+        &DeviceSource::Mknod,
+    )
+    .unwrap();
+    let stale = root
+        .make_char_device(
+            Path::new("/dev/x"),
+            spec(),
+            &DeviceSource::BindHost("/host/dev/stale".into()),
+        )
+        .unwrap_err();
+    assert!(
+        matches!(stale, InjectError::DeviceMismatch { .. }),
+        "{stale}"
+    );
+    root.make_char_device(
+        Path::new("/dev/y"),
+        spec(),
+        &DeviceSource::BindHost("/host/dev/nvidia0".into()),
+    )
+    .unwrap();
     assert_eq!(
         root.syscalls().calls(),
         vec![
@@ -111,11 +194,19 @@ fn char_devices_mknod_verify_and_refuse() {
 
 #[test]
 fn write_file_skips_identical_contents_and_refuses_directories() {
-    let fake = FakeSyscalls::new().with("/etc", EntryKind::Directory).with("/etc/d", EntryKind::Directory);
+    let fake = FakeSyscalls::new()
+        .with("/etc", EntryKind::Directory)
+        .with("/etc/d", EntryKind::Directory);
     let root = ContainerRoot::with_syscalls(fake);
-    assert!(root.write_file(Path::new("/etc/a.conf"), b"x\n", 0o644).unwrap());
-    assert!(!root.write_file(Path::new("/etc/a.conf"), b"x\n", 0o644).unwrap());
-    assert!(root.write_file(Path::new("/etc/a.conf"), b"y\n", 0o644).unwrap());
+    assert!(root
+        .write_file(Path::new("/etc/a.conf"), b"x\n", 0o644)
+        .unwrap());
+    assert!(!root
+        .write_file(Path::new("/etc/a.conf"), b"x\n", 0o644)
+        .unwrap());
+    assert!(root
+        .write_file(Path::new("/etc/a.conf"), b"y\n", 0o644)
+        .unwrap());
     assert!(root.write_file(Path::new("/etc/d"), b"y\n", 0o644).is_err());
 }
 
@@ -127,5 +218,8 @@ fn create_symlinks_validates_all_before_creating_any() {
         (PathBuf::from("b"), PathBuf::from("../../etc/evil")),
     ];
     assert!(crate::hooks::create_symlinks_in(&root, &links).is_err());
-    assert!(root.syscalls().calls().is_empty(), "nothing created when one entry is bad");
+    assert!(
+        root.syscalls().calls().is_empty(),
+        "nothing created when one entry is bad"
+    );
 }

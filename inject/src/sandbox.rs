@@ -11,7 +11,7 @@
 //! chroot rather than pivot_root: the process has no capabilities left when it runs, so it cannot
 //! use the classic chroot escapes, and the root fd needs no bind-mount-on-itself dance.
 //!
-//! Process shape: `Command` forks an intermediate (pre_exec) that unshares the namespaces and
+//! Process shape: we fork an intermediate that unshares the namespaces and
 //! forks again; the grandchild is pid 1 of the new pid namespace and execs ldconfig. Both set
 //! PDEATHSIG=SIGKILL, so killing the intermediate on timeout also kills the grandchild. Only
 //! async-signal-safe libc calls run after fork; everything is prepared beforehand.
@@ -20,9 +20,8 @@ use std::ffi::CString;
 use std::fs::File;
 use std::io::Read;
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
-use std::os::unix::process::CommandExt;
+use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Limits for the sandboxed process.
@@ -97,11 +96,14 @@ fn check(rc: libc::c_int, step: &[u8]) {
 }
 
 impl Plan {
-    /// Runs in the child forked by `Command`; never returns.
+    /// Runs in the forked child; never returns.
     fn intermediate(&self) -> ! {
         // SAFETY: only async-signal-safe syscalls on values prepared before fork.
         unsafe {
-            check(libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL), b"prctl(PDEATHSIG)");
+            check(
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL),
+                b"prctl(PDEATHSIG)",
+            );
             check(
                 libc::unshare(libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWIPC),
                 b"unshare(mnt|pid|ipc)",
@@ -132,7 +134,10 @@ impl Plan {
         let l = self.limits;
         // SAFETY: only async-signal-safe syscalls; every pointer comes from the prepared plan.
         unsafe {
-            check(libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL), b"prctl(PDEATHSIG)");
+            check(
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL),
+                b"prctl(PDEATHSIG)",
+            );
             check(
                 libc::mount(
                     std::ptr::null(),
@@ -182,11 +187,20 @@ impl Plan {
             lim(libc::RLIMIT_NOFILE, 1024);
             lim(libc::RLIMIT_FSIZE, 256 << 20);
             lim(libc::RLIMIT_CORE, 0);
-            check(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), b"no_new_privs");
+            check(
+                libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0),
+                b"no_new_privs",
+            );
             for cap in 0..=self.last_cap {
                 libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0);
             }
-            libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+            libc::prctl(
+                libc::PR_CAP_AMBIENT,
+                libc::PR_CAP_AMBIENT_CLEAR_ALL,
+                0,
+                0,
+                0,
+            );
             check(libc::setgroups(0, std::ptr::null()), b"setgroups");
             check(libc::setresgid(l.gid, l.gid, l.gid), b"setresgid");
             check(libc::setresuid(l.uid, l.uid, l.uid), b"setresuid");
@@ -196,6 +210,11 @@ impl Plan {
             check(
                 libc::syscall(libc::SYS_capset, header.as_ptr(), data.as_ptr()) as libc::c_int,
                 b"capset",
+            );
+            // No descriptor of ours (the root fd, other threads' non-CLOEXEC fds) survives exec.
+            check(
+                libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 4u32) as libc::c_int,
+                b"close_range(CLOEXEC)",
             );
             libc::syscall(
                 libc::SYS_execveat,
@@ -208,6 +227,16 @@ impl Plan {
             fail(b"execveat(host ldconfig)")
         }
     }
+}
+
+fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two descriptors into a valid 2-element array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors are fresh and owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
 fn drain(mut r: impl Read + Send + 'static) -> std::thread::JoinHandle<Vec<u8>> {
@@ -232,7 +261,6 @@ pub(crate) fn run_sandboxed(
     root: BorrowedFd<'_>,
     root_path: &Path,
     exe: &File,
-    exe_path: &Path,
     args: &[CString],
     limits: Limits,
 ) -> Result<(), String> {
@@ -262,45 +290,75 @@ pub(crate) fn run_sandboxed(
         limits,
         last_cap,
     };
-    let mut cmd = Command::new(exe_path);
-    cmd.env_clear()
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    // SAFETY: the closure only performs async-signal-safe syscalls on data prepared above (see
-    // `Plan`), and never returns: it execs ldconfig or _exits.
-    unsafe {
-        cmd.pre_exec(move || plan.intermediate());
+    let (out_r, out_w) = pipe().map_err(|e| format!("pipe: {e}"))?;
+    let (err_r, err_w) = pipe().map_err(|e| format!("pipe: {e}"))?;
+    let devnull = File::open("/dev/null").map_err(|e| format!("open /dev/null: {e}"))?;
+    // SAFETY: the child only performs async-signal-safe syscalls on data prepared above (see
+    // `Plan`) and never returns: it execs ldconfig or _exits. We do not use `Command` because its
+    // spawn() blocks until the child execs, and our intermediate never does (it waits for the
+    // grandchild), which would defeat the timeout.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(format!("fork: {}", std::io::Error::last_os_error()));
     }
-    let mut child = cmd.spawn().map_err(|e| format!("spawn sandbox: {e}"))?;
-    let out = drain(child.stdout.take().expect("piped"));
-    let err = drain(child.stderr.take().expect("piped"));
+    if pid == 0 {
+        // SAFETY: dup2 onto the standard descriptors (async-signal-safe) in the new child.
+        unsafe {
+            if libc::dup2(devnull.as_raw_fd(), 0) < 0
+                || libc::dup2(out_w.as_raw_fd(), 1) < 0
+                || libc::dup2(err_w.as_raw_fd(), 2) < 0
+            {
+                libc::_exit(124);
+            }
+        }
+        plan.intermediate();
+    }
+    drop((out_w, err_w, devnull));
+    let out = drain(File::from(out_r));
+    let err = drain(File::from(err_r));
     let start = Instant::now();
     let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) if start.elapsed() > limits.timeout => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(format!(
-                    "timed out after {:?}; killed (a huge or hostile library directory?)",
-                    limits.timeout
-                ));
-            }
-            Ok(None) => std::thread::sleep(Duration::from_millis(10)),
-            Err(e) => return Err(format!("wait: {e}")),
+        let mut status = 0;
+        // SAFETY: waitpid on our own child with a valid out pointer.
+        let rc = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if rc == pid {
+            break status;
         }
+        if rc < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return Err(format!("waitpid: {e}"));
+        }
+        if start.elapsed() > limits.timeout {
+            // SAFETY: kill and reap our own child; the grandchild dies with it (PDEATHSIG).
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, &mut status, 0);
+            }
+            return Err(format!(
+                "timed out after {:?}; killed (a huge or hostile library directory?)",
+                limits.timeout
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(10));
     };
     let stdout = out.join().unwrap_or_default();
     let stderr = err.join().unwrap_or_default();
-    if status.success() {
+    if libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0 {
         if !stderr.is_empty() {
             tracing::debug!(stderr = %String::from_utf8_lossy(&stderr), "ldconfig warnings");
         }
         return Ok(());
     }
+    let how = if libc::WIFEXITED(status) {
+        format!("exit status: {}", libc::WEXITSTATUS(status))
+    } else {
+        format!("killed by signal {}", libc::WTERMSIG(status))
+    };
     Err(format!(
-        "{status}; stderr: {}; stdout: {}",
+        "{how}; stderr: {}; stdout: {}",
         String::from_utf8_lossy(&stderr).trim(),
         String::from_utf8_lossy(&stdout).trim()
     ))

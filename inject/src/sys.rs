@@ -87,8 +87,15 @@ pub trait Syscalls {
     fn create_file(&self, path: &Path, mode: u32) -> Result<()>;
     /// mknodat a character device (parent must exist, the path must not), then set exact mode and
     /// ownership on the created node.
-    fn mknod_char(&self, path: &Path, major: u32, minor: u32, mode: u32, uid: u32, gid: u32)
-        -> Result<()>;
+    fn mknod_char(
+        &self,
+        path: &Path,
+        major: u32,
+        minor: u32,
+        mode: u32,
+        uid: u32,
+        gid: u32,
+    ) -> Result<()>;
     /// Set mode and ownership of an existing node (no symlink following on the last component).
     fn chmod_chown(&self, path: &Path, mode: u32, uid: u32, gid: u32) -> Result<()>;
     /// Atomically create or replace the *symlink* at `link` (create a temp link, rename over).

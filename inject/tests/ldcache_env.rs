@@ -17,7 +17,12 @@ fn ld_preload_in_our_env_does_not_reach_ldconfig() {
     // Set after building (gcc would complain about the missing preload object).
     std::env::set_var("LD_PRELOAD", "/proc/self/cwd/poc.so");
     std::env::set_var("LD_LIBRARY_PATH", "/evil");
-    let res = update_ldcache_with(&rootfs, &["/usr/lib".into()], &fake, LdcacheOptions::new(0, 0));
+    let res = update_ldcache_with(
+        &rootfs,
+        &["/usr/lib".into()],
+        &fake,
+        LdcacheOptions::new(0, 0),
+    );
     std::env::remove_var("LD_PRELOAD");
     std::env::remove_var("LD_LIBRARY_PATH");
     res.unwrap();

@@ -36,7 +36,11 @@ fn mounts_land_in_the_target_namespace_not_the_host() {
     }
     let result = in_mount_namespace_of(pid, || {
         let root = ContainerRoot::open(&rootfs)?;
-        root.bind_mount(&lib, Path::new("/usr/lib64/libnvidia-ml.so.1"), MountOptions::LIBRARY)?;
+        root.bind_mount(
+            &lib,
+            Path::new("/usr/lib64/libnvidia-ml.so.1"),
+            MountOptions::LIBRARY,
+        )?;
         // Seen from inside: the mount exists and is read-only.
         let w = std::fs::OpenOptions::new()
             .write(true)
@@ -47,12 +51,23 @@ fn mounts_land_in_the_target_namespace_not_the_host() {
     .unwrap();
     assert_eq!(result, Some(libc::EROFS));
     let in_container = mounts_under(&format!("/proc/{pid}/mountinfo"), &rootfs);
-    assert_eq!(in_container, vec![rootfs.join("usr/lib64/libnvidia-ml.so.1")]);
-    assert!(mounts_under("/proc/self/mountinfo", &base).is_empty(), "leaked into host");
+    assert_eq!(
+        in_container,
+        vec![rootfs.join("usr/lib64/libnvidia-ml.so.1")]
+    );
+    assert!(
+        mounts_under("/proc/self/mountinfo", &base).is_empty(),
+        "leaked into host"
+    );
     // The mountpoint file was created on the shared filesystem, but the host sees no mount.
-    assert_eq!(std::fs::read(rootfs.join("usr/lib64/libnvidia-ml.so.1")).unwrap(), b"");
+    assert_eq!(
+        std::fs::read(rootfs.join("usr/lib64/libnvidia-ml.so.1")).unwrap(),
+        b""
+    );
     // Errors come back: a pid that does not exist.
-    let err = in_mount_namespace_of(i32::MAX, || ()).unwrap_err().to_string();
+    let err = in_mount_namespace_of(i32::MAX, || ())
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("mount namespace of pid"), "{err}");
     child.kill().unwrap();
     child.wait().unwrap();

@@ -61,7 +61,11 @@ fn fixture(rel_dir: &str, absolute: bool, in_root: bool) -> Fixture {
 }
 
 fn assert_host_untouched(f: &Fixture) {
-    assert_eq!(listing(&f.host_target), vec!["marker"], "host dir was modified");
+    assert_eq!(
+        listing(&f.host_target),
+        vec!["marker"],
+        "host dir was modified"
+    );
     assert!(
         mounts_under("/proc/thread-self/mountinfo", &f.host_target).is_empty(),
         "a mount appeared on the host target"
@@ -73,7 +77,9 @@ fn lib_mount_stays_inside(rel_dir: &str, absolute: bool) {
     let dangling = fixture(rel_dir, absolute, false);
     in_private_mount_ns(|| {
         let root = ContainerRoot::open(&dangling.rootfs).unwrap();
-        let err = root.bind_mount(&dangling.host_lib, &dst, MountOptions::LIBRARY).unwrap_err();
+        let err = root
+            .bind_mount(&dangling.host_lib, &dst, MountOptions::LIBRARY)
+            .unwrap_err();
         eprintln!("dangling in-root symlink refused as expected: {err}");
         assert_host_untouched(&dangling);
         assert!(mounts_under("/proc/thread-self/mountinfo", &dangling.rootfs).is_empty());
@@ -81,15 +87,25 @@ fn lib_mount_stays_inside(rel_dir: &str, absolute: bool) {
     let f = fixture(rel_dir, absolute, true);
     in_private_mount_ns(|| {
         let root = ContainerRoot::open(&f.rootfs).unwrap();
-        root.bind_mount(&f.host_lib, &dst, MountOptions::LIBRARY).unwrap();
+        root.bind_mount(&f.host_lib, &dst, MountOptions::LIBRARY)
+            .unwrap();
         assert_host_untouched(&f);
         let inside = mounts_under("/proc/thread-self/mountinfo", &f.rootfs);
-        assert_eq!(inside.len(), 1, "exactly one mount, inside the rootfs: {inside:?}");
+        assert_eq!(
+            inside.len(),
+            1,
+            "exactly one mount, inside the rootfs: {inside:?}"
+        );
         // The file is reachable through the container's view of the path, and is read-only.
         let seen = f.in_root_target.clone();
         assert_eq!(inside[0], seen.join("libcuda.so.1"));
-        assert_eq!(std::fs::read(seen.join("libcuda.so.1")).unwrap(), b"\x7fELF fake lib");
-        let w = std::fs::OpenOptions::new().write(true).open(seen.join("libcuda.so.1"));
+        assert_eq!(
+            std::fs::read(seen.join("libcuda.so.1")).unwrap(),
+            b"\x7fELF fake lib"
+        );
+        let w = std::fs::OpenOptions::new()
+            .write(true)
+            .open(seen.join("libcuda.so.1"));
         assert_eq!(w.unwrap_err().raw_os_error(), Some(libc::EROFS));
         root.unmount(&dst).unwrap();
         assert!(mounts_under("/proc/thread-self/mountinfo", &f.rootfs).is_empty());
@@ -126,7 +142,10 @@ fn ensure_file_and_dir_never_create_on_host() {
         for in_root in [false, true] {
             let f = fixture("usr/lib/x86_64-linux-gnu", absolute, in_root);
             let root = ContainerRoot::open(&f.rootfs).unwrap();
-            let file = root.ensure_file(Path::new("/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"), 0o644);
+            let file = root.ensure_file(
+                Path::new("/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"),
+                0o644,
+            );
             let dir = root.ensure_dir(Path::new("/usr/lib/x86_64-linux-gnu/vdpau/sub"), 0o755);
             assert_eq!(file.is_ok(), in_root, "{file:?}");
             assert_eq!(dir.is_ok(), in_root, "{dir:?}");
@@ -146,32 +165,62 @@ fn make_char_device_through_symlinked_dev_stays_in_root() {
     }
     for absolute in [true, false] {
         let dangling = fixture("dev", absolute, false);
-        let spec0 = CharDeviceSpec { major: 195, minor: 0, mode: 0o660, uid: 0, gid: 44 };
+        let spec0 = CharDeviceSpec {
+            major: 195,
+            minor: 0,
+            mode: 0o660,
+            uid: 0,
+            gid: 44,
+        };
         let root = ContainerRoot::open(&dangling.rootfs).unwrap();
-        assert!(root.make_char_device(Path::new("/dev/nvidia0"), spec0, &DeviceSource::Mknod).is_err());
+        assert!(root
+            .make_char_device(Path::new("/dev/nvidia0"), spec0, &DeviceSource::Mknod)
+            .is_err());
         assert_host_untouched(&dangling);
         let f = fixture("dev", absolute, true);
         let host_node = f.host_target.parent().unwrap().join("host-nvidia0");
         mknod(&host_node, 195, 0);
-        let spec = CharDeviceSpec { major: 195, minor: 0, mode: 0o660, uid: 0, gid: 44 };
+        let spec = CharDeviceSpec {
+            major: 195,
+            minor: 0,
+            mode: 0o660,
+            uid: 0,
+            gid: 44,
+        };
         let root = ContainerRoot::open(&f.rootfs).unwrap();
-        root.make_char_device(Path::new("/dev/nvidia0"), spec, &DeviceSource::Mknod).unwrap();
+        root.make_char_device(Path::new("/dev/nvidia0"), spec, &DeviceSource::Mknod)
+            .unwrap();
         assert_host_untouched(&f);
         // Idempotent second call, and the node is where the container sees /dev.
-        root.make_char_device(Path::new("/dev/nvidia0"), spec, &DeviceSource::Mknod).unwrap();
+        root.make_char_device(Path::new("/dev/nvidia0"), spec, &DeviceSource::Mknod)
+            .unwrap();
         assert_eq!(
             root.lstat(Path::new("/dev/nvidia0")).unwrap(),
-            Some(gpuhook_inject::EntryKind::CharDevice { major: 195, minor: 0 })
+            Some(gpuhook_inject::EntryKind::CharDevice {
+                major: 195,
+                minor: 0
+            })
         );
         in_private_mount_ns(|| {
             let root = ContainerRoot::open(&f.rootfs).unwrap();
-            root.make_char_device(Path::new("/dev/nvidia1"), CharDeviceSpec { minor: 0, ..spec }, &DeviceSource::BindHost(host_node.clone()))
-                .unwrap();
+            root.make_char_device(
+                Path::new("/dev/nvidia1"),
+                CharDeviceSpec { minor: 0, ..spec },
+                &DeviceSource::BindHost(host_node.clone()),
+            )
+            .unwrap();
             assert_host_untouched(&f);
             let wrong = root
-                .make_char_device(Path::new("/dev/nvidia2"), CharDeviceSpec { minor: 2, ..spec }, &DeviceSource::BindHost(host_node.clone()))
+                .make_char_device(
+                    Path::new("/dev/nvidia2"),
+                    CharDeviceSpec { minor: 2, ..spec },
+                    &DeviceSource::BindHost(host_node.clone()),
+                )
                 .unwrap_err();
-            assert!(matches!(wrong, InjectError::DeviceMismatch { .. }), "{wrong}");
+            assert!(
+                matches!(wrong, InjectError::DeviceMismatch { .. }),
+                "{wrong}"
+            );
         });
     }
 }
@@ -184,14 +233,24 @@ fn symlink_creation_through_planted_parent_stays_in_root() {
     for absolute in [true, false] {
         let dangling = fixture("usr/lib/x86_64-linux-gnu", absolute, false);
         let root = ContainerRoot::open(&dangling.rootfs).unwrap();
-        assert!(root.symlink(Path::new("x"), Path::new("/usr/lib/x86_64-linux-gnu/l")).is_err());
+        assert!(root
+            .symlink(Path::new("x"), Path::new("/usr/lib/x86_64-linux-gnu/l"))
+            .is_err());
         assert_host_untouched(&dangling);
         let f = fixture("usr/lib/x86_64-linux-gnu", absolute, true);
         let root = ContainerRoot::open(&f.rootfs).unwrap();
         // Link *location* through the planted symlink: created inside the root.
-        root.symlink(Path::new("libcuda.so.1"), Path::new("/usr/lib/x86_64-linux-gnu/libcuda.so")).unwrap();
+        root.symlink(
+            Path::new("libcuda.so.1"),
+            Path::new("/usr/lib/x86_64-linux-gnu/libcuda.so"),
+        )
+        .unwrap();
         // An absolute target is fine: it is interpreted in the container at use time.
-        root.symlink(Path::new("/etc/shadow"), Path::new("/usr/lib/x86_64-linux-gnu/abs")).unwrap();
+        root.symlink(
+            Path::new("/etc/shadow"),
+            Path::new("/usr/lib/x86_64-linux-gnu/abs"),
+        )
+        .unwrap();
         assert_host_untouched(&f);
         assert_eq!(
             std::fs::read_link(f.in_root_target.join("libcuda.so")).unwrap(),
@@ -200,11 +259,18 @@ fn symlink_creation_through_planted_parent_stays_in_root() {
         // Replacing the planted directory symlink itself with a link is allowed only because it is
         // a symlink *inside* the root; replacing a real file is refused.
         std::fs::write(f.rootfs.join("usr/lib/regular"), b"x").unwrap();
-        let err = root.symlink(Path::new("t"), Path::new("/usr/lib/regular")).unwrap_err();
+        let err = root
+            .symlink(Path::new("t"), Path::new("/usr/lib/regular"))
+            .unwrap_err();
         assert!(matches!(err, InjectError::Refused { .. }), "{err}");
         for hostile in ["../../etc/x", "/../../../../etc/passwd", "usr/../../x"] {
-            let err = root.symlink(Path::new("t"), Path::new(hostile)).unwrap_err();
-            assert!(matches!(err, InjectError::Refused { .. }), "{hostile}: {err}");
+            let err = root
+                .symlink(Path::new("t"), Path::new(hostile))
+                .unwrap_err();
+            assert!(
+                matches!(err, InjectError::Refused { .. }),
+                "{hostile}: {err}"
+            );
         }
         assert_host_untouched(&f);
     }
@@ -226,11 +292,15 @@ fn host_mount_table_unchanged_after_full_inject_unmount_cycle() {
     let root = ContainerRoot::open(&f.rootfs).unwrap();
     let lib = Path::new("/usr/lib/x86_64-linux-gnu/libcuda.so.1");
     let fwdst = Path::new("/lib/firmware/nvidia");
-    root.bind_mount(&f.host_lib, lib, MountOptions::LIBRARY).unwrap();
+    root.bind_mount(&f.host_lib, lib, MountOptions::LIBRARY)
+        .unwrap();
     root.bind_mount(&fw, fwdst, MountOptions::LIBRARY).unwrap();
     let during = mounts_under("/proc/self/mountinfo", &base);
     assert_eq!(during.len(), 2, "{during:?}");
-    assert!(during.iter().all(|m| m.starts_with(&f.rootfs)), "{during:?}");
+    assert!(
+        during.iter().all(|m| m.starts_with(&f.rootfs)),
+        "{during:?}"
+    );
     assert_host_untouched_host_ns(&f);
     root.unmount(lib).unwrap();
     root.unmount(fwdst).unwrap();
@@ -240,4 +310,39 @@ fn host_mount_table_unchanged_after_full_inject_unmount_cycle() {
 fn assert_host_untouched_host_ns(f: &Fixture) {
     assert_eq!(listing(&f.host_target), vec!["marker"]);
     assert!(mounts_under("/proc/self/mountinfo", &f.host_target).is_empty());
+}
+
+#[test]
+fn mountpoint_that_is_a_symlink_to_a_host_file_is_never_mounted_over() {
+    if !is_root("file symlink") {
+        return;
+    }
+    let f = fixture("usr/lib/x86_64-linux-gnu", true, true);
+    let host_file = f.host_target.join("marker");
+    // The image makes the library's mountpoint itself a symlink to a host file.
+    let planted = f.rootfs.join("usr/lib64/libcuda.so.1");
+    std::fs::create_dir_all(planted.parent().unwrap()).unwrap();
+    symlink(&host_file, &planted).unwrap();
+    in_private_mount_ns(|| {
+        let root = ContainerRoot::open(&f.rootfs).unwrap();
+        let dst = Path::new("/usr/lib64/libcuda.so.1");
+        // In the root, the link dangles: refused, nothing mounted anywhere.
+        let err = root
+            .bind_mount(&f.host_lib, dst, MountOptions::LIBRARY)
+            .unwrap_err();
+        eprintln!("refused: {err}");
+        assert!(mounts_under("/proc/thread-self/mountinfo", &f.rootfs).is_empty());
+        assert!(mounts_under("/proc/thread-self/mountinfo", &f.host_target).is_empty());
+        // Once the in-root counterpart exists, the mount lands on it — inside the root.
+        let in_root = f.rootfs.join(host_file.strip_prefix("/").unwrap());
+        std::fs::write(&in_root, b"image file").unwrap();
+        root.bind_mount(&f.host_lib, dst, MountOptions::LIBRARY)
+            .unwrap();
+        assert_eq!(
+            mounts_under("/proc/thread-self/mountinfo", &f.rootfs),
+            vec![in_root.clone()]
+        );
+        assert_eq!(std::fs::read(&host_file).unwrap(), b"host");
+        assert_host_untouched(&f);
+    });
 }

@@ -62,6 +62,9 @@ pub struct RunArgs {
     /// Overrides mpsDaemon.probeInterval (e.g. 500ms).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration_arg)]
     pub probe_interval: Option<std::time::Duration>,
+    /// Host path of libnvidia-ml to use instead of the driver root's.
+    #[arg(long, value_name = "PATH")]
+    pub nvml_lib: Option<PathBuf>,
     /// Take GPU facts from a serialised gpuhook inventory instead of discovering them.
     #[arg(long, value_name = "FILE", hide = true)]
     pub inventory_json: Option<PathBuf>,
@@ -91,7 +94,7 @@ fn node_access(args: &RunArgs, driver_root: &Path) -> Result<(Box<dyn GpuInvento
         };
         return Ok((Box::new(JsonInventory { path: p.clone() }), Arc::new(no_nvml)));
     }
-    crate::node::access(driver_root)
+    crate::node::access(driver_root, args.nvml_lib.as_deref())
 }
 
 struct Loaded {

@@ -38,12 +38,7 @@ pub trait GpuInventory: Send + Sync + std::fmt::Debug {
     fn gpus(&self) -> Result<Vec<GpuFacts>, InventoryError>;
 }
 
-/// NVML compute modes we use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ComputeMode {
-    Default,
-    ExclusiveProcess,
-}
+pub use gpuhook_node::ComputeMode;
 
 /// Sets a GPU's compute mode; returns the previous mode so that it can be restored.
 pub trait ComputeModeSetter: Send + Sync + std::fmt::Debug {

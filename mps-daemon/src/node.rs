@@ -1,19 +1,66 @@
 //! GPU facts and compute-mode control from the real node (gpuhook-node discovery + NVML).
 //!
 //! Kept apart from the rest so that everything else depends only on the traits of
-//! [`crate::inventory`].
+//! [`crate::inventory`]. Discovery runs again on every reload, so GPUs added to the node are
+//! seen by a SIGHUP.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use anyhow::{bail, Result};
+use anyhow::Result;
+use gpuhook_node::{discover, ComputeMode, DiscoverOptions, Nvml, NvmlLocation};
 
-use crate::inventory::{ComputeModeSetter, GpuInventory};
+use crate::inventory::{facts_of, ComputeModeSetter, GpuFacts, GpuInventory, InventoryError, NoComputeMode};
+
+/// GPU facts from [`gpuhook_node::discover`].
+#[derive(Debug, Clone)]
+pub struct DiscoveredInventory {
+    pub driver_root: PathBuf,
+    pub nvml_lib: Option<PathBuf>,
+}
+
+impl GpuInventory for DiscoveredInventory {
+    fn gpus(&self) -> Result<Vec<GpuFacts>, InventoryError> {
+        let opts = DiscoverOptions {
+            driver_root: self.driver_root.clone(),
+            dev_root: None,
+            nvml_lib: self.nvml_lib.clone(),
+        };
+        let d = discover(&opts).map_err(|e| InventoryError::Discovery(e.to_string()))?;
+        for w in &d.warnings {
+            tracing::warn!(warning = %w, "discovery");
+        }
+        Ok(facts_of(&d.inventory))
+    }
+}
+
+/// Compute modes through the driver root's NVML.
+#[derive(Debug)]
+pub struct NvmlComputeMode(pub Nvml);
+
+impl ComputeModeSetter for NvmlComputeMode {
+    fn set_compute_mode(&self, uuid: &str, mode: ComputeMode) -> Result<ComputeMode, String> {
+        let prev = self.0.compute_mode(uuid).map_err(|e| e.to_string())?;
+        if prev != mode {
+            self.0.set_compute_mode(uuid, mode).map_err(|e| e.to_string())?;
+        }
+        Ok(prev)
+    }
+}
 
 /// Discovery-backed GPU facts and NVML compute-mode control for `driver_root`.
-pub fn access(driver_root: &Path) -> Result<(Box<dyn GpuInventory>, Arc<dyn ComputeModeSetter>)> {
-    bail!(
-        "GPU discovery under {} is not available in this build; pass --inventory-json FILE",
-        driver_root.display()
-    )
+pub fn access(
+    driver_root: &Path,
+    nvml_lib: Option<&Path>,
+) -> Result<(Box<dyn GpuInventory>, Arc<dyn ComputeModeSetter>)> {
+    let inventory = DiscoveredInventory {
+        driver_root: driver_root.to_path_buf(),
+        nvml_lib: nvml_lib.map(Path::to_path_buf),
+    };
+    let compute: Arc<dyn ComputeModeSetter> =
+        match NvmlLocation::locate(driver_root, nvml_lib).and_then(|l| Nvml::load(&l)) {
+            Ok(nvml) => Arc::new(NvmlComputeMode(nvml)),
+            Err(e) => Arc::new(NoComputeMode { reason: format!("NVML unavailable: {e}") }),
+        };
+    Ok((Box::new(inventory), compute))
 }

@@ -210,10 +210,13 @@ impl GpuSupervisor {
     async fn apply_limits(&self, env: &ControlEnv, to: Duration) -> Result<(f64, Option<u64>), String> {
         let want_pct = self.plan.active_thread_percentage;
         let e = |e: crate::control::ControlError| e.to_string();
-        env.send(&format!("set_default_active_thread_percentage {want_pct}"), to).await.map_err(e)?;
+        // Both settings in one client run (one process instead of two); replies are not relied
+        // upon, the values are read back below.
+        let mut set = format!("set_default_active_thread_percentage {want_pct}");
         if let Some(m) = self.plan.pinned_memory_limit_mib {
-            env.send(&format!("set_default_device_pinned_mem_limit 0 {m}M"), to).await.map_err(e)?;
+            set.push_str(&format!("\nset_default_device_pinned_mem_limit 0 {m}M"));
         }
+        env.send(&set, to).await.map_err(e)?;
         let reply = env.send("get_default_active_thread_percentage", to).await.map_err(e)?;
         let pct = parse_percentage(&reply)
             .ok_or_else(|| format!("unexpected reply to get_default_active_thread_percentage: {reply:?}"))?;

@@ -9,6 +9,7 @@
 use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::NodeError;
 use crate::inventory::{Inventory, INVENTORY_FORMAT_VERSION};
@@ -45,7 +46,9 @@ impl Inventory {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
+        static SEQ: AtomicU64 = AtomicU64::new(0);
+        let seq = SEQ.fetch_add(1, Ordering::Relaxed);
+        let tmp = dir.join(format!(".{name}.tmp.{}.{seq}", std::process::id()));
         let result = (|| {
             let mut f = std::fs::OpenOptions::new()
                 .write(true)

@@ -7,7 +7,7 @@
 //! resolver remembers every component it has resolved, so a library directory is walked once and
 //! each further file costs one `readlink`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io;
 use std::path::{Component, Path, PathBuf};
 
@@ -21,6 +21,8 @@ const MAX_LINKS: u32 = 40;
 pub struct RootResolver {
     root: PathBuf,
     cache: HashMap<PathBuf, PathBuf>,
+    /// Resolved paths known not to exist (discovery probes many optional well-known paths).
+    missing: HashSet<PathBuf>,
 }
 
 impl RootResolver {
@@ -28,6 +30,7 @@ impl RootResolver {
         RootResolver {
             root: root.to_path_buf(),
             cache: HashMap::new(),
+            missing: HashSet::new(),
         }
     }
 
@@ -61,6 +64,9 @@ impl RootResolver {
                         cur = hit.clone();
                         continue;
                     }
+                    if self.missing.contains(&next) {
+                        return Err(io::Error::from_raw_os_error(libc::ENOENT));
+                    }
                     let resolved = match std::fs::read_link(join_under(&self.root, &next)) {
                         Ok(target) => {
                             if depth >= MAX_LINKS {
@@ -74,7 +80,12 @@ impl RootResolver {
                             self.resolve_depth(&target, depth + 1)?
                         }
                         Err(e) if e.raw_os_error() == Some(libc::EINVAL) => next.clone(),
-                        Err(e) => return Err(e),
+                        Err(e) => {
+                            if e.kind() == io::ErrorKind::NotFound {
+                                self.missing.insert(next);
+                            }
+                            return Err(e);
+                        }
                     };
                     self.cache.insert(next, resolved.clone());
                     cur = resolved;

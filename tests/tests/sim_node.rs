@@ -321,6 +321,29 @@ fn second_build_keeps_correct_nodes_and_repairs_wrong_ones() {
     );
 }
 
+#[test]
+fn rebuilding_with_another_profile_removes_what_no_longer_belongs() {
+    if !gpuhook_e2e::e2e_ready("sim_node", &["ldconfig"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let dgx = NodeProfile::builtin("dgx-h100").unwrap();
+    materialise(&dgx, root, &opts()).unwrap();
+    assert!(root.join("dev/nvidia7").exists());
+    let t4 = NodeProfile::builtin("t4").unwrap();
+    materialise(&t4, root, &opts()).unwrap();
+    check_node(root, &t4);
+    assert!(
+        !root.join("dev/nvidia7").exists(),
+        "GPU nodes of the old profile removed"
+    );
+    assert!(!root.join("run/nvidia-fabricmanager/socket").exists());
+    let cache = ld_cache(root);
+    assert!(cache.values().all(|p| !p.contains("580.")), "{cache:?}");
+    assert!(!cache.contains_key("libnvidia-nscq.so.2"), "{cache:?}");
+}
+
 fn walk(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     for e in std::fs::read_dir(dir).unwrap().flatten() {

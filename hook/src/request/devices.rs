@@ -69,6 +69,34 @@ pub enum DeviceSelection {
     Ids(Vec<DeviceId>),
 }
 
+impl DeviceSelection {
+    /// The CDI names the runtime wrapper asks for in `cdi` mode: `all` → `<kind>=all`, `none` →
+    /// nothing, ids via [`DeviceId::to_cdi_name`]. `MIG-GPU-<uuid>/<gi>/<ci>` has no CDI name: error.
+    pub fn to_cdi_names(
+        &self,
+        kind: &str,
+        origin: RequestSource,
+    ) -> Result<Vec<String>, RequestError> {
+        match self {
+            DeviceSelection::None => Ok(Vec::new()),
+            DeviceSelection::All => Ok(vec![format!("{kind}=all")]),
+            DeviceSelection::Ids(ids) => ids
+                .iter()
+                .map(|id| {
+                    id.to_cdi_name(kind)
+                        .ok_or_else(|| RequestError::InvalidDeviceId {
+                            id: preview(&id.to_string()),
+                            origin,
+                            reason:
+                                "MIG-GPU-<uuid>/<gi>/<ci> has no CDI name; use MIG-<uuid> or N:M"
+                                    .into(),
+                        })
+                })
+                .collect(),
+        }
+    }
+}
+
 /// Result of parsing one id list.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum ListOutcome {

@@ -127,6 +127,25 @@ fn cdi_names_for_the_runtime_wrapper() {
         Some("example.com/x=y")
     );
     assert_eq!(id("MIG-GPU-ab/1/0").to_cdi_name(kind), None);
+    assert_eq!(
+        DeviceSelection::All.to_cdi_names(kind, ENV).unwrap(),
+        vec!["nvidia.com/gpu=all"]
+    );
+    assert!(DeviceSelection::None
+        .to_cdi_names(kind, ENV)
+        .unwrap()
+        .is_empty());
+    assert_eq!(ids("0,GPU-ab").len(), 2);
+    let sel = DeviceSelection::Ids(ids("0,GPU-ab"));
+    assert_eq!(
+        sel.to_cdi_names(kind, ENV).unwrap(),
+        vec!["nvidia.com/gpu=0", "nvidia.com/gpu=GPU-ab"]
+    );
+    let e = DeviceSelection::Ids(ids("MIG-GPU-ab/1/0"))
+        .to_cdi_names(kind, ENV)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("has no CDI name; use MIG-<uuid> or N:M"), "{e}");
 }
 
 fn err(s: &str) -> String {

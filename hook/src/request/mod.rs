@@ -321,7 +321,8 @@ pub fn is_gpu_container(config: &Value, policy: &RequestPolicy) -> bool {
     }
     let (mut visible, mut cuda, mut require_cuda) = (None, None, None);
     for entry in config
-        .pointer("/process/env")
+        .get("process")
+        .and_then(|p| p.get("env"))
         .and_then(Value::as_array)
         .into_iter()
         .flatten()

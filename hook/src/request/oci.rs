@@ -24,7 +24,7 @@ pub(crate) struct Env<'a> {
 impl<'a> Env<'a> {
     /// Reads `process.env`, enforcing the limits and `KEY=VALUE` shape.
     pub(crate) fn from_config(config: &'a Value) -> Result<Self, RequestError> {
-        let Some(env) = config.pointer("/process/env") else {
+        let Some(env) = config.get("process").and_then(|p| p.get("env")) else {
             return Ok(Env::default());
         };
         if env.is_null() {
@@ -99,7 +99,9 @@ fn check_value_size(what: &str, value: &str) -> Result<(), RequestError> {
 /// Anything malformed counts as unprivileged (the safe side).
 pub(crate) fn is_privileged(config: &Value) -> bool {
     config
-        .pointer("/process/capabilities/bounding")
+        .get("process")
+        .and_then(|p| p.get("capabilities"))
+        .and_then(|c| c.get("bounding"))
         .and_then(Value::as_array)
         .is_some_and(|caps| caps.iter().any(|c| c.as_str() == Some("CAP_SYS_ADMIN")))
 }

@@ -136,7 +136,13 @@ mod tests {
     const C: i32 = BPF_DEVCG_DEV_CHAR;
     const RW: u32 = (Access::READ | Access::WRITE) as u32;
 
-    fn rule(allow: bool, kind: DeviceType, maj: Option<u32>, min: Option<u32>, acc: &str) -> DeviceRule {
+    fn rule(
+        allow: bool,
+        kind: DeviceType,
+        maj: Option<u32>,
+        min: Option<u32>,
+        acc: &str,
+    ) -> DeviceRule {
         DeviceRule::new(allow, kind, maj, min, acc).unwrap()
     }
 
@@ -167,7 +173,11 @@ mod tests {
     fn semantics_exact_minor_and_default_deny() {
         let p = build_device_program(&[DeviceRule::allow_char(195, 0)]);
         assert_eq!(interpret(&p, C, RW, 195, 0), 1);
-        assert_eq!(interpret(&p, C, RW, 195, 1), 0, "CVE-2021-1056: no alias minors");
+        assert_eq!(
+            interpret(&p, C, RW, 195, 1),
+            0,
+            "CVE-2021-1056: no alias minors"
+        );
         assert_eq!(interpret(&p, BPF_DEVCG_DEV_BLOCK, RW, 195, 0), 0);
         assert_eq!(interpret(&p, C, RW, 1, 3), 0);
     }
@@ -182,7 +192,11 @@ mod tests {
         ];
         let p = build_device_program(&rules);
         assert_eq!(interpret(&p, C, RW, 1, 3), 1);
-        assert_eq!(interpret(&p, C, Access::MKNOD as u32, 1, 3), 0, "m not granted");
+        assert_eq!(
+            interpret(&p, C, Access::MKNOD as u32, 1, 3),
+            0,
+            "m not granted"
+        );
         assert_eq!(interpret(&p, C, RW, 195, 6), 1);
         assert_eq!(interpret(&p, C, RW, 195, 7), 0, "later deny wins");
         assert_eq!(interpret(&p, C, RW, 10, 200), 0);

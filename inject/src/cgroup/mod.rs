@@ -52,7 +52,10 @@ fn unescape(field: &str) -> String {
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
             let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
             out.push(v);
             i += 4;
@@ -87,7 +90,10 @@ pub fn parse_mountinfo(text: &str) -> Vec<MountInfo> {
 fn join_cgroup(pid: i32, mount: &MountInfo, cg_path: &str) -> Result<PathBuf> {
     let cg = Path::new(cg_path);
     if cg.components().any(|c| c == Component::ParentDir) || !cg.is_absolute() {
-        return Err(cgroup_err(pid, format!("suspicious cgroup path {cg_path:?}")));
+        return Err(cgroup_err(
+            pid,
+            format!("suspicious cgroup path {cg_path:?}"),
+        ));
     }
     let rel = cg.strip_prefix(&mount.root).map_err(|_| {
         cgroup_err(
@@ -129,7 +135,10 @@ pub fn locate_from(pid: i32, proc_cgroup: &str, mountinfo: &str) -> Result<Devic
         }
     }
     let path = unified.ok_or_else(|| {
-        cgroup_err(pid, "neither a v1 devices controller nor a cgroup2 entry".into())
+        cgroup_err(
+            pid,
+            "neither a v1 devices controller nor a cgroup2 entry".into(),
+        )
     })?;
     let mount = mounts
         .iter()
@@ -151,7 +160,11 @@ pub fn locate_device_cgroup(pid: i32) -> Result<DeviceCgroup> {
 
 /// Allow `rules` for the container whose init is `pid`; `base_rules` are the OCI spec's
 /// `linux.resources.devices` (needed for v2). Returns the cgroup that was changed.
-pub fn allow_devices(pid: i32, base_rules: &[DeviceRule], rules: &[DeviceRule]) -> Result<DeviceCgroup> {
+pub fn allow_devices(
+    pid: i32,
+    base_rules: &[DeviceRule],
+    rules: &[DeviceRule],
+) -> Result<DeviceCgroup> {
     let cg = locate_device_cgroup(pid)?;
     match &cg {
         DeviceCgroup::V1(dir) => V1Devices::new(pid, dir.clone()).apply(base_rules, rules)?,
@@ -198,8 +211,13 @@ mod tests {
     fn hostile_or_missing_paths_are_errors() {
         assert!(locate_from(1, "12:devices:/../../etc\n", MI).is_err());
         assert!(locate_from(1, "12:cpu:/x\n", MI).is_err());
-        let err = locate_from(7, "12:devices:/x\n", "").unwrap_err().to_string();
-        assert!(err.contains("pid 7") && err.contains("devices mount"), "{err}");
+        let err = locate_from(7, "12:devices:/x\n", "")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("pid 7") && err.contains("devices mount"),
+            "{err}"
+        );
     }
 
     #[test]

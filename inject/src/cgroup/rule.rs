@@ -108,7 +108,12 @@ impl DeviceRule {
             DeviceType::Block => 'b',
         };
         let n = |v: Option<u32>| v.map_or("*".to_string(), |v| v.to_string());
-        format!("{t} {}:{} {}", n(self.major), n(self.minor), self.access.letters())
+        format!(
+            "{t} {}:{} {}",
+            n(self.major),
+            n(self.minor),
+            self.access.letters()
+        )
     }
 }
 

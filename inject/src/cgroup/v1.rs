@@ -24,9 +24,11 @@ impl V1Devices {
 impl DeviceController for V1Devices {
     fn apply(&self, _base: &[DeviceRule], add: &[DeviceRule]) -> Result<()> {
         for rule in add {
-            let file = self
-                .dir
-                .join(if rule.allow { "devices.allow" } else { "devices.deny" });
+            let file = self.dir.join(if rule.allow {
+                "devices.allow"
+            } else {
+                "devices.deny"
+            });
             let line = rule.v1_line();
             std::fs::OpenOptions::new()
                 .write(true)

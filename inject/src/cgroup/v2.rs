@@ -121,7 +121,11 @@ pub(crate) fn load_program(insns: &[BpfInsn], path: &Path) -> Result<OwnedFd> {
         InjectError::Bpf {
             op: "BPF_PROG_LOAD",
             path: path.to_path_buf(),
-            log: if text.is_empty() { String::new() } else { format!("; verifier: {text}") },
+            log: if text.is_empty() {
+                String::new()
+            } else {
+                format!("; verifier: {text}")
+            },
             source,
         }
     })
@@ -236,5 +240,60 @@ impl DeviceController for V2Devices {
         let rules: Vec<DeviceRule> = base.iter().chain(add).copied().collect();
         let prog = load_program(&build_device_program(&rules), &self.dir)?;
         self.replace_with(&prog)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The replacement branches runc's single program does not exercise: several multi programs,
+    //! and a non-multi attachment. Needs root and cgroup2 + BPF; skips (saying so) otherwise.
+    use super::*;
+    use crate::cgroup::DeviceType;
+
+    fn attach_raw(cg: &Path, rules: &[DeviceRule], flags: u32) -> u32 {
+        let prog = load_program(&build_device_program(rules), cg).unwrap();
+        let dir = std::fs::File::open(cg).unwrap();
+        let mut a = AttachAttr {
+            target_fd: dir.as_raw_fd() as u32,
+            attach_bpf_fd: prog.as_raw_fd() as u32,
+            attach_type: BPF_CGROUP_DEVICE,
+            attach_flags: flags,
+            replace_bpf_fd: 0,
+        };
+        bpf(BPF_PROG_ATTACH, &mut a).unwrap();
+        V2Devices::new(0, cg.to_path_buf())
+            .attached_programs()
+            .unwrap()
+            .1
+    }
+
+    #[test]
+    fn several_multi_programs_and_single_attachments_are_replaced() {
+        // SAFETY: geteuid has no preconditions.
+        let root = unsafe { libc::geteuid() } == 0;
+        let unified = Path::new("/sys/fs/cgroup/unified");
+        if !root
+            || !unified.join("cgroup.procs").exists()
+            || bpf_device_programs_supported().is_err()
+        {
+            eprintln!("SKIP: needs root, cgroup2 at {} and BPF", unified.display());
+            return;
+        }
+        let deny = DeviceRule::new(false, DeviceType::All, None, None, "rwm").unwrap();
+        for (name, flags, count) in [("multi", BPF_F_ALLOW_MULTI, 2), ("single", 0, 1)] {
+            let cg = unified.join(format!("gpuhook-inject-unit-{name}-{}", std::process::id()));
+            std::fs::create_dir(&cg).unwrap();
+            for _ in 0..count {
+                assert_eq!(attach_raw(&cg, &[deny], flags), flags);
+            }
+            let ctl = V2Devices::new(0, cg.clone());
+            assert_eq!(ctl.attached_programs().unwrap().0.len(), count);
+            ctl.apply(&[deny], &[DeviceRule::allow_char(195, 0)])
+                .unwrap();
+            let (ids, got_flags) = ctl.attached_programs().unwrap();
+            assert_eq!(ids.len(), 1, "{name}: exactly our program remains");
+            assert_eq!(got_flags, flags, "{name}: attach flags preserved");
+            std::fs::remove_dir(&cg).unwrap();
+        }
     }
 }

@@ -31,7 +31,8 @@ pub fn in_private_mount_ns<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     std::thread::scope(|s| {
         s.spawn(|| {
             // SAFETY: unshare only affects this thread (CLONE_FS unshared together with NEWNS).
-            assert_eq!(unsafe { libc::unshare(libc::CLONE_FS | libc::CLONE_NEWNS) }, 0);
+            let rc = unsafe { libc::unshare(libc::CLONE_FS | libc::CLONE_NEWNS) };
+            assert_eq!(rc, 0, "unshare: {}", std::io::Error::last_os_error());
             // SAFETY: plain mount(2) call with static, NUL-terminated strings.
             let rc = unsafe {
                 libc::mount(
@@ -85,8 +86,20 @@ pub fn build_stub_so(out: &Path, soname: &str) {
 pub fn mknod(path: &Path, major: u32, minor: u32) {
     let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
     // SAFETY: valid NUL-terminated path; mknod has no memory preconditions.
-    let rc = unsafe { libc::mknod(c.as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(major, minor)) };
-    assert_eq!(rc, 0, "mknod {}: {}", path.display(), std::io::Error::last_os_error());
+    let rc = unsafe {
+        libc::mknod(
+            c.as_ptr(),
+            libc::S_IFCHR | 0o666,
+            libc::makedev(major, minor),
+        )
+    };
+    assert_eq!(
+        rc,
+        0,
+        "mknod {}: {}",
+        path.display(),
+        std::io::Error::last_os_error()
+    );
 }
 
 /// A static fake "ldconfig" that records what the sandbox gave it into /sandbox-report.
@@ -94,6 +107,7 @@ const FAKE: &str = r#"
 #include <stdio.h>
 #include <unistd.h>
 #include <dirent.h>
+#include <fcntl.h>
 extern char **environ;
 int main(int argc, char **argv) {
     FILE *f = fopen("/sandbox-report", "w");
@@ -105,9 +119,13 @@ int main(int argc, char **argv) {
     int n = 0;
     struct dirent *de;
     while (d && (de = readdir(d))) if (de->d_name[0] != '.') n++;
+    if (d) closedir(d);
     fprintf(f, "proc_entries=%d\n", n);
     FILE *w = fopen("/proc/x", "w");
     fprintf(f, "proc_writable=%d\n", w != NULL);
+    int open_fds = 0;
+    for (int fd = 3; fd < 1024; fd++) if (fd != fileno(f) && fcntl(fd, F_GETFD) != -1) open_fds++;
+    fprintf(f, "open_fds=%d\n", open_fds);
     fclose(f);
     return 0;
 }
@@ -118,18 +136,27 @@ pub fn build_fake_ldconfig(dir: &Path) -> PathBuf {
     let src = dir.join("fake-ldconfig.c");
     std::fs::write(&src, FAKE).unwrap();
     let bin = dir.join("fake-ldconfig");
-    let st = Command::new("gcc").args(["-static", "-O0", "-o"]).arg(&bin).arg(&src).status().unwrap();
+    let st = Command::new("gcc")
+        .args(["-static", "-O0", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .status()
+        .unwrap();
     assert!(st.success(), "gcc -static failed");
     bin
 }
-
 
 /// Compile a static program from C source.
 pub fn build_static(dir: &Path, name: &str, source: &str) -> PathBuf {
     let src = dir.join(format!("{name}.c"));
     std::fs::write(&src, source).unwrap();
     let bin = dir.join(name);
-    let st = Command::new("gcc").args(["-static", "-O0", "-o"]).arg(&bin).arg(&src).status().unwrap();
+    let st = Command::new("gcc")
+        .args(["-static", "-O0", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .status()
+        .unwrap();
     assert!(st.success(), "gcc -static failed");
     bin
 }
@@ -143,3 +170,22 @@ pub fn processes_running(exe: &Path) -> Vec<u32> {
         .filter(|pid| std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|p| p == exe))
         .collect()
 }
+
+/// A static helper that waits for one byte on stdin, then opens each argument read-only and
+/// prints `<path> <errno>` (0 on success): the device-cgroup probe of testing-notes.md.
+pub const OPENER: &str = r#"
+#include <stdio.h>
+#include <fcntl.h>
+#include <errno.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    char c;
+    if (read(0, &c, 1) != 1) return 2;
+    for (int i = 1; i < argc; i++) {
+        int fd = open(argv[i], O_RDONLY);
+        printf("%s %d\n", argv[i], fd < 0 ? errno : 0);
+        if (fd >= 0) close(fd);
+    }
+    return 0;
+}
+"#;

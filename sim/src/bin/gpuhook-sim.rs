@@ -1,5 +1,6 @@
 //! `gpuhook-sim`: list the built-in node profiles and materialise one as a driver root.
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
@@ -36,8 +37,18 @@ enum Cmd {
     Check { file: PathBuf },
 }
 
-fn main() -> Result<()> {
-    match Cli::parse().command {
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("gpuhook-sim: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    match cli.command {
         Cmd::List => {
             for name in builtin_names() {
                 let p = NodeProfile::builtin(name)?;

@@ -96,8 +96,9 @@ pub fn default_bin_dir() -> Result<PathBuf, SimError> {
     })
 }
 
-/// Creates `root` if needed and checks that it is ours (empty, or carries the marker).
-fn claim_root(root: &Path, p: &NodeProfile) -> Result<PathBuf, SimError> {
+/// Creates `root` if needed and checks that it is ours (empty, or carries the marker). Returns
+/// the canonical root and the paths the previous build recorded in the marker.
+fn claim_root(root: &Path, p: &NodeProfile) -> Result<(PathBuf, Vec<String>), SimError> {
     mkdirs(root)?;
     let root = root.canonicalize().map_err(io("resolve", root))?;
     let marker = root.join(MARKER_FILE);
@@ -111,9 +112,67 @@ fn claim_root(root: &Path, p: &NodeProfile) -> Result<PathBuf, SimError> {
     if !empty && !marker.is_file() {
         return Err(SimError::NotASimRoot { root });
     }
-    let text = format!("gpuhook-sim driver root\nprofile = {}\n", p.name);
-    write_atomic(&marker, text.as_bytes(), 0o644)?;
-    Ok(root)
+    if empty {
+        write_marker(&root, p, &[])?;
+        return Ok((root, Vec::new()));
+    }
+    let old = std::fs::read_to_string(&marker).map_err(io("read", &marker))?;
+    let paths = old
+        .lines()
+        .filter(|l| l.starts_with('/'))
+        .map(String::from)
+        .collect();
+    Ok((root, paths))
+}
+
+/// The marker: the profile name and every path the build made (so a rebuild with another
+/// profile can remove what no longer belongs).
+fn write_marker(root: &Path, p: &NodeProfile, paths: &[String]) -> Result<(), SimError> {
+    let mut text = format!("gpuhook-sim driver root\nprofile = {}\n", p.name);
+    for path in paths {
+        text.push_str(path);
+        text.push('\n');
+    }
+    write_atomic(&root.join(MARKER_FILE), text.as_bytes(), 0o644)
+}
+
+/// Every path (file, link, node, socket) a build of `p` makes, besides `report`'s lists.
+fn made_paths(p: &NodeProfile, report: &Report) -> Vec<String> {
+    let lib_dir = p.lib_dir.trim_end_matches('/');
+    let mut paths: Vec<String> = device_nodes(p).into_iter().map(|n| n.path).collect();
+    paths.extend(procfs::proc_files(p).into_iter().map(|(path, _)| path));
+    paths.extend(report.libraries.iter().cloned());
+    for l in libraries(p) {
+        paths.push(format!("{lib_dir}/{}", l.soname));
+        paths.extend(l.dev_link.map(|d| format!("{lib_dir}/{d}")));
+    }
+    paths.push(format!("{lib_dir}/{}", crate::profile::PROFILE_FILE_NAME));
+    paths.extend(report.files.iter().cloned());
+    paths.sort();
+    paths.dedup();
+    paths
+}
+
+/// Removes what an earlier build (of another profile) made and this one did not.
+fn remove_stale(root: &Path, old: &[String], new: &[String]) -> Result<(), SimError> {
+    for path in old.iter().filter(|p| !new.contains(p)) {
+        let full = under(root, path);
+        match std::fs::symlink_metadata(&full) {
+            Ok(m) if !m.is_dir() => {
+                std::fs::remove_file(&full).map_err(io("remove stale", &full))?
+            }
+            _ => continue,
+        }
+        // Drop directories that only held stale files (e.g. `/proc/driver/nvidia/gpus/<bus>`).
+        let mut dir = full.parent();
+        while let Some(d) = dir.filter(|d| *d != root) {
+            if std::fs::remove_dir(d).is_err() {
+                break;
+            }
+            dir = d.parent();
+        }
+    }
+    Ok(())
 }
 
 /// Builds the simulated node `profile` under `root`.
@@ -144,7 +203,14 @@ pub fn materialise(
     if !mock_nvml.is_file() {
         return Err(SimError::MockNvmlMissing { path: mock_nvml });
     }
-    let root = claim_root(root, profile)?;
+    let smi = bin_dir.join(files::SIM_NVIDIA_SMI);
+    if !smi.is_file() {
+        return Err(SimError::BinaryMissing {
+            path: smi,
+            package: "gpuhook-sim",
+        });
+    }
+    let (root, old_paths) = claim_root(root, profile)?;
     let mut report = Report {
         root: root.clone(),
         profile: profile.name.clone(),
@@ -163,6 +229,9 @@ pub fn materialise(
     report.files.extend(files::sockets(&root, profile)?);
     report.files.extend(files::config_files(&root, profile)?);
     libraries::write_ld_so_conf(&root, profile)?;
+    let made = made_paths(profile, &report);
+    remove_stale(&root, &old_paths, &made)?;
+    write_marker(&root, profile, &made)?;
     report.ld_cache = libraries::run_ldconfig(&root, opts.ldconfig.as_deref())?;
     Ok(report)
 }

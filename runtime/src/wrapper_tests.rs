@@ -1,0 +1,354 @@
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::process::Command;
+
+use serde_json::json;
+
+use super::*;
+
+const SPEC: &str = r#"{
+  "cdiVersion": "0.5.0",
+  "kind": "nvidia.com/gpu",
+  "containerEdits": {"env": ["NVIDIA_GPUHOOK=1"]},
+  "devices": [
+    {"name": "0", "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia0", "type": "c", "major": 195, "minor": 0}]}},
+    {"name": "1", "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia1", "type": "c", "major": 195, "minor": 1}]}}
+  ]
+}"#;
+
+struct Fixture {
+    _tmp: tempfile::TempDir,
+    root: PathBuf,
+    bundle: PathBuf,
+    config: RuntimeConfig,
+    runc: PathBuf,
+}
+
+fn oci_spec() -> Value {
+    json!({
+        "ociVersion": "1.0.2",
+        "process": {"env": ["PATH=/bin", "NVIDIA_VISIBLE_DEVICES=0"], "user": {"uid": 0, "gid": 0}},
+        "root": {"path": "rootfs"},
+        "hooks": {"prestart": [
+            {"path": "/usr/bin/nvidia-container-runtime-hook", "args": ["nvidia-container-runtime-hook", "prestart"]}
+        ]},
+        "linux": {"namespaces": [{"type": "mount"}]}
+    })
+}
+
+/// A bundle, a spec dir with [`SPEC`], and a fake `runc` that records its argv and environment.
+fn fixture() -> Fixture {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().to_path_buf();
+    let bundle = root.join("bundle");
+    let cdi = root.join("cdi");
+    let bin = root.join("bin");
+    for d in [&bundle, &cdi, &bin] {
+        fs::create_dir_all(d).unwrap();
+    }
+    fs::write(
+        bundle.join("config.json"),
+        serde_json::to_vec_pretty(&oci_spec()).unwrap(),
+    )
+    .unwrap();
+    fs::set_permissions(bundle.join("config.json"), fs::Permissions::from_mode(0o600)).unwrap();
+    fs::write(cdi.join("nvidia.com-gpu.json"), SPEC).unwrap();
+    let runc = bin.join("runc");
+    let record = root.join("record");
+    fs::write(
+        &runc,
+        format!(
+            "#!/bin/sh\nprintf '%s\\n' \"$@\" > {rec}.argv\nenv > {rec}.env\nexit 0\n",
+            rec = record.display()
+        ),
+    )
+    .unwrap();
+    fs::set_permissions(&runc, fs::Permissions::from_mode(0o755)).unwrap();
+    let config = RuntimeConfig {
+        runtimes: vec!["runc".into()],
+        spec_dirs: vec![root.join("no-such-dir"), cdi],
+        path_env: Some(bin.into_os_string()),
+        self_exe: Some(std::env::current_exe().unwrap()),
+    };
+    Fixture {
+        _tmp: tmp,
+        root,
+        bundle,
+        config,
+        runc,
+    }
+}
+
+fn os(args: &[&str]) -> Vec<OsString> {
+    args.iter().map(OsString::from).collect()
+}
+
+fn create_argv(f: &Fixture) -> Vec<OsString> {
+    let b = f.bundle.to_str().unwrap();
+    os(&["gpuhook-runtime", "--root", "/r", "create", "--bundle", b, "ctr1"])
+}
+
+/// Request: the devices in NVIDIA_VISIBLE_DEVICES as `nvidia.com/gpu=<id>`.
+fn env_request(spec: &Value) -> Result<Vec<String>, BoxError> {
+    let env = spec["process"]["env"].as_array().cloned().unwrap_or_default();
+    Ok(env
+        .iter()
+        .filter_map(|e| e.as_str()?.strip_prefix("NVIDIA_VISIBLE_DEVICES="))
+        .flat_map(|v| v.split(',').map(|id| format!("nvidia.com/gpu={id}")))
+        .collect())
+}
+
+fn set_env(f: &Fixture, value: &str) {
+    let mut spec = oci_spec();
+    spec["process"]["env"][1] = json!(format!("NVIDIA_VISIBLE_DEVICES={value}"));
+    fs::write(f.bundle.join("config.json"), serde_json::to_vec(&spec).unwrap()).unwrap();
+}
+
+fn read_spec(f: &Fixture) -> Value {
+    serde_json::from_slice(&fs::read(f.bundle.join("config.json")).unwrap()).unwrap()
+}
+
+#[test]
+fn create_injects_devices_removes_legacy_hook_and_keeps_mode() {
+    let f = fixture();
+    let plan = prepare(&create_argv(&f), &f.config, &env_request, None).unwrap();
+    assert_eq!(plan.program, f.runc);
+    assert_eq!(plan.argv[1..], create_argv(&f)[1..]);
+    let spec = read_spec(&f);
+    assert_eq!(spec["linux"]["devices"][0]["path"], "/dev/nvidia0");
+    assert_eq!(spec["linux"]["devices"][0]["major"], 195);
+    assert_eq!(spec["linux"]["devices"].as_array().unwrap().len(), 1);
+    assert!(spec["process"]["env"]
+        .as_array()
+        .unwrap()
+        .contains(&json!("NVIDIA_GPUHOOK=1")));
+    assert!(spec.get("hooks").is_none(), "legacy hook left: {spec}");
+    // Unrelated fields survive.
+    assert_eq!(spec["linux"]["namespaces"], json!([{"type": "mount"}]));
+    let meta = fs::metadata(f.bundle.join("config.json")).unwrap();
+    assert_eq!(meta.mode() & 0o7777, 0o600);
+    assert_eq!(fs::read_dir(&f.bundle).unwrap().count(), 1, "temp file left");
+}
+
+#[test]
+fn run_command_and_relative_default_bundle_forms() {
+    let f = fixture();
+    set_env(&f, "1");
+    let b = f.bundle.to_str().unwrap();
+    let argv = os(&["x", "--log-format=json", "run", "-d", &format!("-b={b}"), "c"]);
+    prepare(&argv, &f.config, &env_request, None).unwrap();
+    assert_eq!(read_spec(&f)["linux"]["devices"][0]["path"], "/dev/nvidia1");
+}
+
+#[test]
+fn non_gpu_container_is_not_rewritten() {
+    let f = fixture();
+    let p = f.bundle.join("config.json");
+    let before = fs::read(&p).unwrap();
+    let ino = fs::metadata(&p).unwrap().ino();
+    let none = |_: &Value| -> Result<Vec<String>, BoxError> { Ok(vec![]) };
+    let plan = prepare(&create_argv(&f), &f.config, &none, None).unwrap();
+    assert_eq!(plan.program, f.runc);
+    assert_eq!(fs::read(&p).unwrap(), before);
+    assert_eq!(fs::metadata(&p).unwrap().ino(), ino, "file was replaced");
+}
+
+#[test]
+fn unresolvable_devices_leave_config_untouched() {
+    let f = fixture();
+    set_env(&f, "0,7,8");
+    let p = f.bundle.join("config.json");
+    let before = fs::read(&p).unwrap();
+    let err = prepare(&create_argv(&f), &f.config, &env_request, None).unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.starts_with("unresolvable CDI devices nvidia.com/gpu=7, nvidia.com/gpu=8"),
+        "{msg}"
+    );
+    assert!(msg.contains("gpuhook cdi generate"), "{msg}");
+    assert_eq!(fs::read(&p).unwrap(), before);
+}
+
+#[test]
+fn request_errors_and_bad_specs_leave_config_untouched() {
+    let f = fixture();
+    let p = f.bundle.join("config.json");
+    let before = fs::read(&p).unwrap();
+    let failing = |_: &Value| -> Result<Vec<String>, BoxError> { Err("bad NVIDIA_VISIBLE_DEVICES".into()) };
+    let err = prepare(&create_argv(&f), &f.config, &failing, None).unwrap_err();
+    assert!(matches!(err, RuntimeError::Request { .. }));
+    assert!(err.to_string().contains("bad NVIDIA_VISIBLE_DEVICES"));
+    assert_eq!(fs::read(&p).unwrap(), before);
+
+    fs::write(&p, b"{not json").unwrap();
+    let err = prepare(&create_argv(&f), &f.config, &env_request, None).unwrap_err();
+    assert!(matches!(err, RuntimeError::ParseSpec { .. }), "{err}");
+    assert_eq!(fs::read(&p).unwrap(), b"{not json");
+
+    // A device node that cannot be described: apply fails, nothing written.
+    let edits: ContainerEdits = serde_json::from_value(json!({
+        "deviceNodes": [{"path": "/dev/x", "hostPath": f.root.join("nope").to_str().unwrap()}]
+    }))
+    .unwrap();
+    fs::write(&p, &before).unwrap();
+    let req = |_: &Value| -> Result<Option<Injection>, BoxError> { Ok(Some(Injection::Edits(edits.clone()))) };
+    struct R<F>(F);
+    impl<F: Fn(&Value) -> Result<Option<Injection>, BoxError>> DeviceRequest for R<F> {
+        fn injection(&self, spec: &Value) -> Result<Option<Injection>, BoxError> {
+            (self.0)(spec)
+        }
+    }
+    let err = prepare(&create_argv(&f), &f.config, &R(req), None).unwrap_err();
+    assert!(matches!(err, RuntimeError::Apply { .. }), "{err}");
+    assert_eq!(fs::read(&p).unwrap(), before);
+}
+
+#[test]
+fn generate_missing_fills_only_the_gaps() {
+    let f = fixture();
+    set_env(&f, "0,5");
+    let seen = std::cell::RefCell::new(Vec::new());
+    let generate = |missing: &[String]| -> Result<Vec<Spec>, BoxError> {
+        seen.borrow_mut().extend_from_slice(missing);
+        let mut spec: Spec = serde_json::from_str(SPEC)?;
+        spec.devices.truncate(1);
+        spec.devices[0].name = "5".into();
+        spec.devices[0].container_edits.device_nodes[0].path = "/dev/nvidia5".into();
+        spec.devices[0].container_edits.device_nodes[0].minor = Some(5);
+        Ok(vec![spec])
+    };
+    prepare(&create_argv(&f), &f.config, &env_request, Some(&generate)).unwrap();
+    assert_eq!(*seen.borrow(), ["nvidia.com/gpu=5"]);
+    let paths: Vec<Value> = read_spec(&f)["linux"]["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["path"].clone())
+        .collect();
+    assert_eq!(paths, [json!("/dev/nvidia0"), json!("/dev/nvidia5")]);
+
+    // A generator that cannot help: still unresolvable, untouched.
+    set_env(&f, "9");
+    let before = fs::read(f.bundle.join("config.json")).unwrap();
+    let nothing = |_: &[String]| -> Result<Vec<Spec>, BoxError> { Ok(vec![]) };
+    let err = prepare(&create_argv(&f), &f.config, &env_request, Some(&nothing)).unwrap_err();
+    assert!(matches!(err, RuntimeError::Unresolvable { .. }));
+    assert_eq!(fs::read(f.bundle.join("config.json")).unwrap(), before);
+}
+
+#[test]
+fn other_commands_touch_nothing() {
+    let f = fixture();
+    let panicking = |_: &Value| -> Result<Vec<String>, BoxError> { panic!("request called") };
+    for cmd in ["start", "delete", "state", "kill"] {
+        let argv = os(&["x", "--root", "/r", cmd, "--bundle", "/nonexistent", "id"]);
+        let plan = prepare(&argv, &f.config, &panicking, None).unwrap();
+        assert_eq!(plan.argv[1..], argv[1..]);
+    }
+}
+
+#[test]
+fn no_runtime_but_ourselves_is_an_error() {
+    let mut f = fixture();
+    f.config.self_exe = Some(f.runc.clone());
+    let argv = os(&["x", "start", "id"]);
+    let none = |_: &Value| -> Result<Vec<String>, BoxError> { Ok(vec![]) };
+    let err = prepare(&argv, &f.config, &none, None).unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains("no OCI runtime found"), "{msg}");
+    assert!(msg.contains("because it is gpuhook-runtime itself"), "{msg}");
+}
+
+#[test]
+fn report_error_writes_runc_log_in_both_formats() {
+    let f = fixture();
+    let log = f.root.join("log.json");
+    let argv = os(&["x", "--log", log.to_str().unwrap(), "--log-format", "json", "create", "id"]);
+    report_error(&argv, &"unresolvable CDI devices nvidia.com/gpu=7");
+    let line: Value = serde_json::from_str(fs::read_to_string(&log).unwrap().trim()).unwrap();
+    assert_eq!(line["level"], "error");
+    assert_eq!(
+        line["msg"],
+        "gpuhook-runtime: unresolvable CDI devices nvidia.com/gpu=7"
+    );
+    // Even when the command line itself was the problem.
+    let text = f.root.join("log.txt");
+    let argv = os(&["x", "--weird", "v", "--log", text.to_str().unwrap(), "create"]);
+    report_error(&argv, &"boom");
+    let t = fs::read_to_string(&text).unwrap();
+    assert!(t.contains("level=error msg=\"gpuhook-runtime: boom\""), "{t}");
+}
+
+const CHILD_ENV: &str = "GPUHOOK_RUNTIME_TEST_CHILD";
+
+/// Runs in a child test process (see [`exec_replaces_the_process`]): runs the wrapper, which
+/// execs the fake runtime or exits with an error.
+#[test]
+fn exec_child() {
+    let Some(spec) = std::env::var_os(CHILD_ENV) else {
+        return;
+    };
+    let spec: Value = serde_json::from_str(spec.to_str().unwrap()).unwrap();
+    let strs = |v: &Value| -> Vec<String> {
+        v.as_array().unwrap().iter().map(|s| s.as_str().unwrap().to_string()).collect()
+    };
+    let config = RuntimeConfig {
+        runtimes: vec!["runc".into()],
+        spec_dirs: strs(&spec["dirs"]).into_iter().map(PathBuf::from).collect(),
+        path_env: Some(spec["path"].as_str().unwrap().into()),
+        self_exe: None,
+    };
+    let argv: Vec<OsString> = strs(&spec["argv"]).into_iter().map(OsString::from).collect();
+    main(&argv, &config, &env_request, None);
+}
+
+fn spawn_child(f: &Fixture, argv: &[OsString]) -> std::process::Output {
+    let spec = json!({
+        "dirs": f.config.spec_dirs,
+        "path": f.config.path_env.as_ref().unwrap().to_str().unwrap(),
+        "argv": argv.iter().map(|a| a.to_str().unwrap()).collect::<Vec<_>>(),
+    });
+    Command::new(std::env::current_exe().unwrap())
+        .args(["wrapper::tests::exec_child", "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, spec.to_string())
+        .env("LD_LIBRARY_PATH", "/nonexistent-gpuhook-test")
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn exec_replaces_the_process_with_the_original_argv() {
+    let f = fixture();
+    let argv = create_argv(&f);
+    let out = spawn_child(&f, &argv);
+    assert!(out.status.success(), "{out:?}");
+    let recorded = fs::read_to_string(f.root.join("record.argv")).unwrap();
+    let want: Vec<&str> = argv[1..].iter().map(|a| a.to_str().unwrap()).collect();
+    assert_eq!(recorded.lines().collect::<Vec<_>>(), want);
+    let env = fs::read_to_string(f.root.join("record.env")).unwrap();
+    assert!(!env.contains("LD_LIBRARY_PATH"), "LD_LIBRARY_PATH passed on");
+    assert_eq!(read_spec(&f)["linux"]["devices"][0]["path"], "/dev/nvidia0");
+
+    // Passthrough: `delete` execs with the same argv and no bundle needed.
+    let argv = os(&["gpuhook-runtime", "--root", "/r", "delete", "--force", "ctr1"]);
+    let out = spawn_child(&f, &argv);
+    assert!(out.status.success(), "{out:?}");
+    let recorded = fs::read_to_string(f.root.join("record.argv")).unwrap();
+    assert_eq!(recorded, "--root\n/r\ndelete\n--force\nctr1\n");
+}
+
+#[test]
+fn failure_exits_1_and_reaches_the_log_without_running_the_runtime() {
+    let f = fixture();
+    set_env(&f, "7");
+    let log = f.root.join("log.json");
+    let b = f.bundle.to_str().unwrap();
+    let argv = os(&["gpuhook-runtime", "--log", log.to_str().unwrap(), "--log-format", "json", "create", "--bundle", b, "c"]);
+    let out = spawn_child(&f, &argv);
+    assert_eq!(out.status.code(), Some(EXIT_FAILURE), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("unresolvable CDI devices nvidia.com/gpu=7"), "{stderr}");
+    let log = fs::read_to_string(&log).unwrap();
+    assert!(log.contains("unresolvable CDI devices nvidia.com/gpu=7"), "{log}");
+    assert!(!f.root.join("record.argv").exists(), "runtime ran");
+}
