@@ -9,4 +9,5 @@
 pub mod cli;
 pub mod config;
 pub mod logging;
+pub mod prestart;
 pub mod request;

@@ -57,15 +57,25 @@ fn main() {
         // SAFETY: SIGKILL to a simulated control daemon.
         unsafe { libc::kill(old as i32, libc::SIGKILL) };
         wait_for("recovery", || {
-            node.gpu_status(3)
-                .filter(|g| g["state"] == "ready" && g["pid"].as_i64() != Some(old) && node.ready_file(3).exists())
+            node.gpu_status(3).filter(|g| {
+                g["state"] == "ready"
+                    && g["pid"].as_i64() != Some(old)
+                    && node.ready_file(3).exists()
+            })
         });
         recoveries.push(t1.elapsed());
         rss.push(vm_rss_kib(d.pid()));
     }
     println!("gpu-mps-daemon benchmarks (simulated control daemons, probeInterval 200ms)");
     stats("start-to-ready, 8 GPUs (target <= 500 ms)", start_times);
-    stats("kill -9 of one control daemon to ready again (target <= 2000 ms)", recoveries);
+    stats(
+        "kill -9 of one control daemon to ready again (target <= 2000 ms)",
+        recoveries,
+    );
     let max = rss.iter().max().copied().unwrap_or(0);
-    println!("daemon VmRSS: max {:.1} MB over {} samples (target <= 20 MB)", max as f64 / 1024.0, rss.len());
+    println!(
+        "daemon VmRSS: max {:.1} MB over {} samples (target <= 20 MB)",
+        max as f64 / 1024.0,
+        rss.len()
+    );
 }

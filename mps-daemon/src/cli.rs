@@ -87,12 +87,18 @@ fn parse_duration_arg(s: &str) -> Result<std::time::Duration, String> {
 }
 
 /// GPU facts and compute-mode control for the node.
-fn node_access(args: &RunArgs, driver_root: &Path) -> Result<(Box<dyn GpuInventory>, Arc<dyn ComputeModeSetter>)> {
+fn node_access(
+    args: &RunArgs,
+    driver_root: &Path,
+) -> Result<(Box<dyn GpuInventory>, Arc<dyn ComputeModeSetter>)> {
     if let Some(p) = &args.inventory_json {
         let no_nvml = crate::inventory::NoComputeMode {
             reason: "GPU facts come from --inventory-json, NVML is not used".into(),
         };
-        return Ok((Box::new(JsonInventory { path: p.clone() }), Arc::new(no_nvml)));
+        return Ok((
+            Box::new(JsonInventory { path: p.clone() }),
+            Arc::new(no_nvml),
+        ));
     }
     crate::node::access(driver_root, args.nvml_lib.as_deref())
 }
@@ -105,7 +111,10 @@ struct Loaded {
 }
 
 fn load(args: &RunArgs) -> Result<Loaded> {
-    let path = args.config.as_ref().ok_or_else(|| anyhow!("--config FILE is required"))?;
+    let path = args
+        .config
+        .as_ref()
+        .ok_or_else(|| anyhow!("--config FILE is required"))?;
     let cfg = config::load(path)?;
     let overrides = Overrides {
         mps_root: args.mps_root.clone(),
@@ -120,7 +129,8 @@ fn load(args: &RunArgs) -> Result<Loaded> {
         .unwrap_or_else(|| PathBuf::from("/"));
     let (inventory, compute) = node_access(args, &driver_root)?;
     let gpus = inventory.gpus()?;
-    let plan = plan::resolve(&cfg, &gpus, &overrides).with_context(|| format!("config file {}", path.display()))?;
+    let plan = plan::resolve(&cfg, &gpus, &overrides)
+        .with_context(|| format!("config file {}", path.display()))?;
     Ok(Loaded {
         plan,
         compute,
@@ -130,10 +140,14 @@ fn load(args: &RunArgs) -> Result<Loaded> {
 }
 
 fn reload(args: &RunArgs, l: &Loaded) -> Result<Plan> {
-    let path = args.config.as_ref().ok_or_else(|| anyhow!("--config FILE is required"))?;
+    let path = args
+        .config
+        .as_ref()
+        .ok_or_else(|| anyhow!("--config FILE is required"))?;
     let cfg = config::load(path)?;
     let gpus = l.inventory.gpus()?;
-    Ok(plan::resolve(&cfg, &gpus, &l.overrides).with_context(|| format!("config file {}", path.display()))?)
+    plan::resolve(&cfg, &gpus, &l.overrides)
+        .with_context(|| format!("config file {}", path.display()))
 }
 
 /// `gpu-mps-daemon check`: prints the plan.
@@ -151,7 +165,9 @@ pub fn check(args: &RunArgs) -> Result<()> {
             g.resource,
             g.replicas,
             g.active_thread_percentage,
-            g.pinned_memory_limit_mib.map(|m| m.to_string()).unwrap_or_else(|| "-".into())
+            g.pinned_memory_limit_mib
+                .map(|m| m.to_string())
+                .unwrap_or_else(|| "-".into())
         );
     }
     Ok(())
@@ -165,7 +181,9 @@ pub async fn run(args: RunArgs) -> Result<()> {
     }
     let root = loaded.plan.mps_root.clone();
     let mut root_dirs = CreatedDirs::default();
-    root_dirs.ensure(&root, 0o755).with_context(|| format!("MPS root {}", root.display()))?;
+    root_dirs
+        .ensure(&root, 0o755)
+        .with_context(|| format!("MPS root {}", root.display()))?;
     let lock = match RootLock::acquire(&root) {
         Ok(l) => l,
         Err(e) => {
@@ -180,7 +198,11 @@ pub async fn run(args: RunArgs) -> Result<()> {
     let board = Board::default();
     board.set_config(args.config.as_ref().map(|p| p.display().to_string()));
     let (stop_tx, stop_rx) = watch::channel(false);
-    let writer = tokio::spawn(status::write_loop(board.clone(), layout::status_path(&root), stop_rx));
+    let writer = tokio::spawn(status::write_loop(
+        board.clone(),
+        layout::status_path(&root),
+        stop_rx,
+    ));
     let http = match args.listen {
         Some(addr) => match crate::http::serve(addr, board.clone()).await {
             Ok(h) => Some(h),
@@ -250,14 +272,19 @@ pub fn status_cmd(args: &StatusArgs) -> Result<()> {
         (None, None) => PathBuf::from(DEFAULT_MPS_ROOT),
     };
     let s = status::read(&layout::status_path(&root)).map_err(|e| anyhow!(e))?;
-    let alive = i32::try_from(s.pid).map(crate::process::is_alive).unwrap_or(false);
+    let alive = i32::try_from(s.pid)
+        .map(crate::process::is_alive)
+        .unwrap_or(false);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&s)?);
     } else {
         print!("{}", status::render_table(&s, alive));
     }
     if !alive {
-        bail!("gpu-mps-daemon (pid {}) is not running; the status file is stale", s.pid);
+        bail!(
+            "gpu-mps-daemon (pid {}) is not running; the status file is stale",
+            s.pid
+        );
     }
     Ok(())
 }

@@ -314,7 +314,12 @@ macro_rules! string_value {
     };
 }
 
-string_value!(ByteSize, parse_size, ByteSize, "size (use e.g. `1Gi`, `512Mi`, `64M`)");
+string_value!(
+    ByteSize,
+    parse_size,
+    ByteSize,
+    "size (use e.g. `1Gi`, `512Mi`, `64M`)"
+);
 string_value!(
     DurationValue,
     parse_duration,
@@ -323,88 +328,5 @@ string_value!(
 );
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parses_device_plugin_shape_and_our_section() {
-        let cfg = parse(
-            r#"
-version: v1
-flags: { migStrategy: none }
-sharing:
-  mps:
-    renameByDefault: true
-    failRequestsGreaterThanOne: true
-    resources:
-      - name: nvidia.com/gpu
-        replicas: 4
-        devices: all
-      - name: nvidia.com/gpu.big
-        replicas: 2
-        devices: ["3", 5, GPU-abc]
-      - name: x
-        replicas: 2
-        devices: 2
-mpsDaemon:
-  mpsRoot: /tmp/m
-  shmSize: 1Gi
-  probeInterval: 250ms
-  commandTimeout: 2
-  gpus:
-    - device: 3
-      activeThreadPercentage: 60
-      pinnedMemoryLimitMiB: 1000
-"#,
-        )
-        .unwrap();
-        let mps = cfg.sharing.mps.unwrap();
-        assert!(mps.rename_by_default && mps.fail_requests_greater_than_one);
-        assert_eq!(mps.resources[0].devices, Devices::All);
-        assert_eq!(
-            mps.resources[1].devices,
-            Devices::List(vec![
-                DeviceId::Index(3),
-                DeviceId::Index(5),
-                DeviceId::Uuid("GPU-abc".into())
-            ])
-        );
-        assert_eq!(mps.resources[2].devices, Devices::Count(2));
-        let d = cfg.mps_daemon;
-        assert_eq!(d.shm_size, Some(ByteSize(1 << 30)));
-        assert_eq!(d.probe_interval, Some(DurationValue(Duration::from_millis(250))));
-        assert_eq!(d.command_timeout, Some(DurationValue(Duration::from_secs(2))));
-        assert_eq!(d.gpus[0].pinned_memory_limit_mib, Some(1000));
-    }
-
-    #[test]
-    fn unknown_key_is_named_with_its_path() {
-        let err = parse("version: v1\nsharing:\n  mps:\n    resources:\n      - name: a\n        replica: 2\n")
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("sharing.mps.resources[0]"), "{err}");
-        assert!(err.contains("unknown field `replica`"), "{err}");
-    }
-
-    #[test]
-    fn bad_values_name_their_key() {
-        let err = parse("version: v1\nmpsDaemon:\n  shmSize: lots\n").unwrap_err().to_string();
-        assert!(err.starts_with("mpsDaemon.shmSize:"), "{err}");
-        let err = parse("version: v1\nmpsDaemon:\n  probeInterval: 5 parsecs\n").unwrap_err().to_string();
-        assert!(err.starts_with("mpsDaemon.probeInterval:"), "{err}");
-        let err = parse("version: v1\nsharing: {mps: {resources: [{name: a, replicas: 2, devices: some}]}}\n")
-            .unwrap_err()
-            .to_string();
-        assert!(err.starts_with("sharing.mps.resources[0].devices:"), "{err}");
-    }
-
-    #[test]
-    fn sizes_and_durations() {
-        assert_eq!(parse_size("512Mi"), Some(512 << 20));
-        assert_eq!(parse_size("2G"), Some(2 << 30));
-        assert_eq!(parse_size("4096"), Some(4096));
-        assert_eq!(parse_size("1X"), None);
-        assert_eq!(parse_duration("1m"), Some(Duration::from_secs(60)));
-        assert_eq!(parse_duration("ms"), None);
-    }
-}
+#[path = "config_tests.rs"]
+mod tests;

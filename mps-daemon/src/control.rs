@@ -66,13 +66,26 @@ impl ControlEnv {
     /// The environment for `plan`'s GPU.
     pub fn new(plan: &GpuPlan, layout: &GpuLayout, shm: Option<PathBuf>) -> Self {
         let root = &plan.driver_root;
-        let bin = gpuhook_node::join_under(root, Path::new("/usr/bin"));
-        let mut path = OsString::from(bin.as_os_str());
-        path.push(":/usr/sbin:/usr/bin:/sbin:/bin");
+        // The driver's own bin directory first (the daemon starts nvidia-cuda-mps-server from it).
+        let mut path = OsString::new();
+        if root != Path::new("/") {
+            path.push(gpuhook_node::join_under(root, Path::new("/usr/bin")));
+            path.push(":");
+        }
+        path.push("/usr/sbin:/usr/bin:/sbin:/bin");
         let mut envs = vec![
-            ("CUDA_VISIBLE_DEVICES".to_string(), OsString::from(&plan.uuid)),
-            ("CUDA_MPS_PIPE_DIRECTORY".to_string(), layout.pipe.clone().into_os_string()),
-            ("CUDA_MPS_LOG_DIRECTORY".to_string(), layout.log.clone().into_os_string()),
+            (
+                "CUDA_VISIBLE_DEVICES".to_string(),
+                OsString::from(&plan.uuid),
+            ),
+            (
+                "CUDA_MPS_PIPE_DIRECTORY".to_string(),
+                layout.pipe.clone().into_os_string(),
+            ),
+            (
+                "CUDA_MPS_LOG_DIRECTORY".to_string(),
+                layout.log.clone().into_os_string(),
+            ),
             ("PATH".to_string(), path),
         ];
         if root != Path::new("/") {
@@ -83,7 +96,10 @@ impl ControlEnv {
                 .map(|d| d.display().to_string())
                 .collect();
             if !dirs.is_empty() {
-                envs.push(("LD_LIBRARY_PATH".to_string(), OsString::from(dirs.join(":"))));
+                envs.push((
+                    "LD_LIBRARY_PATH".to_string(),
+                    OsString::from(dirs.join(":")),
+                ));
             }
         }
         ControlEnv {
@@ -95,7 +111,9 @@ impl ControlEnv {
 
     fn command(&self) -> Command {
         let mut cmd = Command::new(&self.binary);
-        cmd.env_clear().envs(self.envs.iter().map(|(k, v)| (k, v))).current_dir("/");
+        cmd.env_clear()
+            .envs(self.envs.iter().map(|(k, v)| (k, v)))
+            .current_dir("/");
         cmd
     }
 
@@ -140,7 +158,11 @@ impl ControlEnv {
             return Ok(stdout);
         }
         let stderr = String::from_utf8_lossy(&out.stderr).trim().to_string();
-        let output = [stdout, stderr].into_iter().filter(|s| !s.is_empty()).collect::<Vec<_>>().join("; ");
+        let output = [stdout, stderr]
+            .into_iter()
+            .filter(|s| !s.is_empty())
+            .collect::<Vec<_>>()
+            .join("; ");
         match out.status.code() {
             Some(1) => Err(ControlError::NoDaemon {
                 command: command.to_string(),
@@ -156,13 +178,21 @@ impl ControlEnv {
 
     /// Runs `<binary> -d` and waits until the daemon's pid file and control socket exist.
     /// Returns the daemon's pid.
-    pub async fn start_daemon(&self, layout: &GpuLayout, timeout: Duration) -> Result<i32, ControlError> {
+    pub async fn start_daemon(
+        &self,
+        layout: &GpuLayout,
+        timeout: Duration,
+    ) -> Result<i32, ControlError> {
         let deadline = Instant::now() + timeout;
         let err_path = layout.log.join("gpu-mps-daemon-start.err");
         let err_file = std::fs::File::create(&err_path)
             .map_err(|e| ControlError::Io(format!("cannot create {}: {e}", err_path.display())))?;
         let mut cmd = self.command();
-        cmd.arg("-d").stdin(Stdio::null()).stdout(Stdio::null()).stderr(err_file).kill_on_drop(true);
+        cmd.arg("-d")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(err_file)
+            .kill_on_drop(true);
         if let Some(shm) = &self.shm {
             let shm = CString::new(shm.as_os_str().as_bytes())
                 .map_err(|_| ControlError::Io(format!("bad shm path {}", shm.display())))?;
@@ -187,7 +217,15 @@ impl ControlEnv {
         };
         if !status.success() {
             let text = std::fs::read_to_string(&err_path).unwrap_or_default();
-            let tail: String = text.trim().chars().rev().take(2000).collect::<Vec<_>>().into_iter().rev().collect();
+            let tail: String = text
+                .trim()
+                .chars()
+                .rev()
+                .take(2000)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect();
             return Err(ControlError::StartFailed {
                 code: status.code(),
                 output: tail,
@@ -199,11 +237,24 @@ impl ControlEnv {
                 if sock.exists() {
                     return Ok(pid);
                 }
+                if !crate::process::is_alive(pid) {
+                    return Err(ControlError::StartFailed {
+                        code: None,
+                        output: format!(
+                            "daemon pid {pid} exited before creating {}",
+                            sock.display()
+                        ),
+                    });
+                }
             }
             if Instant::now() >= deadline {
                 return Err(ControlError::StartTimeout {
                     timeout,
-                    what: format!("no pid file {} or socket {}", pid_file.display(), sock.display()),
+                    what: format!(
+                        "no pid file {} or socket {}",
+                        pid_file.display(),
+                        sock.display()
+                    ),
                 });
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
@@ -261,7 +312,9 @@ pub fn parse_mem_limit_mib(reply: &str) -> Option<u64> {
         s = v.trim().to_string();
     }
     let s = s.replace(' ', "");
-    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
     let n: f64 = num.parse().ok()?;
     let mib = match unit.trim_end_matches('B').trim_end_matches('i') {

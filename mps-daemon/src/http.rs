@@ -182,7 +182,11 @@ mod tests {
         assert_eq!(route(&board, "GET /nope HTTP/1.1").code, 404);
         let r = route(&board, "GET /readyz HTTP/1.1");
         assert_eq!(r.code, 503);
-        assert!(r.body.contains("GPU-b (index 0): restarting - boom"), "{}", r.body);
+        assert!(
+            r.body.contains("GPU-b (index 0): restarting - boom"),
+            "{}",
+            r.body
+        );
         assert!(!r.body.contains("GPU-a"));
 
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -191,7 +195,9 @@ mod tests {
         let _srv = serve(addr, board.clone()).await.unwrap();
         board.update("GPU-b", |s| s.state = GpuState::Ready);
         let mut s = TcpStream::connect(addr).await.unwrap();
-        s.write_all(b"GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+        s.write_all(b"GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
         let mut out = String::new();
         s.read_to_string(&mut out).await.unwrap();
         assert!(out.starts_with("HTTP/1.1 200 OK\r\n"), "{out}");

@@ -98,7 +98,10 @@ pub struct NoComputeMode {
 
 impl ComputeModeSetter for NoComputeMode {
     fn set_compute_mode(&self, uuid: &str, _mode: ComputeMode) -> Result<ComputeMode, String> {
-        Err(format!("cannot set the compute mode of {uuid}: {}", self.reason))
+        Err(format!(
+            "cannot set the compute mode of {uuid}: {}",
+            self.reason
+        ))
     }
 }
 

@@ -81,7 +81,12 @@ impl CreatedDirs {
             match fs::DirBuilder::new().mode(mode).create(&p) {
                 Ok(()) => self.0.push(p),
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(io::Error::new(e.kind(), format!("cannot create {}: {e}", p.display()))),
+                Err(e) => {
+                    return Err(io::Error::new(
+                        e.kind(),
+                        format!("cannot create {}: {e}", p.display()),
+                    ))
+                }
             }
         }
         Ok(())
@@ -188,7 +193,13 @@ mod tests {
     #[test]
     fn socket_path_is_under_pipe() {
         let l = GpuLayout::new(Path::new("/run/m"), "GPU-1");
-        assert_eq!(l.control_socket(), PathBuf::from("/run/m/GPU-1/pipe/control"));
-        assert_eq!(l.pid_file(), PathBuf::from("/run/m/GPU-1/pipe/nvidia-cuda-mps-control.pid"));
+        assert_eq!(
+            l.control_socket(),
+            PathBuf::from("/run/m/GPU-1/pipe/control")
+        );
+        assert_eq!(
+            l.pid_file(),
+            PathBuf::from("/run/m/GPU-1/pipe/nvidia-cuda-mps-control.pid")
+        );
     }
 }

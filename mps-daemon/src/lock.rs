@@ -58,7 +58,11 @@ impl RootLock {
             file.flush()
         })();
         write.map_err(|e| format!("cannot write lock file {}: {e}", path.display()))?;
-        Ok(RootLock { file, path, created })
+        Ok(RootLock {
+            file,
+            path,
+            created,
+        })
     }
 
     /// Removes the lock file if we created it, then releases the lock.
@@ -79,7 +83,10 @@ mod tests {
         let t = tempfile::tempdir().unwrap();
         let first = RootLock::acquire(t.path()).unwrap();
         let err = RootLock::acquire(t.path()).unwrap_err();
-        assert!(err.contains(&format!("pid {}", std::process::id())), "{err}");
+        assert!(
+            err.contains(&format!("pid {}", std::process::id())),
+            "{err}"
+        );
         first.release();
         assert!(!t.path().join(".lock").exists());
         RootLock::acquire(t.path()).unwrap().release();

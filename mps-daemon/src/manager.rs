@@ -73,7 +73,14 @@ impl Manager {
             self.compute.clone(),
         );
         let task = tokio::spawn(sup.run(stop_rx));
-        self.running.insert(g.uuid.clone(), Running { plan: g, stop, task });
+        self.running.insert(
+            g.uuid.clone(),
+            Running {
+                plan: g,
+                stop,
+                task,
+            },
+        );
     }
 
     async fn stop(&mut self, uuids: &[String]) {
@@ -101,7 +108,8 @@ impl Manager {
             ));
         }
         self.timing.send_replace(new.timing);
-        let wanted: BTreeMap<&str, &GpuPlan> = new.gpus.iter().map(|g| (g.uuid.as_str(), g)).collect();
+        let wanted: BTreeMap<&str, &GpuPlan> =
+            new.gpus.iter().map(|g| (g.uuid.as_str(), g)).collect();
         let mut sum = ReloadSummary::default();
         let mut to_stop = Vec::new();
         for (uuid, r) in &self.running {

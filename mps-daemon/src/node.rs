@@ -10,7 +10,9 @@ use std::sync::Arc;
 use anyhow::Result;
 use gpuhook_node::{discover, ComputeMode, DiscoverOptions, Nvml, NvmlLocation};
 
-use crate::inventory::{facts_of, ComputeModeSetter, GpuFacts, GpuInventory, InventoryError, NoComputeMode};
+use crate::inventory::{
+    facts_of, ComputeModeSetter, GpuFacts, GpuInventory, InventoryError, NoComputeMode,
+};
 
 /// GPU facts from [`gpuhook_node::discover`].
 #[derive(Debug, Clone)]
@@ -42,7 +44,9 @@ impl ComputeModeSetter for NvmlComputeMode {
     fn set_compute_mode(&self, uuid: &str, mode: ComputeMode) -> Result<ComputeMode, String> {
         let prev = self.0.compute_mode(uuid).map_err(|e| e.to_string())?;
         if prev != mode {
-            self.0.set_compute_mode(uuid, mode).map_err(|e| e.to_string())?;
+            self.0
+                .set_compute_mode(uuid, mode)
+                .map_err(|e| e.to_string())?;
         }
         Ok(prev)
     }
@@ -60,7 +64,9 @@ pub fn access(
     let compute: Arc<dyn ComputeModeSetter> =
         match NvmlLocation::locate(driver_root, nvml_lib).and_then(|l| Nvml::load(&l)) {
             Ok(nvml) => Arc::new(NvmlComputeMode(nvml)),
-            Err(e) => Arc::new(NoComputeMode { reason: format!("NVML unavailable: {e}") }),
+            Err(e) => Arc::new(NoComputeMode {
+                reason: format!("NVML unavailable: {e}"),
+            }),
         };
     Ok((Box::new(inventory), compute))
 }

@@ -90,7 +90,10 @@ pub fn resolve(cfg: &ConfigFile, gpus: &[GpuFacts], ov: &Overrides) -> Result<Pl
         .or_else(|| d.mps_root.clone())
         .unwrap_or_else(|| PathBuf::from(DEFAULT_MPS_ROOT));
     if !mps_root.is_absolute() {
-        return Err(ConfigError::invalid("mpsDaemon.mpsRoot", "must be an absolute path"));
+        return Err(ConfigError::invalid(
+            "mpsDaemon.mpsRoot",
+            "must be an absolute path",
+        ));
     }
     let driver_root = ov
         .driver_root
@@ -105,12 +108,20 @@ pub fn resolve(cfg: &ConfigFile, gpus: &[GpuFacts], ov: &Overrides) -> Result<Pl
     let timing = resolve_timing(cfg, ov)?;
     let shm_size = match d.shm_size {
         Some(s) if s.0 < (1 << 20) => {
-            return Err(ConfigError::invalid("mpsDaemon.shmSize", "must be at least 1Mi"));
+            return Err(ConfigError::invalid(
+                "mpsDaemon.shmSize",
+                "must be at least 1Mi",
+            ));
         }
         s => s.map(|s| s.0),
     };
 
-    let resources = cfg.sharing.mps.as_ref().map(|m| m.resources.as_slice()).unwrap_or(&[]);
+    let resources = cfg
+        .sharing
+        .mps
+        .as_ref()
+        .map(|m| m.resources.as_slice())
+        .unwrap_or(&[]);
     if resources.is_empty() {
         return Err(ConfigError::invalid(
             "sharing.mps.resources",
@@ -125,7 +136,10 @@ pub fn resolve(cfg: &ConfigFile, gpus: &[GpuFacts], ov: &Overrides) -> Result<Pl
     for (i, r) in resources.iter().enumerate() {
         let key = format!("sharing.mps.resources[{i}]");
         if r.name.trim().is_empty() {
-            return Err(ConfigError::invalid(format!("{key}.name"), "must not be empty"));
+            return Err(ConfigError::invalid(
+                format!("{key}.name"),
+                "must not be empty",
+            ));
         }
         if let Some(prev) = names.insert(&r.name, i) {
             return Err(ConfigError::invalid(
@@ -157,7 +171,8 @@ pub fn resolve(cfg: &ConfigFile, gpus: &[GpuFacts], ov: &Overrides) -> Result<Pl
                 replicas,
                 memory_mib: g.memory_mib,
                 active_thread_percentage: 100 / replicas,
-                pinned_memory_limit_mib: (g.memory_mib > 0).then(|| g.memory_mib / u64::from(replicas)),
+                pinned_memory_limit_mib: (g.memory_mib > 0)
+                    .then(|| g.memory_mib / u64::from(replicas)),
                 shm_size,
                 driver_root: driver_root.clone(),
                 control_binary: control_binary.clone(),
@@ -169,7 +184,12 @@ pub fn resolve(cfg: &ConfigFile, gpus: &[GpuFacts], ov: &Overrides) -> Result<Pl
         check_socket_path(&mps_root, &g.uuid)?;
     }
     out.sort_by_key(|g| g.index);
-    Ok(Plan { mps_root, timing, gpus: out, warnings })
+    Ok(Plan {
+        mps_root,
+        timing,
+        gpus: out,
+        warnings,
+    })
 }
 
 fn resolve_timing(cfg: &ConfigFile, ov: &Overrides) -> Result<Timing, ConfigError> {
@@ -178,7 +198,10 @@ fn resolve_timing(cfg: &ConfigFile, ov: &Overrides) -> Result<Timing, ConfigErro
     let pick = |v: Option<crate::config::DurationValue>, dflt: Duration, key: &str| {
         let v = v.map(|v| v.0).unwrap_or(dflt);
         if v.is_zero() {
-            Err(ConfigError::invalid(format!("mpsDaemon.{key}"), "must be greater than 0"))
+            Err(ConfigError::invalid(
+                format!("mpsDaemon.{key}"),
+                "must be greater than 0",
+            ))
         } else {
             Ok(v)
         }
@@ -191,7 +214,11 @@ fn resolve_timing(cfg: &ConfigFile, ov: &Overrides) -> Result<Timing, ConfigErro
         command_timeout: pick(d.command_timeout, def.command_timeout, "commandTimeout")?,
         start_timeout: pick(d.start_timeout, def.start_timeout, "startTimeout")?,
         shutdown_timeout: pick(d.shutdown_timeout, def.shutdown_timeout, "shutdownTimeout")?,
-        max_restart_backoff: pick(d.max_restart_backoff, def.max_restart_backoff, "maxRestartBackoff")?,
+        max_restart_backoff: pick(
+            d.max_restart_backoff,
+            def.max_restart_backoff,
+            "maxRestartBackoff",
+        )?,
     })
 }
 
@@ -206,10 +233,16 @@ fn select<'a>(
     match devices {
         Devices::All => {
             for g in gpus.iter().filter(|g| g.mig_enabled) {
-                warnings.push(format!("{key}: skipping GPU {} ({}): MIG is enabled and {MIG_ERR}", g.index, g.uuid));
+                warnings.push(format!(
+                    "{key}: skipping GPU {} ({}): MIG is enabled and {MIG_ERR}",
+                    g.index, g.uuid
+                ));
             }
             if full.is_empty() {
-                return Err(ConfigError::invalid(key, "`all` selects no GPU: the node has no full (non-MIG) GPU"));
+                return Err(ConfigError::invalid(
+                    key,
+                    "`all` selects no GPU: the node has no full (non-MIG) GPU",
+                ));
             }
             Ok(full.into_iter().map(|g| (g, key.to_string())).collect())
         }
@@ -217,14 +250,24 @@ fn select<'a>(
             if *n < 1 || *n as usize > full.len() {
                 return Err(ConfigError::invalid(
                     key,
-                    format!("asks for {n} GPUs but the node has {} full (non-MIG) GPUs", full.len()),
+                    format!(
+                        "asks for {n} GPUs but the node has {} full (non-MIG) GPUs",
+                        full.len()
+                    ),
                 ));
             }
-            Ok(full.into_iter().take(*n as usize).map(|g| (g, key.to_string())).collect())
+            Ok(full
+                .into_iter()
+                .take(*n as usize)
+                .map(|g| (g, key.to_string()))
+                .collect())
         }
         Devices::List(ids) => {
             if ids.is_empty() {
-                return Err(ConfigError::invalid(key, "empty device list; use `all`, a count, or indexes/UUIDs"));
+                return Err(ConfigError::invalid(
+                    key,
+                    "empty device list; use `all`, a count, or indexes/UUIDs",
+                ));
             }
             ids.iter()
                 .enumerate()
@@ -242,29 +285,50 @@ fn find<'a>(id: &DeviceId, gpus: &'a [GpuFacts], key: &str) -> Result<&'a GpuFac
     let found = match id {
         DeviceId::Index(i) => gpus.iter().find(|g| g.index == *i),
         DeviceId::Uuid(u) => {
-            if let Some(m) = gpus.iter().flat_map(|g| &g.mig_uuids).find(|m| m.eq_ignore_ascii_case(u)) {
-                return Err(ConfigError::invalid(key, format!("{MIG_ERR}: {m}; use a full GPU")));
+            if let Some(m) = gpus
+                .iter()
+                .flat_map(|g| &g.mig_uuids)
+                .find(|m| m.eq_ignore_ascii_case(u))
+            {
+                return Err(ConfigError::invalid(
+                    key,
+                    format!("{MIG_ERR}: {m}; use a full GPU"),
+                ));
             }
             gpus.iter().find(|g| g.uuid.eq_ignore_ascii_case(u))
         }
     };
     let g = found.ok_or_else(|| {
-        let known: Vec<String> = gpus.iter().map(|g| format!("{} ({})", g.index, g.uuid)).collect();
+        let known: Vec<String> = gpus
+            .iter()
+            .map(|g| format!("{} ({})", g.index, g.uuid))
+            .collect();
         ConfigError::invalid(
             key,
-            format!("unknown device {:?}; this node has GPUs: {}", id.to_string(), known.join(", ")),
+            format!(
+                "unknown device {:?}; this node has GPUs: {}",
+                id.to_string(),
+                known.join(", ")
+            ),
         )
     })?;
     if g.mig_enabled {
         return Err(ConfigError::invalid(
             key,
-            format!("{MIG_ERR}: {} (MIG mode is enabled); use a full GPU", g.uuid),
+            format!(
+                "{MIG_ERR}: {} (MIG mode is enabled); use a full GPU",
+                g.uuid
+            ),
         ));
     }
     Ok(g)
 }
 
-fn apply_overrides(cfg: &ConfigFile, gpus: &[GpuFacts], out: &mut [GpuPlan]) -> Result<(), ConfigError> {
+fn apply_overrides(
+    cfg: &ConfigFile,
+    gpus: &[GpuFacts],
+    out: &mut [GpuPlan],
+) -> Result<(), ConfigError> {
     let mut seen: BTreeMap<u32, usize> = BTreeMap::new();
     for (i, o) in cfg.mps_daemon.gpus.iter().enumerate() {
         let key = format!("mpsDaemon.gpus[{i}]");
@@ -272,13 +336,19 @@ fn apply_overrides(cfg: &ConfigFile, gpus: &[GpuFacts], out: &mut [GpuPlan]) -> 
         if let Some(prev) = seen.insert(g.index, i) {
             return Err(ConfigError::invalid(
                 format!("{key}.device"),
-                format!("GPU {} already has overrides in mpsDaemon.gpus[{prev}]; merge them", g.index),
+                format!(
+                    "GPU {} already has overrides in mpsDaemon.gpus[{prev}]; merge them",
+                    g.index
+                ),
             ));
         }
         let plan = out.iter_mut().find(|p| p.index == g.index).ok_or_else(|| {
             ConfigError::invalid(
                 format!("{key}.device"),
-                format!("GPU {} ({}) is not shared by any sharing.mps resource; add it to one", g.index, g.uuid),
+                format!(
+                    "GPU {} ({}) is not shared by any sharing.mps resource; add it to one",
+                    g.index, g.uuid
+                ),
             )
         })?;
         if let Some(p) = o.active_thread_percentage {
@@ -294,7 +364,10 @@ fn apply_overrides(cfg: &ConfigFile, gpus: &[GpuFacts], out: &mut [GpuPlan]) -> 
             if m < 1 || (g.memory_mib > 0 && m as u64 > g.memory_mib) {
                 return Err(ConfigError::invalid(
                     format!("{key}.pinnedMemoryLimitMiB"),
-                    format!("must be between 1 and the GPU's memory ({} MiB), got {m}", g.memory_mib),
+                    format!(
+                        "must be between 1 and the GPU's memory ({} MiB), got {m}",
+                        g.memory_mib
+                    ),
                 ));
             }
             plan.pinned_memory_limit_mib = Some(m as u64);

@@ -11,13 +11,21 @@ fn node() -> Vec<GpuFacts> {
             uuid: format!("GPU-{i:08}-0000-0000-0000-000000000000"),
             memory_mib: 81559,
             mig_enabled: i == 3,
-            mig_uuids: if i == 3 { vec!["MIG-aaaa".into()] } else { vec![] },
+            mig_uuids: if i == 3 {
+                vec!["MIG-aaaa".into()]
+            } else {
+                vec![]
+            },
         })
         .collect()
 }
 
 fn resolve_str(yaml: &str) -> Result<Plan, ConfigError> {
-    resolve(&parse(yaml).expect("parses"), &node(), &Overrides::default())
+    resolve(
+        &parse(yaml).expect("parses"),
+        &node(),
+        &Overrides::default(),
+    )
 }
 
 fn err(yaml: &str) -> String {
@@ -34,19 +42,52 @@ fn limits_from_replicas_and_overrides() {
     .unwrap();
     assert_eq!(p.mps_root, PathBuf::from(DEFAULT_MPS_ROOT));
     assert_eq!(p.gpus.len(), 3);
-    assert_eq!((p.gpus[0].active_thread_percentage, p.gpus[0].pinned_memory_limit_mib), (33, Some(81559 / 3)));
-    assert_eq!((p.gpus[1].resource.as_str(), p.gpus[1].active_thread_percentage), ("b", 100));
-    assert_eq!((p.gpus[2].active_thread_percentage, p.gpus[2].pinned_memory_limit_mib), (50, Some(1024)));
-    assert_eq!(p.gpus[0].control_binary, PathBuf::from("/usr/bin/nvidia-cuda-mps-control"));
+    assert_eq!(
+        (
+            p.gpus[0].active_thread_percentage,
+            p.gpus[0].pinned_memory_limit_mib
+        ),
+        (33, Some(81559 / 3))
+    );
+    assert_eq!(
+        (
+            p.gpus[1].resource.as_str(),
+            p.gpus[1].active_thread_percentage
+        ),
+        ("b", 100)
+    );
+    assert_eq!(
+        (
+            p.gpus[2].active_thread_percentage,
+            p.gpus[2].pinned_memory_limit_mib
+        ),
+        (50, Some(1024))
+    );
+    assert_eq!(
+        p.gpus[0].control_binary,
+        PathBuf::from("/usr/bin/nvidia-cuda-mps-control")
+    );
 }
 
 #[test]
 fn all_skips_mig_enabled_gpus_with_a_warning_and_count_takes_the_first() {
-    let p = resolve_str(&format!("{HEAD}      - {{name: a, replicas: 2, devices: all}}\n")).unwrap();
-    assert_eq!(p.gpus.iter().map(|g| g.index).collect::<Vec<_>>(), vec![0, 1, 2]);
+    let p = resolve_str(&format!(
+        "{HEAD}      - {{name: a, replicas: 2, devices: all}}\n"
+    ))
+    .unwrap();
+    assert_eq!(
+        p.gpus.iter().map(|g| g.index).collect::<Vec<_>>(),
+        vec![0, 1, 2]
+    );
     assert!(p.warnings[0].contains("MIG"), "{:?}", p.warnings);
-    let p = resolve_str(&format!("{HEAD}      - {{name: a, replicas: 2, devices: 2}}\n")).unwrap();
-    assert_eq!(p.gpus.iter().map(|g| g.index).collect::<Vec<_>>(), vec![0, 1]);
+    let p = resolve_str(&format!(
+        "{HEAD}      - {{name: a, replicas: 2, devices: 2}}\n"
+    ))
+    .unwrap();
+    assert_eq!(
+        p.gpus.iter().map(|g| g.index).collect::<Vec<_>>(),
+        vec![0, 1]
+    );
 }
 
 #[test]
@@ -70,14 +111,22 @@ fn each_error_names_its_key() {
     ];
     for (yaml, want) in cases {
         let got = err(&yaml);
-        assert!(got.contains(want), "config:\n{yaml}\nwant: {want}\n got: {got}");
+        assert!(
+            got.contains(want),
+            "config:\n{yaml}\nwant: {want}\n got: {got}"
+        );
     }
 }
 
 #[test]
 fn socket_path_over_108_bytes_is_refused() {
     let long = format!("/{}", "d".repeat(60));
-    let got = err(&format!("{HEAD}      - {{name: a, replicas: 2, devices: [0]}}\nmpsDaemon:\n  mpsRoot: {long}\n"));
-    assert!(got.starts_with("mpsDaemon.mpsRoot: control socket path"), "{got}");
+    let got = err(&format!(
+        "{HEAD}      - {{name: a, replicas: 2, devices: [0]}}\nmpsDaemon:\n  mpsRoot: {long}\n"
+    ));
+    assert!(
+        got.starts_with("mpsDaemon.mpsRoot: control socket path"),
+        "{got}"
+    );
     assert!(got.contains("108") || got.contains("107"), "{got}");
 }

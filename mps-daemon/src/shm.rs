@@ -16,7 +16,9 @@ pub fn is_mount_point(path: &Path) -> bool {
     let (Ok(me), Some(parent)) = (std::fs::metadata(path), path.parent()) else {
         return false;
     };
-    std::fs::metadata(parent).map(|p| p.dev() != me.dev()).unwrap_or(false)
+    std::fs::metadata(parent)
+        .map(|p| p.dev() != me.dev())
+        .unwrap_or(false)
 }
 
 /// Mounts a tmpfs of `size` bytes on `path` (nosuid, nodev, mode 1777). Needs root.
@@ -40,5 +42,6 @@ pub fn mount_tmpfs(path: &Path, size: u64) -> Result<(), String> {
 
 /// Lazily unmounts `path` (clients may still hold it open).
 pub fn unmount(path: &Path) -> Result<(), String> {
-    umount2(path, MntFlags::MNT_DETACH).map_err(|e| format!("cannot unmount {}: {e}", path.display()))
+    umount2(path, MntFlags::MNT_DETACH)
+        .map_err(|e| format!("cannot unmount {}: {e}", path.display()))
 }

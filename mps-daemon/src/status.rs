@@ -90,7 +90,10 @@ pub struct StatusFile {
 
 /// Seconds since the epoch.
 pub fn now_secs() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
 }
 
 #[derive(Debug, Default)]
@@ -143,25 +146,37 @@ impl Board {
     }
 
     pub fn get(&self, uuid: &str) -> Option<GpuStatus> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner()).gpus.get(uuid).cloned()
+        self.inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .gpus
+            .get(uuid)
+            .cloned()
     }
 
     pub fn snapshot(&self) -> StatusFile {
         let i = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let mut gpus: Vec<GpuStatus> = i.gpus.values().cloned().collect();
+        gpus.sort_by_key(|g| g.index);
         StatusFile {
             format_version: STATUS_FORMAT_VERSION,
             pid: std::process::id(),
             updated_at: now_secs(),
             config: i.config.clone(),
             last_reload_error: i.last_reload_error.clone(),
-            gpus: i.gpus.values().cloned().collect(),
+            gpus,
         }
     }
 
     /// GPUs that are not ready (all ready when empty and at least one GPU exists).
     pub fn not_ready(&self) -> (usize, Vec<GpuStatus>) {
         let i = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        let list = i.gpus.values().filter(|g| g.state != GpuState::Ready).cloned().collect();
+        let list = i
+            .gpus
+            .values()
+            .filter(|g| g.state != GpuState::Ready)
+            .cloned()
+            .collect();
         (i.gpus.len(), list)
     }
 
@@ -172,7 +187,11 @@ impl Board {
 }
 
 /// Rewrites `status.json` after each change until `stop` resolves.
-pub async fn write_loop(board: Board, path: std::path::PathBuf, stop: tokio::sync::watch::Receiver<bool>) {
+pub async fn write_loop(
+    board: Board,
+    path: std::path::PathBuf,
+    stop: tokio::sync::watch::Receiver<bool>,
+) {
     let mut stop = stop;
     loop {
         let snap = board.snapshot();
@@ -194,7 +213,10 @@ pub async fn write_loop(board: Board, path: std::path::PathBuf, stop: tokio::syn
 /// Reads a status file written by a running daemon.
 pub fn read(path: &Path) -> Result<StatusFile, String> {
     let text = std::fs::read_to_string(path).map_err(|e| {
-        format!("cannot read {}: {e} (is gpu-mps-daemon running with this --mps-root?)", path.display())
+        format!(
+            "cannot read {}: {e} (is gpu-mps-daemon running with this --mps-root?)",
+            path.display()
+        )
     })?;
     serde_json::from_str(&text).map_err(|e| format!("{} is not a status file: {e}", path.display()))
 }
@@ -202,12 +224,29 @@ pub fn read(path: &Path) -> Result<StatusFile, String> {
 /// The human table of `gpu-mps-daemon status`.
 pub fn render_table(s: &StatusFile, daemon_alive: bool) -> String {
     let mut out = String::new();
-    let liveness = if daemon_alive { "running" } else { "NOT RUNNING (stale status file)" };
-    out.push_str(&format!("gpu-mps-daemon pid {} {liveness}, updated at {}\n", s.pid, s.updated_at));
+    let liveness = if daemon_alive {
+        "running"
+    } else {
+        "NOT RUNNING (stale status file)"
+    };
+    out.push_str(&format!(
+        "gpu-mps-daemon pid {} {liveness}, updated at {}\n",
+        s.pid, s.updated_at
+    ));
     if let Some(e) = &s.last_reload_error {
         out.push_str(&format!("last reload refused: {e}\n"));
     }
-    let header = ["IDX", "UUID", "RESOURCE", "STATE", "PID", "THREADS%", "MEMLIMIT", "RESTARTS", "LAST ERROR"];
+    let header = [
+        "IDX",
+        "UUID",
+        "RESOURCE",
+        "STATE",
+        "PID",
+        "THREADS%",
+        "MEMLIMIT",
+        "RESTARTS",
+        "LAST ERROR",
+    ];
     let mut rows: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
     for g in &s.gpus {
         rows.push(vec![
@@ -217,7 +256,9 @@ pub fn render_table(s: &StatusFile, daemon_alive: bool) -> String {
             g.state.as_str().to_string(),
             g.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
             g.active_thread_percentage.to_string(),
-            g.pinned_memory_limit_mib.map(|m| format!("{m}M")).unwrap_or_else(|| "-".into()),
+            g.pinned_memory_limit_mib
+                .map(|m| format!("{m}M"))
+                .unwrap_or_else(|| "-".into()),
             g.restarts.to_string(),
             g.last_error.clone().unwrap_or_else(|| "-".into()),
         ]);
@@ -229,7 +270,13 @@ pub fn render_table(s: &StatusFile, daemon_alive: bool) -> String {
         let line: Vec<String> = r
             .iter()
             .enumerate()
-            .map(|(c, v)| if c + 1 == r.len() { v.clone() } else { format!("{v:<w$}", w = widths[c]) })
+            .map(|(c, v)| {
+                if c + 1 == r.len() {
+                    v.clone()
+                } else {
+                    format!("{v:<w$}", w = widths[c])
+                }
+            })
             .collect();
         out.push_str(line.join("  ").trim_end());
         out.push('\n');

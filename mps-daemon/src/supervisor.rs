@@ -6,6 +6,7 @@
 //! refusing, no reply within the bound) removes the ready file first, then kills and restarts the
 //! daemon with exponential backoff; limits are applied again before it is ready again.
 
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -41,6 +42,8 @@ pub struct GpuSupervisor {
     pub board: Board,
     pub timing: watch::Receiver<Timing>,
     pub compute: Arc<dyn ComputeModeSetter>,
+    /// Pid of the daemon we started last (0: none); used when its pid file has vanished.
+    started: AtomicI32,
 }
 
 /// What the supervisor set up and must undo.
@@ -67,7 +70,14 @@ impl GpuSupervisor {
             board,
             timing,
             compute,
+            started: AtomicI32::new(0),
         }
+    }
+
+    /// The daemon's pid: from its pid file, else the one we started.
+    fn daemon_pid(&self) -> Option<i32> {
+        process::read_pid(&self.layout.pid_file())
+            .or_else(|| Some(self.started.load(Ordering::Relaxed)).filter(|p| *p > 0))
     }
 
     fn env(&self) -> ControlEnv {
@@ -93,7 +103,10 @@ impl GpuSupervisor {
             ready_since: None,
             pipe_directory: self.layout.pipe.display().to_string(),
             log_directory: self.layout.log.display().to_string(),
-            shm_directory: self.plan.shm_size.map(|_| self.layout.shm.display().to_string()),
+            shm_directory: self
+                .plan
+                .shm_size
+                .map(|_| self.layout.shm.display().to_string()),
         }
     }
 
@@ -163,11 +176,15 @@ impl GpuSupervisor {
     /// Directories, tmpfs, compute mode, daemon start, limits, read-back, ready file.
     async fn bring_up(&self, env: &ControlEnv, undo: &mut Undo) -> Result<i32, String> {
         let l = &self.layout;
+        // A ready file left by an instance that was killed must not outlive this bring-up.
+        layout::remove_file_if_exists(&l.ready).map_err(|e| e.to_string())?;
         for d in [&l.pipe, &l.log] {
             undo.dirs.ensure(d, 0o755).map_err(|e| e.to_string())?;
         }
         if let Some(size) = self.plan.shm_size {
-            undo.dirs.ensure(&l.shm, 0o1777).map_err(|e| e.to_string())?;
+            undo.dirs
+                .ensure(&l.shm, 0o1777)
+                .map_err(|e| e.to_string())?;
             if !undo.mounted {
                 if !shm::is_mount_point(&l.shm) {
                     shm::mount_tmpfs(&l.shm, size)?;
@@ -178,19 +195,27 @@ impl GpuSupervisor {
         self.kill_daemon().await;
         if !undo.mode_tried {
             undo.mode_tried = true;
-            match self.compute.set_compute_mode(&self.plan.uuid, ComputeMode::ExclusiveProcess) {
+            match self
+                .compute
+                .set_compute_mode(&self.plan.uuid, ComputeMode::ExclusiveProcess)
+            {
                 Ok(prev) => undo.prev_mode = Some(prev),
                 Err(e) => tracing::warn!(gpu = %self.plan.uuid, error = %e,
                     "compute mode not set to EXCLUSIVE_PROCESS; other processes may use the GPU outside MPS"),
             }
         }
         let t = *self.timing.borrow();
-        let pid = env.start_daemon(l, t.start_timeout).await.map_err(|e| e.to_string())?;
+        let pid = env
+            .start_daemon(l, t.start_timeout)
+            .await
+            .map_err(|e| e.to_string())?;
+        self.started.store(pid, Ordering::Relaxed);
         self.board.update(&self.plan.uuid, |s| s.pid = Some(pid));
         let (pct, mem) = self.apply_limits(env, t.command_timeout).await?;
         let ready = serde_json::json!({
             "uuid": self.plan.uuid,
             "pid": pid,
+            "supervisorPid": std::process::id(),
             "activeThreadPercentage": pct,
             "pinnedMemoryLimitMiB": mem,
             "pipeDirectory": l.pipe,
@@ -207,7 +232,11 @@ impl GpuSupervisor {
 
     /// Sets the default limits (device by ordinal 0: CUDA_VISIBLE_DEVICES leaves the daemon one
     /// GPU, and limits set by UUID were ignored by some drivers) and reads them back.
-    async fn apply_limits(&self, env: &ControlEnv, to: Duration) -> Result<(f64, Option<u64>), String> {
+    async fn apply_limits(
+        &self,
+        env: &ControlEnv,
+        to: Duration,
+    ) -> Result<(f64, Option<u64>), String> {
         let want_pct = self.plan.active_thread_percentage;
         let e = |e: crate::control::ControlError| e.to_string();
         // Both settings in one client run (one process instead of two); replies are not relied
@@ -217,19 +246,31 @@ impl GpuSupervisor {
             set.push_str(&format!("\nset_default_device_pinned_mem_limit 0 {m}M"));
         }
         env.send(&set, to).await.map_err(e)?;
-        let reply = env.send("get_default_active_thread_percentage", to).await.map_err(e)?;
-        let pct = parse_percentage(&reply)
-            .ok_or_else(|| format!("unexpected reply to get_default_active_thread_percentage: {reply:?}"))?;
+        let reply = env
+            .send("get_default_active_thread_percentage", to)
+            .await
+            .map_err(e)?;
+        let pct = parse_percentage(&reply).ok_or_else(|| {
+            format!("unexpected reply to get_default_active_thread_percentage: {reply:?}")
+        })?;
         if (pct - f64::from(want_pct)).abs() > 0.5 {
-            return Err(format!("active thread percentage not applied: set {want_pct}, daemon reports {reply:?}"));
+            return Err(format!(
+                "active thread percentage not applied: set {want_pct}, daemon reports {reply:?}"
+            ));
         }
         let mut mem = None;
         if let Some(m) = self.plan.pinned_memory_limit_mib {
-            let reply = env.send("get_default_device_pinned_mem_limit 0", to).await.map_err(e)?;
-            let got = parse_mem_limit_mib(&reply)
-                .ok_or_else(|| format!("unexpected reply to get_default_device_pinned_mem_limit 0: {reply:?}"))?;
+            let reply = env
+                .send("get_default_device_pinned_mem_limit 0", to)
+                .await
+                .map_err(e)?;
+            let got = parse_mem_limit_mib(&reply).ok_or_else(|| {
+                format!("unexpected reply to get_default_device_pinned_mem_limit 0: {reply:?}")
+            })?;
             if got != m {
-                return Err(format!("pinned memory limit not applied: set {m}M, daemon reports {reply:?}"));
+                return Err(format!(
+                    "pinned memory limit not applied: set {m}M, daemon reports {reply:?}"
+                ));
             }
             mem = Some(got);
         }
@@ -254,7 +295,13 @@ impl GpuSupervisor {
     /// Kills the daemon named by the pid file (if it is an MPS control process) and empties the
     /// pipe directory, so that a new `-d` can start there.
     async fn kill_daemon(&self) {
-        if let Some(pid) = process::read_pid(&self.layout.pid_file()) {
+        let started = self.started.swap(0, Ordering::Relaxed);
+        let from_file = process::read_pid(&self.layout.pid_file());
+        let candidates = [
+            from_file,
+            Some(started).filter(|p| *p > 0 && Some(*p) != from_file),
+        ];
+        for pid in candidates.into_iter().flatten() {
             if process::is_alive(pid) {
                 if process::looks_like_mps_control(pid) {
                     if !process::terminate(pid, KILL_GRACE).await {
@@ -276,12 +323,14 @@ impl GpuSupervisor {
         let _ = layout::remove_file_if_exists(&self.layout.ready);
         self.set_state(GpuState::Stopping, None);
         let t = *self.timing.borrow();
-        if let Some(pid) = process::read_pid(&self.layout.pid_file()).filter(|p| process::is_alive(*p)) {
+        if let Some(pid) = self.daemon_pid().filter(|p| process::is_alive(*p)) {
             match env.send("quit", t.command_timeout).await {
                 Ok(_) if process::wait_gone(pid, t.shutdown_timeout).await => {
                     tracing::info!(gpu = %uuid, pid, "control daemon quit");
                 }
-                r => tracing::warn!(gpu = %uuid, pid, error = ?r.err(), "control daemon did not quit; killing it"),
+                r => {
+                    tracing::warn!(gpu = %uuid, pid, error = ?r.err(), "control daemon did not quit; killing it")
+                }
             }
         }
         self.kill_daemon().await;
@@ -290,7 +339,10 @@ impl GpuSupervisor {
                 tracing::warn!(gpu = %uuid, error = %e, "cannot unmount shm");
             }
         }
-        if let Some(prev) = undo.prev_mode.filter(|m| *m != ComputeMode::ExclusiveProcess) {
+        if let Some(prev) = undo
+            .prev_mode
+            .filter(|m| *m != ComputeMode::ExclusiveProcess)
+        {
             if let Err(e) = self.compute.set_compute_mode(uuid, prev) {
                 tracing::warn!(gpu = %uuid, error = %e, "cannot restore the compute mode");
             }

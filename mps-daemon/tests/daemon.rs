@@ -15,7 +15,10 @@ fn pid_of(g: &Value) -> i64 {
 #[test]
 fn limits_are_applied_before_the_gpu_is_ready() {
     let node = Node::new(2, 81920);
-    node.write_config("      - {name: nvidia.com/gpu, replicas: 4, devices: all}\n", FAST);
+    node.write_config(
+        "      - {name: nvidia.com/gpu, replicas: 4, devices: all}\n",
+        FAST,
+    );
     let d = node.start();
     // A client that connects the moment the ready file appears must see the limits.
     for i in 0..2 {
@@ -34,7 +37,12 @@ fn limits_are_applied_before_the_gpu_is_ready() {
     assert_eq!(g["restarts"], 0);
     let ready: Value = serde_json::from_slice(&std::fs::read(node.ready_file(1)).unwrap()).unwrap();
     assert_eq!(ready["pid"], g["pid"]);
-    assert_eq!(wait_for("readyz 200", || Some(d.get("/readyz")).filter(|r| r.0 == 200)).1, "ready: 2 GPU(s)\n");
+    assert_eq!(
+        wait_for("readyz 200", || Some(d.get("/readyz"))
+            .filter(|r| r.0 == 200))
+        .1,
+        "ready: 2 GPU(s)\n"
+    );
     assert_eq!(d.get("/healthz").0, 200);
 
     // The control daemon sees only its GPU and a clean environment.
@@ -44,9 +52,23 @@ fn limits_are_applied_before_the_gpu_is_ready() {
         .filter(|v| !v.is_empty())
         .map(|v| String::from_utf8_lossy(v).to_string())
         .collect();
-    assert!(vars.contains(&format!("CUDA_VISIBLE_DEVICES={}", uuid(1))), "{vars:?}");
-    assert!(vars.contains(&format!("CUDA_MPS_PIPE_DIRECTORY={}", node.pipe(1).display())), "{vars:?}");
-    assert!(!vars.iter().any(|v| v.starts_with("GPUHOOK_TEST_MARKER") || v.starts_with("RUST_LOG")), "{vars:?}");
+    assert!(
+        vars.contains(&format!("CUDA_VISIBLE_DEVICES={}", uuid(1))),
+        "{vars:?}"
+    );
+    assert!(
+        vars.contains(&format!(
+            "CUDA_MPS_PIPE_DIRECTORY={}",
+            node.pipe(1).display()
+        )),
+        "{vars:?}"
+    );
+    assert!(
+        !vars
+            .iter()
+            .any(|v| v.starts_with("GPUHOOK_TEST_MARKER") || v.starts_with("RUST_LOG")),
+        "{vars:?}"
+    );
 
     // `status` subcommand: table and JSON.
     let out = std::process::Command::new(daemon_bin())
@@ -56,7 +78,10 @@ fn limits_are_applied_before_the_gpu_is_ready() {
         .unwrap();
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{table}");
-    assert!(table.contains("STATE") && table.contains(&uuid(0)) && table.contains("ready"), "{table}");
+    assert!(
+        table.contains("STATE") && table.contains(&uuid(0)) && table.contains("ready"),
+        "{table}"
+    );
     assert!(table.contains("20480M"), "{table}");
     let out = std::process::Command::new(daemon_bin())
         .args(["status", "--json", "--mps-root"])
@@ -74,12 +99,21 @@ fn slow_commands_and_a_driver_ignoring_uuid_limits_still_give_limited_clients() 
     // applied would let this client in unlimited. The driver also ignores limits given by UUID,
     // so limits must be set by ordinal.
     let node = Node::new(1, 24000);
-    node.wrap_control("export GPUHOOK_SIM_MPS_FAULT=ignore-uuid-limits\n[ \"$#\" -eq 0 ] && sleep 0.3");
-    node.write_config("      - {name: r, replicas: 3, devices: all}\n", "  probeInterval: 2s\n");
+    node.wrap_control(
+        "export GPUHOOK_SIM_MPS_FAULT=ignore-uuid-limits\n[ \"$#\" -eq 0 ] && sleep 0.3",
+    );
+    node.write_config(
+        "      - {name: r, replicas: 3, devices: all}\n",
+        "  probeInterval: 2s\n",
+    );
     let d = node.start();
     wait_for("ready file", || node.ready_file(0).exists().then_some(()));
     let got = node.client_limits(0);
-    assert!(got.contains("active_thread_percentage=33.0 pinned_mem_limit=0=8000M"), "{got}; log:\n{}", d.log_text());
+    assert!(
+        got.contains("active_thread_percentage=33.0 pinned_mem_limit=0=8000M"),
+        "{got}; log:\n{}",
+        d.log_text()
+    );
 }
 
 #[test]
@@ -88,12 +122,24 @@ fn a_daemon_that_cannot_start_is_failed_and_not_ready() {
     node.wrap_control("[ \"$1\" = -d ] && { echo 'boom: no GPU here' >&2; exit 1; }");
     node.write_config("      - {name: r, replicas: 2, devices: all}\n", FAST);
     let d = node.start();
-    let g = wait_for("retries", || node.gpu_status(0).filter(|g| g["restarts"].as_u64() >= Some(2)));
-    assert!(g["lastError"].as_str().unwrap().contains("boom: no GPU here"), "{g}");
+    let g = wait_for("retries", || {
+        node.gpu_status(0)
+            .filter(|g| g["restarts"].as_u64() >= Some(2))
+    });
+    assert!(
+        g["lastError"]
+            .as_str()
+            .unwrap()
+            .contains("boom: no GPU here"),
+        "{g}"
+    );
     assert!(!node.ready_file(0).exists());
     let (code, body) = d.get("/readyz");
     assert_eq!(code, 503, "{body}");
-    assert!(body.contains(&uuid(0)) && body.contains("boom: no GPU here"), "{body}");
+    assert!(
+        body.contains(&uuid(0)) && body.contains("boom: no GPU here"),
+        "{body}"
+    );
 }
 
 #[test]
@@ -105,12 +151,24 @@ fn a_killed_control_daemon_is_restarted_with_limits() {
     // SAFETY: SIGKILL to the simulated control daemon.
     assert_eq!(unsafe { libc::kill(old as i32, libc::SIGKILL) }, 0);
     let g = wait_for("restart", || {
-        node.gpu_status(0).filter(|g| g["state"] == "ready" && g["pid"].as_i64() != Some(old) && node.ready_file(0).exists())
+        node.gpu_status(0).filter(|g| {
+            g["state"] == "ready" && g["pid"].as_i64() != Some(old) && node.ready_file(0).exists()
+        })
     });
     assert!(g["restarts"].as_u64().unwrap() >= 1);
-    assert!(g["lastError"].as_str().unwrap().contains(&format!("pid {old}")), "{g}");
+    assert!(
+        g["lastError"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("pid {old}")),
+        "{g}"
+    );
     let got = node.client_limits(0);
-    assert!(got.contains("active_thread_percentage=33.0 pinned_mem_limit=0=13333M"), "{got}; log:\n{}", d.log_text());
+    assert!(
+        got.contains("active_thread_percentage=33.0 pinned_mem_limit=0=13333M"),
+        "{got}; log:\n{}",
+        d.log_text()
+    );
 }
 
 #[test]
@@ -125,12 +183,24 @@ fn a_wedged_control_daemon_is_killed_and_restarted() {
         move || control_at(&pipe, "sim_wedge")
     });
     let g = wait_for("restart after wedge", || {
-        node.gpu_status(0).filter(|g| g["state"] == "ready" && g["pid"].as_i64() != Some(old))
+        node.gpu_status(0)
+            .filter(|g| g["state"] == "ready" && g["pid"].as_i64() != Some(old))
     });
-    assert!(g["lastError"].as_str().unwrap().contains("no reply within"), "{g}");
+    assert!(
+        g["lastError"].as_str().unwrap().contains("no reply within"),
+        "{g}"
+    );
     assert!(!alive(old), "the wedged daemon {old} must be killed");
-    assert!(!wedger.join().unwrap().status.success(), "the wedged daemon never answered");
-    assert!(node.client_limits(0).contains("active_thread_percentage=50.0"), "log:\n{}", d.log_text());
+    assert!(
+        !wedger.join().unwrap().status.success(),
+        "the wedged daemon never answered"
+    );
+    assert!(
+        node.client_limits(0)
+            .contains("active_thread_percentage=50.0"),
+        "log:\n{}",
+        d.log_text()
+    );
 }
 
 #[test]
@@ -140,7 +210,10 @@ fn sigterm_quits_daemons_and_leaves_the_root_as_it_was() {
     std::fs::write(node.mps_root.join("keep.txt"), "mine").unwrap();
     let root_user = nix::unistd::geteuid().is_root();
     let shm = if root_user { "  shmSize: 16Mi\n" } else { "" };
-    node.write_config("      - {name: r, replicas: 2, devices: all}\n", &format!("{FAST}{shm}"));
+    node.write_config(
+        "      - {name: r, replicas: 2, devices: all}\n",
+        &format!("{FAST}{shm}"),
+    );
     let mut d = node.start();
     let pids: Vec<i64> = (0..2).map(|i| pid_of(&node.wait_ready(i))).collect();
     let shm_dir = node.mps_root.join(uuid(0)).join("shm");
@@ -154,7 +227,9 @@ fn sigterm_quits_daemons_and_leaves_the_root_as_it_was() {
         assert!(mounted(), "tmpfs must be mounted on {}", shm_dir.display());
         let environ = std::fs::read_to_string(format!("/proc/{}/mountinfo", pids[0])).unwrap();
         assert!(
-            environ.lines().any(|l| l.split_whitespace().nth(4) == Some("/dev/shm") && l.contains("tmpfs")),
+            environ
+                .lines()
+                .any(|l| l.split_whitespace().nth(4) == Some("/dev/shm") && l.contains("tmpfs")),
             "the control daemon must see the shared tmpfs as /dev/shm"
         );
     }
@@ -166,7 +241,26 @@ fn sigterm_quits_daemons_and_leaves_the_root_as_it_was() {
     }
     assert_eq!(tree(&node.mps_root), vec!["keep.txt".to_string()]);
     assert!(!mounted());
-    assert!(d.log_text().contains("control daemon quit"), "{}", d.log_text());
+    assert!(
+        d.log_text().contains("control daemon quit"),
+        "{}",
+        d.log_text()
+    );
+}
+
+#[test]
+fn sigterm_stops_a_daemon_whose_pid_file_was_deleted() {
+    let node = Node::new(1, 8192);
+    node.write_config(
+        "      - {name: r, replicas: 2, devices: all}\n",
+        "  probeInterval: 30s\n",
+    );
+    let mut d = node.start();
+    let pid = pid_of(&node.wait_ready(0));
+    std::fs::remove_dir_all(node.pipe(0)).unwrap();
+    d.signal(libc::SIGTERM);
+    assert_eq!(d.wait_exit(), Some(0), "log:\n{}", d.log_text());
+    assert!(!alive(pid), "control daemon {pid} must not be orphaned");
 }
 
 #[test]
@@ -192,18 +286,32 @@ fn sighup_restarts_only_changed_gpus() {
     // A bad config is refused and nothing changes.
     node.write_config("      - {name: a, replicas: 0, devices: [0]}\n", slow);
     d.signal(libc::SIGHUP);
-    let s = wait_for("reload error", || node.status().filter(|s| !s["lastReloadError"].is_null()));
-    assert!(s["lastReloadError"].as_str().unwrap().contains("sharing.mps.resources[0].replicas"), "{s}");
+    let s = wait_for("reload error", || {
+        node.status().filter(|s| !s["lastReloadError"].is_null())
+    });
+    assert!(
+        s["lastReloadError"]
+            .as_str()
+            .unwrap()
+            .contains("sharing.mps.resources[0].replicas"),
+        "{s}"
+    );
 
     // GPU 0 unchanged, GPU 1 to 4 replicas, GPU 2 added.
     node.write_config("      - {name: a, replicas: 2, devices: [0]}\n      - {name: b, replicas: 4, devices: [1, 2]}\n", slow);
     d.signal(libc::SIGHUP);
     let g1 = wait_for("GPU 1 restarted", || {
-        node.gpu_status(1).filter(|g| g["state"] == "ready" && g["pid"].as_i64() != Some(p1) && g["activeThreadPercentage"] == 25)
+        node.gpu_status(1).filter(|g| {
+            g["state"] == "ready"
+                && g["pid"].as_i64() != Some(p1)
+                && g["activeThreadPercentage"] == 25
+        })
     });
     node.wait_ready(2);
     assert!(node.status().unwrap()["lastReloadError"].is_null());
-    assert!(node.client_limits(1).contains("active_thread_percentage=25.0 pinned_mem_limit=0=7500M"));
+    assert!(node
+        .client_limits(1)
+        .contains("active_thread_percentage=25.0 pinned_mem_limit=0=7500M"));
     assert!(!alive(p1), "old daemon of GPU 1 must be gone");
     let g0 = node.gpu_status(0).unwrap();
     assert_eq!(pid_of(&g0), p0, "unchanged GPU 0 must keep its daemon");
@@ -213,10 +321,37 @@ fn sighup_restarts_only_changed_gpus() {
     // Remove GPU 0: its daemon quits and its directory goes.
     node.write_config("      - {name: b, replicas: 4, devices: [1, 2]}\n", slow);
     d.signal(libc::SIGHUP);
-    wait_for("GPU 0 removed", || node.gpu_status(0).is_none().then_some(()));
-    wait_for("GPU 0 dir removed", || (!node.mps_root.join(uuid(0)).exists()).then_some(()));
+    wait_for("GPU 0 removed", || {
+        node.gpu_status(0).is_none().then_some(())
+    });
+    wait_for("GPU 0 dir removed", || {
+        (!node.mps_root.join(uuid(0)).exists()).then_some(())
+    });
     assert!(!alive(p0));
     assert_eq!(node.gpu_status(2).unwrap()["state"], "ready");
+}
+
+#[test]
+fn a_restarted_instance_replaces_the_daemons_of_a_killed_one() {
+    let node = Node::new(1, 8192);
+    node.write_config("      - {name: r, replicas: 2, devices: all}\n", FAST);
+    let mut first = node.start();
+    let old = pid_of(&node.wait_ready(0));
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+    assert!(alive(old), "the control daemon outlives its supervisor");
+    let second = node.start();
+    let g = wait_for("new daemon", || {
+        node.gpu_status(0)
+            .filter(|g| g["state"] == "ready" && g["pid"].as_i64() != Some(old))
+    });
+    assert!(
+        !alive(old),
+        "the stale control daemon {old} must be replaced"
+    );
+    let ready: Value = serde_json::from_slice(&std::fs::read(node.ready_file(0)).unwrap()).unwrap();
+    assert_eq!(ready["supervisorPid"], second.pid());
+    assert_eq!(ready["pid"], g["pid"]);
 }
 
 #[test]
@@ -228,7 +363,10 @@ fn a_second_instance_on_the_same_root_is_refused() {
     let out = node.command().output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(err.contains(&format!("another gpu-mps-daemon (pid {})", d.pid())), "{err}");
+    assert!(
+        err.contains(&format!("another gpu-mps-daemon (pid {})", d.pid())),
+        "{err}"
+    );
     assert!(err.contains(&node.mps_root.display().to_string()), "{err}");
     // The first one is unaffected.
     assert_eq!(node.gpu_status(0).unwrap()["state"], "ready");
@@ -253,7 +391,13 @@ fn config_errors_name_the_key_and_start_nothing() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{err}");
         assert!(err.contains(want), "want {want:?} in:\n{err}");
-        assert!(err.contains(&node.config.display().to_string()), "names the file: {err}");
-        assert!(!node.mps_root.exists(), "nothing may be created for a bad config");
+        assert!(
+            err.contains(&node.config.display().to_string()),
+            "names the file: {err}"
+        );
+        assert!(
+            !node.mps_root.exists(),
+            "nothing may be created for a bad config"
+        );
     }
 }

@@ -6,7 +6,14 @@
 
 use std::time::Instant;
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let root = args.next().unwrap_or_else(|| "/".into());
     let iterations: usize = args.next().map(|n| n.parse()).transpose()?.unwrap_or(1);

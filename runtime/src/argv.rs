@@ -86,7 +86,11 @@ fn split_flag(arg: &OsStr) -> Option<(&str, Option<&OsStr>)> {
     if bytes.len() < 2 || bytes[0] != b'-' || bytes == b"--" {
         return None;
     }
-    let body = if bytes[1] == b'-' { &bytes[2..] } else { &bytes[1..] };
+    let body = if bytes[1] == b'-' {
+        &bytes[2..]
+    } else {
+        &bytes[1..]
+    };
     if body.is_empty() || body[0] == b'-' {
         return None;
     }
@@ -130,7 +134,10 @@ pub fn parse(argv: &[OsString]) -> Result<RuncArgs, ArgvError> {
                 },
             }
         } else {
-            if inline.is_none() && argv[i + 1..].iter().any(|a| INTERCEPTED.iter().any(|c| a == c))
+            if inline.is_none()
+                && argv[i + 1..]
+                    .iter()
+                    .any(|a| INTERCEPTED.iter().any(|c| a == c))
             {
                 return Err(ArgvError::UnknownGlobalFlag { flag });
             }
@@ -151,7 +158,11 @@ pub fn parse(argv: &[OsString]) -> Result<RuncArgs, ArgvError> {
     };
     out.command = Some(cmd.to_string_lossy().into_owned());
     out.command_index = Some(i);
-    if out.command.as_deref().is_some_and(|c| INTERCEPTED.contains(&c)) {
+    if out
+        .command
+        .as_deref()
+        .is_some_and(|c| INTERCEPTED.contains(&c))
+    {
         out.bundle = find_bundle(&argv[i + 1..])?;
     }
     Ok(out)
@@ -172,9 +183,11 @@ fn find_bundle(args: &[OsString]) -> Result<Option<PathBuf>, ArgvError> {
                     Some(v) => v.to_os_string(),
                     None => {
                         i += 1;
-                        args.get(i).cloned().ok_or_else(|| ArgvError::MissingValue {
-                            flag: format!("--{name}"),
-                        })?
+                        args.get(i)
+                            .cloned()
+                            .ok_or_else(|| ArgvError::MissingValue {
+                                flag: format!("--{name}"),
+                            })?
                     }
                 };
                 if is_bundle {

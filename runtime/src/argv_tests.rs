@@ -62,16 +62,50 @@ fn global_flags_in_all_forms() {
         &["--root", "/r", "--log", "/l", "--log-format", "json"][..],
         &["--root=/r", "--log=/l", "--log-format=json"],
         &["-root", "/r", "-log=/l", "-log-format", "json"],
-        &["--debug", "--root", "/r", "--criu", "/c", "--log", "/l", "--log-format=json"],
-        &["--rootless", "auto", "--root=/r", "--debug=true", "--log", "/l", "--log-format", "json"],
-        &["--systemd-cgroup", "--rootless=false", "--root", "/r", "--log", "/l", "-log-format=json"],
+        &[
+            "--debug",
+            "--root",
+            "/r",
+            "--criu",
+            "/c",
+            "--log",
+            "/l",
+            "--log-format=json",
+        ],
+        &[
+            "--rootless",
+            "auto",
+            "--root=/r",
+            "--debug=true",
+            "--log",
+            "/l",
+            "--log-format",
+            "json",
+        ],
+        &[
+            "--systemd-cgroup",
+            "--rootless=false",
+            "--root",
+            "/r",
+            "--log",
+            "/l",
+            "-log-format=json",
+        ],
     ] {
         let mut s = globals.to_vec();
         s.extend(["create", "id1"]);
         let p = parse(&argv(&s)).unwrap();
         assert_eq!(p.command.as_deref(), Some("create"), "{globals:?}");
-        assert_eq!(p.log.as_deref(), Some(std::path::Path::new("/l")), "{globals:?}");
-        assert_eq!(p.root.as_deref(), Some(std::path::Path::new("/r")), "{globals:?}");
+        assert_eq!(
+            p.log.as_deref(),
+            Some(std::path::Path::new("/l")),
+            "{globals:?}"
+        );
+        assert_eq!(
+            p.root.as_deref(),
+            Some(std::path::Path::new("/r")),
+            "{globals:?}"
+        );
         assert!(p.log_is_json(), "{globals:?}");
         assert_eq!(p.intercept(), create_with("."), "{globals:?}");
     }
@@ -95,11 +129,25 @@ fn bundle_in_all_forms() {
         (&["create", "-bundle", "/b", "id"], "/b"),
         // urfave/cli v1 moves flags written after the id in front of it.
         (&["create", "id", "--bundle", "/b"], "/b"),
-        (&["create", "--console-socket", "/s", "-b", "/b", "--no-pivot", "id"], "/b"),
+        (
+            &[
+                "create",
+                "--console-socket",
+                "/s",
+                "-b",
+                "/b",
+                "--no-pivot",
+                "id",
+            ],
+            "/b",
+        ),
         // Last one wins, as with Go's flag package.
         (&["create", "-b", "/a", "--bundle", "/b", "id"], "/b"),
         // Values of other options are not mistaken for the bundle flag.
-        (&["create", "--pid-file", "-b", "--bundle", "/b", "id"], "/b"),
+        (
+            &["create", "--pid-file", "-b", "--bundle", "/b", "id"],
+            "/b",
+        ),
         // No bundle: the working directory.
         (&["create", "--pid-file", "/p", "id"], "."),
         // After `--` nothing is a flag.

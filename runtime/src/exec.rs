@@ -151,10 +151,16 @@ mod tests {
 
     #[test]
     fn plan_replaces_argv0_and_keeps_the_rest() {
-        let original: Vec<OsString> = ["/usr/local/bin/gpuhook-runtime", "--root", "/r", "start", "id"]
-            .iter()
-            .map(OsString::from)
-            .collect();
+        let original: Vec<OsString> = [
+            "/usr/local/bin/gpuhook-runtime",
+            "--root",
+            "/r",
+            "start",
+            "id",
+        ]
+        .iter()
+        .map(OsString::from)
+        .collect();
         let plan = ExecPlan::new("/usr/sbin/runc".into(), &original);
         assert_eq!(plan.argv[0], "/usr/sbin/runc");
         assert_eq!(plan.argv[1..], original[1..]);

@@ -16,14 +16,15 @@ pub mod atomic;
 pub mod configure;
 pub mod exec;
 pub mod legacy;
+pub mod reinject;
 pub mod runclog;
 pub mod wrapper;
 
 pub use argv::{parse as parse_argv, ArgvError, Intercept, RuncArgs};
 pub use configure::{
-    configure, plan, ConfigVersion, ConfigureError, ConfigureOptions, ConfigureOutcome,
-    FileChange, DEFAULT_BINARY, DEFAULT_CONFIG, DEFAULT_DROP_IN, DEFAULT_RUNTIME_NAME,
-    EXIT_CHANGED, EXIT_ERROR, EXIT_UNCHANGED,
+    configure, plan, ConfigVersion, ConfigureError, ConfigureOptions, ConfigureOutcome, FileChange,
+    DEFAULT_BINARY, DEFAULT_CONFIG, DEFAULT_DROP_IN, DEFAULT_RUNTIME_NAME, EXIT_CHANGED,
+    EXIT_ERROR, EXIT_UNCHANGED,
 };
 pub use exec::{find_runtime, ExecPlan};
 pub use legacy::remove_legacy_hooks;

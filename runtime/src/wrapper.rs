@@ -17,7 +17,7 @@ use thiserror::Error;
 
 use crate::argv::{self, ArgvError, Intercept};
 use crate::exec::{find_runtime, ExecPlan};
-use crate::{atomic, legacy, runclog};
+use crate::{atomic, legacy, reinject, runclog};
 
 /// Error type of the caller's callbacks.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -31,7 +31,7 @@ pub enum Injection {
     /// Fully qualified CDI device names (`nvidia.com/gpu=0`), applied from the spec dirs.
     Cdi(Vec<String>),
     /// Edits computed by the caller (e.g. a prestart hook in legacy mode, or JIT edits).
-    Edits(ContainerEdits),
+    Edits(Box<ContainerEdits>),
 }
 
 /// Turns a container's OCI spec into what to inject; `Ok(None)`: not a GPU container.
@@ -113,7 +113,10 @@ pub enum RuntimeError {
     #[error("cannot work out the GPU request of the container in {}: {source}", path.display())]
     Request { path: PathBuf, source: BoxError },
     #[error("cannot generate CDI specs for {}: {source}", names.join(", "))]
-    Generate { names: Vec<String>, source: BoxError },
+    Generate {
+        names: Vec<String>,
+        source: BoxError,
+    },
     /// The exact wording runtimes use, followed by where we looked and the fix.
     #[error(
         "unresolvable CDI devices {} (no spec in {} defines them; run `gpuhook cdi generate`, \
@@ -121,7 +124,10 @@ pub enum RuntimeError {
         names.join(", "),
         dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
     )]
-    Unresolvable { names: Vec<String>, dirs: Vec<PathBuf> },
+    Unresolvable {
+        names: Vec<String>,
+        dirs: Vec<PathBuf>,
+    },
     #[error("cannot apply CDI edits to {}: {source}", path.display())]
     Apply {
         path: PathBuf,
@@ -184,9 +190,12 @@ fn resolve(
         tracing::warn!(file = %e.path.display(), error = %e.message, "skipping CDI spec");
     }
     let missing = |r: &Registry| -> Vec<String> {
-        let mut m: Vec<String> = names.iter().filter(|n| r.get(n).is_none()).cloned().collect();
-        m.dedup();
-        m
+        let mut seen = std::collections::BTreeSet::new();
+        names
+            .iter()
+            .filter(|n| r.get(n).is_none() && seen.insert(n.as_str()))
+            .cloned()
+            .collect()
     };
     let mut unknown = missing(&registry);
     if let (false, Some(generate)) = (unknown.is_empty(), generate) {
@@ -231,6 +240,7 @@ pub fn edit_bundle(
             path: path.clone(),
             source,
         })?;
+    let injection = injection.filter(|i| !matches!(i, Injection::Cdi(n) if n.is_empty()));
     let Some(injection) = injection else {
         tracing::debug!(bundle = %bundle.display(), "no GPU request, spec untouched");
         return Ok(false);
@@ -244,6 +254,7 @@ pub fn edit_bundle(
     if !removed.is_empty() {
         tracing::info!(hooks = ?removed, "removed legacy GPU prestart hooks");
     }
+    let before_edits = spec.clone();
     let applied = match (&injection, &registry) {
         (Injection::Cdi(names), Some(reg)) => apply_devices(&mut spec, reg, names),
         (Injection::Cdi(names), None) => apply_devices(&mut spec, &Registry::default(), names),
@@ -253,6 +264,13 @@ pub fn edit_bundle(
         path: path.clone(),
         source,
     })?;
+    let duplicates = reinject::drop_reinjected(&before_edits, &mut spec);
+    if duplicates > 0 {
+        tracing::info!(
+            duplicates,
+            "devices were already applied; skipped their hooks and cgroup rules"
+        );
+    }
     let out = serde_json::to_vec(&spec).map_err(|e| RuntimeError::WriteSpec {
         path: path.clone(),
         source: e.into(),
@@ -283,12 +301,13 @@ pub fn prepare(
         .self_exe
         .clone()
         .unwrap_or_else(|| PathBuf::from("/proc/self/exe"));
-    let program = find_runtime(&config.runtimes, path_env.as_deref(), &self_exe).map_err(
-        |lookup| RuntimeError::NoRuntime {
-            candidates: config.runtimes.clone(),
-            skipped_self: lookup.skipped_self,
-        },
-    )?;
+    let program =
+        find_runtime(&config.runtimes, path_env.as_deref(), &self_exe).map_err(|lookup| {
+            RuntimeError::NoRuntime {
+                candidates: config.runtimes.clone(),
+                skipped_self: lookup.skipped_self,
+            }
+        })?;
     Ok(ExecPlan::new(program, argv))
 }
 
@@ -329,7 +348,11 @@ fn lenient_log_args(argv: &[OsString]) -> argv::RuncArgs {
     while let Some(a) = it.next() {
         let a = a.trim_start_matches('-');
         let (name, inline) = a.split_once('=').map_or((a, None), |(n, v)| (n, Some(v)));
-        let mut value = || inline.map(str::to_string).or_else(|| it.next().map(|s| s.into_owned()));
+        let mut value = || {
+            inline
+                .map(str::to_string)
+                .or_else(|| it.next().map(|s| s.into_owned()))
+        };
         match name {
             "log" => args.log = value().map(PathBuf::from),
             "log-format" => args.log_format = value(),

@@ -9,7 +9,10 @@ use super::*;
 const SPEC: &str = r#"{
   "cdiVersion": "0.5.0",
   "kind": "nvidia.com/gpu",
-  "containerEdits": {"env": ["NVIDIA_GPUHOOK=1"]},
+  "containerEdits": {
+    "env": ["NVIDIA_GPUHOOK=1"],
+    "hooks": [{"hookName": "createContainer", "path": "/usr/local/bin/gpuhook", "args": ["gpuhook", "cdi-hook", "update-ldcache"]}]
+  },
   "devices": [
     {"name": "0", "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia0", "type": "c", "major": 195, "minor": 0}]}},
     {"name": "1", "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia1", "type": "c", "major": 195, "minor": 1}]}}
@@ -51,7 +54,11 @@ fn fixture() -> Fixture {
         serde_json::to_vec_pretty(&oci_spec()).unwrap(),
     )
     .unwrap();
-    fs::set_permissions(bundle.join("config.json"), fs::Permissions::from_mode(0o600)).unwrap();
+    fs::set_permissions(
+        bundle.join("config.json"),
+        fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
     fs::write(cdi.join("nvidia.com-gpu.json"), SPEC).unwrap();
     let runc = bin.join("runc");
     let record = root.join("record");
@@ -85,12 +92,23 @@ fn os(args: &[&str]) -> Vec<OsString> {
 
 fn create_argv(f: &Fixture) -> Vec<OsString> {
     let b = f.bundle.to_str().unwrap();
-    os(&["gpuhook-runtime", "--root", "/r", "create", "--bundle", b, "ctr1"])
+    os(&[
+        "gpuhook-runtime",
+        "--root",
+        "/r",
+        "create",
+        "--bundle",
+        b,
+        "ctr1",
+    ])
 }
 
 /// Request: the devices in NVIDIA_VISIBLE_DEVICES as `nvidia.com/gpu=<id>`.
 fn env_request(spec: &Value) -> Result<Vec<String>, BoxError> {
-    let env = spec["process"]["env"].as_array().cloned().unwrap_or_default();
+    let env = spec["process"]["env"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
     Ok(env
         .iter()
         .filter_map(|e| e.as_str()?.strip_prefix("NVIDIA_VISIBLE_DEVICES="))
@@ -101,7 +119,11 @@ fn env_request(spec: &Value) -> Result<Vec<String>, BoxError> {
 fn set_env(f: &Fixture, value: &str) {
     let mut spec = oci_spec();
     spec["process"]["env"][1] = json!(format!("NVIDIA_VISIBLE_DEVICES={value}"));
-    fs::write(f.bundle.join("config.json"), serde_json::to_vec(&spec).unwrap()).unwrap();
+    fs::write(
+        f.bundle.join("config.json"),
+        serde_json::to_vec(&spec).unwrap(),
+    )
+    .unwrap();
 }
 
 fn read_spec(f: &Fixture) -> Value {
@@ -122,20 +144,35 @@ fn create_injects_devices_removes_legacy_hook_and_keeps_mode() {
         .as_array()
         .unwrap()
         .contains(&json!("NVIDIA_GPUHOOK=1")));
-    assert!(spec.get("hooks").is_none(), "legacy hook left: {spec}");
+    assert!(
+        spec["hooks"].get("prestart").is_none(),
+        "legacy hook left: {spec}"
+    );
+    assert_eq!(spec["hooks"]["createContainer"][0]["args"][1], "cdi-hook");
     // Unrelated fields survive.
     assert_eq!(spec["linux"]["namespaces"], json!([{"type": "mount"}]));
     let meta = fs::metadata(f.bundle.join("config.json")).unwrap();
     assert_eq!(meta.mode() & 0o7777, 0o600);
-    assert_eq!(fs::read_dir(&f.bundle).unwrap().count(), 1, "temp file left");
+    assert_eq!(
+        fs::read_dir(&f.bundle).unwrap().count(),
+        1,
+        "temp file left"
+    );
 }
 
 #[test]
-fn run_command_and_relative_default_bundle_forms() {
+fn run_command_with_an_inline_short_bundle_flag() {
     let f = fixture();
     set_env(&f, "1");
     let b = f.bundle.to_str().unwrap();
-    let argv = os(&["x", "--log-format=json", "run", "-d", &format!("-b={b}"), "c"]);
+    let argv = os(&[
+        "x",
+        "--log-format=json",
+        "run",
+        "-d",
+        &format!("-b={b}"),
+        "c",
+    ]);
     prepare(&argv, &f.config, &env_request, None).unwrap();
     assert_eq!(read_spec(&f)["linux"]["devices"][0]["path"], "/dev/nvidia1");
 }
@@ -174,7 +211,8 @@ fn request_errors_and_bad_specs_leave_config_untouched() {
     let f = fixture();
     let p = f.bundle.join("config.json");
     let before = fs::read(&p).unwrap();
-    let failing = |_: &Value| -> Result<Vec<String>, BoxError> { Err("bad NVIDIA_VISIBLE_DEVICES".into()) };
+    let failing =
+        |_: &Value| -> Result<Vec<String>, BoxError> { Err("bad NVIDIA_VISIBLE_DEVICES".into()) };
     let err = prepare(&create_argv(&f), &f.config, &failing, None).unwrap_err();
     assert!(matches!(err, RuntimeError::Request { .. }));
     assert!(err.to_string().contains("bad NVIDIA_VISIBLE_DEVICES"));
@@ -191,7 +229,9 @@ fn request_errors_and_bad_specs_leave_config_untouched() {
     }))
     .unwrap();
     fs::write(&p, &before).unwrap();
-    let req = |_: &Value| -> Result<Option<Injection>, BoxError> { Ok(Some(Injection::Edits(edits.clone()))) };
+    let req = |_: &Value| -> Result<Option<Injection>, BoxError> {
+        Ok(Some(Injection::Edits(Box::new(edits.clone()))))
+    };
     struct R<F>(F);
     impl<F: Fn(&Value) -> Result<Option<Injection>, BoxError>> DeviceRequest for R<F> {
         fn injection(&self, spec: &Value) -> Result<Option<Injection>, BoxError> {
@@ -256,14 +296,25 @@ fn no_runtime_but_ourselves_is_an_error() {
     let err = prepare(&argv, &f.config, &none, None).unwrap_err();
     let msg = err.to_string();
     assert!(msg.contains("no OCI runtime found"), "{msg}");
-    assert!(msg.contains("because it is gpuhook-runtime itself"), "{msg}");
+    assert!(
+        msg.contains("because it is gpuhook-runtime itself"),
+        "{msg}"
+    );
 }
 
 #[test]
 fn report_error_writes_runc_log_in_both_formats() {
     let f = fixture();
     let log = f.root.join("log.json");
-    let argv = os(&["x", "--log", log.to_str().unwrap(), "--log-format", "json", "create", "id"]);
+    let argv = os(&[
+        "x",
+        "--log",
+        log.to_str().unwrap(),
+        "--log-format",
+        "json",
+        "create",
+        "id",
+    ]);
     report_error(&argv, &"unresolvable CDI devices nvidia.com/gpu=7");
     let line: Value = serde_json::from_str(fs::read_to_string(&log).unwrap().trim()).unwrap();
     assert_eq!(line["level"], "error");
@@ -273,10 +324,20 @@ fn report_error_writes_runc_log_in_both_formats() {
     );
     // Even when the command line itself was the problem.
     let text = f.root.join("log.txt");
-    let argv = os(&["x", "--weird", "v", "--log", text.to_str().unwrap(), "create"]);
+    let argv = os(&[
+        "x",
+        "--weird",
+        "v",
+        "--log",
+        text.to_str().unwrap(),
+        "create",
+    ]);
     report_error(&argv, &"boom");
     let t = fs::read_to_string(&text).unwrap();
-    assert!(t.contains("level=error msg=\"gpuhook-runtime: boom\""), "{t}");
+    assert!(
+        t.contains("level=error msg=\"gpuhook-runtime: boom\""),
+        "{t}"
+    );
 }
 
 const CHILD_ENV: &str = "GPUHOOK_RUNTIME_TEST_CHILD";
@@ -290,7 +351,11 @@ fn exec_child() {
     };
     let spec: Value = serde_json::from_str(spec.to_str().unwrap()).unwrap();
     let strs = |v: &Value| -> Vec<String> {
-        v.as_array().unwrap().iter().map(|s| s.as_str().unwrap().to_string()).collect()
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s.as_str().unwrap().to_string())
+            .collect()
     };
     let config = RuntimeConfig {
         runtimes: vec!["runc".into()],
@@ -298,7 +363,10 @@ fn exec_child() {
         path_env: Some(spec["path"].as_str().unwrap().into()),
         self_exe: None,
     };
-    let argv: Vec<OsString> = strs(&spec["argv"]).into_iter().map(OsString::from).collect();
+    let argv: Vec<OsString> = strs(&spec["argv"])
+        .into_iter()
+        .map(OsString::from)
+        .collect();
     main(&argv, &config, &env_request, None);
 }
 
@@ -309,7 +377,12 @@ fn spawn_child(f: &Fixture, argv: &[OsString]) -> std::process::Output {
         "argv": argv.iter().map(|a| a.to_str().unwrap()).collect::<Vec<_>>(),
     });
     Command::new(std::env::current_exe().unwrap())
-        .args(["wrapper::tests::exec_child", "--exact", "--nocapture", "--test-threads=1"])
+        .args([
+            "wrapper::tests::exec_child",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(CHILD_ENV, spec.to_string())
         .env("LD_LIBRARY_PATH", "/nonexistent-gpuhook-test")
         .output()
@@ -326,11 +399,21 @@ fn exec_replaces_the_process_with_the_original_argv() {
     let want: Vec<&str> = argv[1..].iter().map(|a| a.to_str().unwrap()).collect();
     assert_eq!(recorded.lines().collect::<Vec<_>>(), want);
     let env = fs::read_to_string(f.root.join("record.env")).unwrap();
-    assert!(!env.contains("LD_LIBRARY_PATH"), "LD_LIBRARY_PATH passed on");
+    assert!(
+        !env.contains("LD_LIBRARY_PATH"),
+        "LD_LIBRARY_PATH passed on"
+    );
     assert_eq!(read_spec(&f)["linux"]["devices"][0]["path"], "/dev/nvidia0");
 
     // Passthrough: `delete` execs with the same argv and no bundle needed.
-    let argv = os(&["gpuhook-runtime", "--root", "/r", "delete", "--force", "ctr1"]);
+    let argv = os(&[
+        "gpuhook-runtime",
+        "--root",
+        "/r",
+        "delete",
+        "--force",
+        "ctr1",
+    ]);
     let out = spawn_child(&f, &argv);
     assert!(out.status.success(), "{out:?}");
     let recorded = fs::read_to_string(f.root.join("record.argv")).unwrap();
@@ -343,12 +426,105 @@ fn failure_exits_1_and_reaches_the_log_without_running_the_runtime() {
     set_env(&f, "7");
     let log = f.root.join("log.json");
     let b = f.bundle.to_str().unwrap();
-    let argv = os(&["gpuhook-runtime", "--log", log.to_str().unwrap(), "--log-format", "json", "create", "--bundle", b, "c"]);
+    let argv = os(&[
+        "gpuhook-runtime",
+        "--log",
+        log.to_str().unwrap(),
+        "--log-format",
+        "json",
+        "create",
+        "--bundle",
+        b,
+        "c",
+    ]);
     let out = spawn_child(&f, &argv);
     assert_eq!(out.status.code(), Some(EXIT_FAILURE), "{out:?}");
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("unresolvable CDI devices nvidia.com/gpu=7"), "{stderr}");
+    assert!(
+        stderr.contains("unresolvable CDI devices nvidia.com/gpu=7"),
+        "{stderr}"
+    );
     let log = fs::read_to_string(&log).unwrap();
-    assert!(log.contains("unresolvable CDI devices nvidia.com/gpu=7"), "{log}");
+    assert!(
+        log.contains("unresolvable CDI devices nvidia.com/gpu=7"),
+        "{log}"
+    );
     assert!(!f.root.join("record.argv").exists(), "runtime ran");
+}
+
+struct EditsRequest(ContainerEdits);
+
+impl DeviceRequest for EditsRequest {
+    fn injection(&self, _: &Value) -> Result<Option<Injection>, BoxError> {
+        Ok(Some(Injection::Edits(Box::new(self.0.clone()))))
+    }
+}
+
+#[test]
+fn legacy_mode_edits_replace_an_old_hook_with_exactly_one_new_one() {
+    let f = fixture();
+    let mut spec = oci_spec();
+    spec["hooks"]["prestart"] = json!([
+        {"path": "/usr/local/bin/gpuhook", "args": ["gpuhook", "prestart"]},
+        {"path": "/usr/bin/keep-me"}
+    ]);
+    fs::write(
+        f.bundle.join("config.json"),
+        serde_json::to_vec(&spec).unwrap(),
+    )
+    .unwrap();
+    let edits: ContainerEdits = serde_json::from_value(json!({"hooks": [{
+        "hookName": "prestart",
+        "path": "/usr/local/bin/gpuhook",
+        "args": ["gpuhook", "prestart"],
+        "env": ["PATH=/usr/bin:/bin"]
+    }]}))
+    .unwrap();
+    prepare(&create_argv(&f), &f.config, &EditsRequest(edits), None).unwrap();
+    let hooks = read_spec(&f)["hooks"]["prestart"].clone();
+    assert_eq!(
+        hooks,
+        json!([
+            {"path": "/usr/bin/keep-me"},
+            {"path": "/usr/local/bin/gpuhook", "args": ["gpuhook", "prestart"], "env": ["PATH=/usr/bin:/bin"]}
+        ])
+    );
+}
+
+#[test]
+fn an_empty_cdi_request_is_no_request() {
+    let f = fixture();
+    let p = f.bundle.join("config.json");
+    let before = fs::read(&p).unwrap();
+    struct Empty;
+    impl DeviceRequest for Empty {
+        fn injection(&self, _: &Value) -> Result<Option<Injection>, BoxError> {
+            Ok(Some(Injection::Cdi(vec![])))
+        }
+    }
+    prepare(&create_argv(&f), &f.config, &Empty, None).unwrap();
+    // Not rewritten: the legacy hook is still there.
+    assert_eq!(fs::read(&p).unwrap(), before);
+}
+
+#[test]
+fn applying_the_same_devices_again_changes_nothing() {
+    // containerd 1.7 with enable_cdi may already have applied the pod's devices.
+    let f = fixture();
+    set_env(&f, "0,1");
+    prepare(&create_argv(&f), &f.config, &env_request, None).unwrap();
+    let once = read_spec(&f);
+    assert_eq!(
+        once["hooks"]["createContainer"].as_array().unwrap().len(),
+        1
+    );
+    assert_eq!(
+        once["linux"]["resources"]["devices"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    prepare(&create_argv(&f), &f.config, &env_request, None).unwrap();
+    assert_eq!(read_spec(&f), once);
 }

@@ -1,7 +1,15 @@
 //! `gpuhook cdi generate|list|validate`.
+//!
+//! `generate` is the producer side of CDI on a node (discovery -> spec -> atomic write, plus the
+//! inventory cache the prestart hook reads); `list` and `validate` show a node's spec directories
+//! the way a runtime's CDI library sees them, so an operator can tell why `--device
+//! nvidia.com/gpu=0` does not resolve without reading runtime logs.
 
-use std::path::PathBuf;
+mod generate;
 
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context};
 use clap::{Args, Subcommand, ValueEnum};
 
 use crate::config::Config;
@@ -13,13 +21,27 @@ pub enum CdiCommand {
     /// Generate a CDI spec for this node's GPUs
     #[command(long_about = "Generate a CDI spec for this node's GPUs.\n\n\
         Discovers GPUs, MIG devices and driver files under --driver-root (NVML from --nvml-lib when \
-        available, /proc otherwise) and writes a spec with one device per GPU/MIG device and name \
-        strategy plus an `all` device. The file is written atomically (temp file + rename) with mode \
-        0644 and the lowest cdiVersion its contents need.")]
+        given, else the driver root's libnvidia-ml.so.1) and writes a spec with one device per GPU/MIG \
+        device and name strategy plus an `all` device. The file is written atomically (temp file + \
+        rename) with mode 0644 and the lowest cdiVersion its contents need; an unchanged spec is not \
+        rewritten, and a file gpuhook did not write is never replaced. The discovered inventory is \
+        also saved for `gpuhook prestart` (--inventory-cache). A one-line summary goes to stderr.")]
     Generate(GenerateArgs),
     /// List the CDI devices defined in the spec directories
+    #[command(
+        long_about = "List the CDI devices defined in the spec directories.\n\n\
+        Applies the rules of the runtimes' CDI library: directories in priority order (a later one \
+        wins for the same device), *.json and *.yaml files in lexical order, a device defined by two \
+        files of one directory is dropped. Qualified names go to stdout, one per line; broken spec \
+        files are reported on stderr. Exits non-zero when nothing could be listed because of errors."
+    )]
     List(ListArgs),
     /// Validate a CDI spec file (JSON schema and spec rules)
+    #[command(
+        long_about = "Validate a CDI spec file against the CDI JSON schema and the spec's \
+        rules (names, paths, cdiVersion high enough for the contents).\n\n\
+        Each problem is printed on stderr with its JSON path; exits non-zero when there is one."
+    )]
     Validate(ValidateArgs),
 }
 
@@ -28,6 +50,15 @@ pub enum CdiCommand {
 pub enum SpecFormat {
     Json,
     Yaml,
+}
+
+impl From<SpecFormat> for gpuhook_cdi::Format {
+    fn from(f: SpecFormat) -> Self {
+        match f {
+            SpecFormat::Json => gpuhook_cdi::Format::Json,
+            SpecFormat::Yaml => gpuhook_cdi::Format::Yaml,
+        }
+    }
 }
 
 /// How devices are named in a generated spec.
@@ -39,6 +70,16 @@ pub enum NameStrategy {
     Uuid,
     /// `gpu0`, MIG `mig0:1`
     TypeIndex,
+}
+
+impl From<NameStrategy> for gpuhook_cdi::NameStrategy {
+    fn from(s: NameStrategy) -> Self {
+        match s {
+            NameStrategy::Index => gpuhook_cdi::NameStrategy::Index,
+            NameStrategy::Uuid => gpuhook_cdi::NameStrategy::Uuid,
+            NameStrategy::TypeIndex => gpuhook_cdi::NameStrategy::TypeIndex,
+        }
+    }
 }
 
 /// Arguments of `gpuhook cdi generate`.
@@ -53,7 +94,8 @@ pub struct GenerateArgs {
     /// libnvidia-ml.so.1 to load [default: found through the driver root's ld.so.cache]
     #[arg(long, value_name = "PATH")]
     pub nvml_lib: Option<PathBuf>,
-    /// Write the spec to FILE, or to DIR/<vendor>-<class>.<format> [default: stdout]
+    /// Write the spec to FILE, to DIR/<vendor>-<class>.<format>, or to stdout (`-`)
+    /// [default: /var/run/cdi/<vendor>-<class>.<format>]
     #[arg(long, short, value_name = "FILE|DIR")]
     pub output: Option<PathBuf>,
     /// Spec format [default: from the output file's extension, else json]
@@ -68,6 +110,22 @@ pub struct GenerateArgs {
     /// CDI class
     #[arg(long, default_value = "gpu", value_parser = class)]
     pub class: String,
+    /// Absolute host path of the gpuhook binary the spec's hooks run [default: this executable]
+    #[arg(long, value_name = "PATH")]
+    pub gpuhook_path: Option<PathBuf>,
+    /// Host ldconfig the update-ldcache hook runs [default: ldconfig from the hook's config]
+    #[arg(long, value_name = "PATH")]
+    pub ldconfig_path: Option<PathBuf>,
+    /// Save the discovered inventory here for `gpuhook prestart`
+    /// [default: inventory-cache from the config]
+    #[arg(long, value_name = "PATH", conflicts_with = "no_inventory_cache")]
+    pub inventory_cache: Option<PathBuf>,
+    /// Do not save the inventory cache
+    #[arg(long)]
+    pub no_inventory_cache: bool,
+    /// Generate from /proc/driver/nvidia when NVML is unusable (full GPUs only, no MIG devices)
+    #[arg(long)]
+    pub allow_procfs_fallback: bool,
 }
 
 fn vendor(s: &str) -> Result<String, String> {
@@ -84,6 +142,9 @@ pub struct ListArgs {
     /// Spec directory, lowest priority first; repeatable [default: cdi-spec-dirs from the config]
     #[arg(long = "spec-dir", value_name = "DIR")]
     pub spec_dirs: Vec<PathBuf>,
+    /// Also print the file that defines each device
+    #[arg(long, short)]
+    pub verbose: bool,
 }
 
 /// Arguments of `gpuhook cdi validate`.
@@ -96,26 +157,112 @@ pub struct ValidateArgs {
 
 pub(super) fn run(command: &CdiCommand, config: &Config) -> anyhow::Result<()> {
     match command {
-        CdiCommand::Generate(args) => generate(args, config),
+        CdiCommand::Generate(args) => generate::run(args, config),
         CdiCommand::List(args) => list(args, config),
-        CdiCommand::Validate(args) => validate(args, config),
+        CdiCommand::Validate(args) => validate(args),
     }
 }
 
-fn generate(args: &GenerateArgs, config: &Config) -> anyhow::Result<()> {
-    // WIRE: gpuhook-node discovery (NVML or procfs) -> gpuhook-cdi generate -> atomic write.
-    tracing::debug!(?args, driver_root = %config.driver_root.display(), "cdi generate");
-    anyhow::bail!("`gpuhook cdi generate` is not wired yet")
-}
-
 fn list(args: &ListArgs, config: &Config) -> anyhow::Result<()> {
-    // WIRE: gpuhook-cdi registry over args.spec_dirs (or config.cdi_spec_dirs), print qualified names.
-    tracing::debug!(?args, dirs = ?config.cdi_spec_dirs, "cdi list");
-    anyhow::bail!("`gpuhook cdi list` is not wired yet")
+    let dirs: &[PathBuf] = if args.spec_dirs.is_empty() {
+        &config.cdi_spec_dirs
+    } else {
+        &args.spec_dirs
+    };
+    let registry = gpuhook_cdi::Registry::load(dirs);
+    for e in &registry.errors {
+        eprintln!("gpuhook: warning: {e}");
+    }
+    let mut out = String::new();
+    for (name, dev) in &registry.devices {
+        if args.verbose {
+            out.push_str(&format!("{name}\t{}\n", dev.spec.path.display()));
+        } else {
+            out.push_str(name);
+            out.push('\n');
+        }
+    }
+    print_stdout(&out)?;
+    let shown: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+    if registry.devices.is_empty() {
+        if !registry.errors.is_empty() {
+            bail!(
+                "no CDI device could be listed from {}: {} problem(s) reported above; fix or remove \
+                 the broken spec files",
+                shown.join(", "),
+                registry.errors.len()
+            );
+        }
+        eprintln!("gpuhook: no CDI specs found in {}", shown.join(", "));
+    }
+    Ok(())
 }
 
-fn validate(args: &ValidateArgs, config: &Config) -> anyhow::Result<()> {
-    // WIRE: gpuhook-cdi validate (schema + spec rules) of args.file.
-    tracing::debug!(?args, log_level = ?config.log_level, "cdi validate");
-    anyhow::bail!("`gpuhook cdi validate` is not wired yet")
+fn print_stdout(text: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+        .context("cannot write to stdout")
+}
+
+fn validate(args: &ValidateArgs) -> anyhow::Result<()> {
+    let file = &args.file;
+    let bytes = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
+    let format = gpuhook_cdi::Format::from_path(file);
+    if format.is_none() {
+        eprintln!(
+            "gpuhook: warning: {}: runtimes load only *.json and *.yaml spec files; this one would be ignored",
+            file.display()
+        );
+    }
+    match gpuhook_cdi::validate_bytes(&bytes, format) {
+        Ok(spec) => {
+            print_stdout(&format!(
+                "{}: valid CDI spec: kind {}, cdiVersion {}, {} devices\n",
+                file.display(),
+                spec.kind,
+                spec.cdi_version,
+                spec.devices.len()
+            ))?;
+            Ok(())
+        }
+        Err(errors) => {
+            for e in &errors {
+                let at = if e.path.is_empty() {
+                    "(document)"
+                } else {
+                    e.path.as_str()
+                };
+                eprintln!("{}: {at}: {}", file.display(), e.message);
+            }
+            bail!(
+                "{} is not a valid CDI spec: {} error(s) (listed above with their JSON paths); fix \
+                 them or regenerate it with `gpuhook cdi generate`",
+                file.display(),
+                errors.len()
+            )
+        }
+    }
+}
+
+/// A library error as one message. Our library errors already spell out their cause (and the
+/// fix) in their `Display`, so keeping the cause chain would print it twice on the error line.
+pub(crate) fn flat(e: impl std::fmt::Display) -> anyhow::Error {
+    anyhow::Error::msg(e.to_string())
+}
+
+/// `path` made absolute and canonical; it must exist.
+fn canonical_dir(what: &str, path: &Path) -> anyhow::Result<PathBuf> {
+    let canonical = path.canonicalize().with_context(|| {
+        format!(
+            "{what} {} does not exist or cannot be resolved (pass an existing directory)",
+            path.display()
+        )
+    })?;
+    if !canonical.is_dir() {
+        bail!("{what} {} is not a directory", path.display());
+    }
+    Ok(canonical)
 }

@@ -1,10 +1,15 @@
 //! `gpuhook hook ...`: createContainer hooks that generated CDI specs reference. The runtime runs
 //! them with the container state on stdin and an explicit minimal environment.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
+use anyhow::Context;
 use clap::{Args, Subcommand};
+use gpuhook_inject::hooks::PARAMS_PATH;
+use gpuhook_inject::{BundleConfig, OciState};
+use gpuhook_node::join_under;
 
+use super::cdi::flat;
 use crate::config::Config;
 
 /// `gpuhook hook ...`.
@@ -85,7 +90,7 @@ pub struct UpdateLdcacheArgs {
     #[arg(long = "folder", value_name = "DIR")]
     pub folders: Vec<PathBuf>,
     /// Host ldconfig to run [default: ldconfig from the config]
-    #[arg(long, value_name = "PATH")]
+    #[arg(long = "ldconfig-path", alias = "ldconfig", value_name = "PATH")]
     pub ldconfig: Option<PathBuf>,
     /// The container's config.json [default: from the state on stdin]
     #[arg(long, value_name = "FILE")]
@@ -100,22 +105,63 @@ pub struct DisableDeviceNodeModificationArgs {
     pub container_spec: Option<PathBuf>,
 }
 
+/// The container's bundle config: from `--container-spec FILE`, else from the bundle named by
+/// the OCI state on stdin (what a runtime gives a createContainer hook).
+fn bundle_config(container_spec: Option<&Path>) -> anyhow::Result<BundleConfig> {
+    match container_spec {
+        Some(file) => {
+            let bytes = std::fs::read(file)
+                .with_context(|| format!("cannot read container spec {}", file.display()))?;
+            let bundle = file
+                .parent()
+                .filter(|d| !d.as_os_str().is_empty())
+                .unwrap_or(Path::new("."));
+            BundleConfig::parse(bundle, &bytes).map_err(flat)
+        }
+        None => {
+            let state = OciState::from_reader(std::io::stdin().lock()).map_err(flat)?;
+            BundleConfig::load(&state.bundle).map_err(flat)
+        }
+    }
+}
+
 pub(super) fn run(command: &HookCommand, config: &Config) -> anyhow::Result<()> {
     match command {
         HookCommand::CreateSymlinks(args) => {
-            // WIRE: gpuhook-inject symlinks (RESOLVE_IN_ROOT) for args.links in the container root.
-            tracing::debug!(?args, "hook create-symlinks");
-            anyhow::bail!("`gpuhook hook create-symlinks` is not wired yet")
+            let bundle = bundle_config(args.container_spec.as_deref())?;
+            let links: Vec<(PathBuf, PathBuf)> = args
+                .links
+                .iter()
+                .map(|l| (l.target.clone(), l.link.clone()))
+                .collect();
+            let outcomes = gpuhook_inject::create_symlinks(&bundle.rootfs, &links).map_err(flat)?;
+            tracing::debug!(rootfs = %bundle.rootfs.display(), ?outcomes, "hook create-symlinks");
+            Ok(())
         }
         HookCommand::UpdateLdcache(args) => {
-            // WIRE: gpuhook-inject sandboxed host ldconfig (args.ldconfig or config.ldconfig_path()).
-            tracing::debug!(?args, ldconfig = %config.ldconfig, "hook update-ldcache");
-            anyhow::bail!("`gpuhook hook update-ldcache` is not wired yet")
+            let bundle = bundle_config(args.container_spec.as_deref())?;
+            let ldconfig = match &args.ldconfig {
+                Some(p) => p.clone(),
+                None => config.ldconfig_path(Path::exists),
+            };
+            gpuhook_inject::update_ldcache(
+                &bundle.rootfs,
+                &args.folders,
+                &ldconfig,
+                bundle.uid,
+                bundle.gid,
+            )
+            .map_err(flat)?;
+            Ok(())
         }
         HookCommand::DisableDeviceNodeModification(args) => {
-            // WIRE: gpuhook-inject read-only params copy with ModifyDeviceFiles: 0.
-            tracing::debug!(?args, "hook disable-device-node-modification");
-            anyhow::bail!("`gpuhook hook disable-device-node-modification` is not wired yet")
+            let bundle = bundle_config(args.container_spec.as_deref())?;
+            let host_params = join_under(&config.driver_root, Path::new(PARAMS_PATH));
+            let mounted =
+                gpuhook_inject::disable_device_node_modification(&bundle.rootfs, &host_params)
+                    .map_err(flat)?;
+            tracing::debug!(rootfs = %bundle.rootfs.display(), mounted, "hook disable-device-node-modification");
+            Ok(())
         }
     }
 }

@@ -1,10 +1,12 @@
-//! `gpuhook prestart`.
+//! `gpuhook prestart`: the OCI prestart / createRuntime hook (see [`crate::prestart`]).
 
 use std::path::PathBuf;
 
 use clap::Args;
 
 use crate::config::Config;
+use crate::logging;
+use crate::prestart::{self, PrestartOutcome};
 
 /// Arguments of `gpuhook prestart`.
 #[derive(Debug, Clone, Args)]
@@ -12,11 +14,29 @@ pub struct PrestartArgs {
     /// Read the OCI state from FILE instead of stdin (for debugging)
     #[arg(long, value_name = "FILE")]
     pub state: Option<PathBuf>,
+    /// Config file, as the top-level --config; accepted after `prestart` because runtimes pass
+    /// hook arguments verbatim (`["gpuhook", "prestart", "--config", FILE]`)
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
 }
 
 pub(super) fn run(args: &PrestartArgs, config: &Config) -> anyhow::Result<()> {
-    // WIRE: read state, is_gpu_container fast path, load inventory cache, request::parse + resolve,
-    // build edits with gpuhook-cdi, apply with gpuhook-inject, log one Decision.
-    tracing::debug!(?args, driver_root = %config.driver_root.display(), "prestart");
-    anyhow::bail!("`gpuhook prestart` is not wired yet")
+    let Some(path) = &args.config else {
+        return run_with(args, config);
+    };
+    // Logging was set up from the top-level config; this run logs where *this* config says.
+    let config = Config::load(Some(path))?;
+    let subscriber = logging::subscriber(&config.log_settings())?;
+    tracing::subscriber::with_default(subscriber, || run_with(args, &config))
+}
+
+fn run_with(args: &PrestartArgs, config: &Config) -> anyhow::Result<()> {
+    let outcome = match &args.state {
+        Some(file) => prestart::run(std::fs::File::open(file)?, config)?,
+        None => prestart::run(std::io::stdin().lock(), config)?,
+    };
+    if let PrestartOutcome::Injected(applied) = &outcome {
+        tracing::debug!(?applied, "prestart done");
+    }
+    Ok(())
 }

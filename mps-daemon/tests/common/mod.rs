@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use gpuhook_node::{DeviceMajors, DiscoverySource, DriverFiles, Gpu, Inventory, INVENTORY_FORMAT_VERSION};
+use gpuhook_node::{
+    DeviceMajors, DiscoverySource, DriverFiles, Gpu, Inventory, INVENTORY_FORMAT_VERSION,
+};
 use serde_json::Value;
 
 /// Generous bound for anything we wait for (the machine is small and shared).
@@ -49,7 +51,11 @@ impl Node {
         let dir = tempfile::tempdir().unwrap();
         let driver_root = dir.path().join("driver");
         std::fs::create_dir_all(driver_root.join("usr/bin")).unwrap();
-        std::os::unix::fs::symlink(sim_bin(), driver_root.join("usr/bin/nvidia-cuda-mps-control")).unwrap();
+        std::os::unix::fs::symlink(
+            sim_bin(),
+            driver_root.join("usr/bin/nvidia-cuda-mps-control"),
+        )
+        .unwrap();
         let gpus = (0..n)
             .map(|i| Gpu {
                 index: i,
@@ -100,7 +106,10 @@ impl Node {
     pub fn wrap_control(&self, body: &str) {
         let bin = self.driver_root.join("usr/bin/nvidia-cuda-mps-control");
         std::fs::remove_file(&bin).unwrap();
-        let script = format!("#!/bin/sh\nSIM='{}'\n{body}\nexec \"$SIM\" \"$@\"\n", sim_bin().display());
+        let script = format!(
+            "#!/bin/sh\nSIM='{}'\n{body}\nexec \"$SIM\" \"$@\"\n",
+            sim_bin().display()
+        );
         std::fs::write(&bin, script).unwrap();
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -158,12 +167,17 @@ impl Node {
     /// Status entry of GPU `i`.
     pub fn gpu_status(&self, i: u32) -> Option<Value> {
         let s = self.status()?;
-        s["gpus"].as_array()?.iter().find(|g| g["uuid"] == uuid(i)).cloned()
+        s["gpus"]
+            .as_array()?
+            .iter()
+            .find(|g| g["uuid"] == uuid(i))
+            .cloned()
     }
 
     pub fn wait_ready(&self, i: u32) -> Value {
         wait_for(&format!("GPU {i} ready"), || {
-            self.gpu_status(i).filter(|g| g["state"] == "ready" && self.ready_file(i).exists())
+            self.gpu_status(i)
+                .filter(|g| g["state"] == "ready" && self.ready_file(i).exists())
         })
     }
 
@@ -174,7 +188,11 @@ impl Node {
 
     /// A simulated CUDA client of GPU `i`: prints the limits it got.
     pub fn client_limits(&self, i: u32) -> String {
-        let out = self.sim_command(i).args(["--sim-client", "--uid", "0", "--hold", "0"]).output().unwrap();
+        let out = self
+            .sim_command(i)
+            .args(["--sim-client", "--uid", "0", "--hold", "0"])
+            .output()
+            .unwrap();
         String::from_utf8_lossy(&out.stdout).to_string()
     }
 
@@ -182,7 +200,10 @@ impl Node {
         let mut c = Command::new(sim_bin());
         c.env_clear()
             .env("CUDA_MPS_PIPE_DIRECTORY", self.pipe(i))
-            .env("CUDA_MPS_LOG_DIRECTORY", self.mps_root.join(uuid(i)).join("log"));
+            .env(
+                "CUDA_MPS_LOG_DIRECTORY",
+                self.mps_root.join(uuid(i)).join("log"),
+            );
         c
     }
 }
@@ -198,7 +219,12 @@ pub fn control_at(pipe: &Path, cmd: &str) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    child.stdin.take().unwrap().write_all(format!("{cmd}\n").as_bytes()).unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(format!("{cmd}\n").as_bytes())
+        .unwrap();
     child.wait_with_output().unwrap()
 }
 
@@ -225,7 +251,11 @@ impl Daemon {
             if let Some(st) = self.child.try_wait().unwrap() {
                 return st.code();
             }
-            assert!(start.elapsed() < WAIT, "daemon did not exit; log:\n{}", self.log_text());
+            assert!(
+                start.elapsed() < WAIT,
+                "daemon did not exit; log:\n{}",
+                self.log_text()
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -255,7 +285,11 @@ impl Drop for Daemon {
 }
 
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 pub fn http_get(port: u16, path: &str) -> (u16, String) {
@@ -267,8 +301,15 @@ pub fn http_get(port: u16, path: &str) -> (u16, String) {
     write!(s, "GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
     let mut out = String::new();
     let _ = s.read_to_string(&mut out);
-    let code = out.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    let body = out.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    let code = out
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = out
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
     (code, body)
 }
 
@@ -288,14 +329,20 @@ pub fn alive(pid: i64) -> bool {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
         return false;
     };
-    !matches!(stat.rsplit_once(')').and_then(|(_, r)| r.split_whitespace().next()), Some("Z" | "X"))
+    !matches!(
+        stat.rsplit_once(')')
+            .and_then(|(_, r)| r.split_whitespace().next()),
+        Some("Z" | "X")
+    )
 }
 
 /// Every path under `root`, relative, sorted.
 pub fn tree(root: &Path) -> Vec<String> {
     let mut out = Vec::new();
     fn walk(base: &Path, dir: &Path, out: &mut Vec<String>) {
-        let Ok(rd) = std::fs::read_dir(dir) else { return };
+        let Ok(rd) = std::fs::read_dir(dir) else {
+            return;
+        };
         for e in rd.flatten() {
             let p = e.path();
             out.push(p.strip_prefix(base).unwrap().display().to_string());

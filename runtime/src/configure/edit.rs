@@ -46,11 +46,12 @@ pub fn child<'a>(
         let t = std::mem::take(inline).into_table();
         *item = Item::Table(t);
     }
-    item.as_table_mut().ok_or_else(|| ConfigureError::WrongType {
-        path: file.into(),
-        key: format!("{what}.{key}").trim_start_matches('.').to_string(),
-        expected: "a table",
-    })
+    item.as_table_mut()
+        .ok_or_else(|| ConfigureError::WrongType {
+            path: file.into(),
+            key: format!("{what}.{key}").trim_start_matches('.').to_string(),
+            expected: "a table",
+        })
 }
 
 /// The CRI plugin table (created if missing).
@@ -95,14 +96,15 @@ fn get_str<'a>(t: &'a dyn toml_edit::TableLike, key: &str) -> Option<&'a str> {
 /// Sets `key` to `value` unless it already has that value; returns whether it changed.
 pub fn set_if_different(t: &mut Table, key: &str, value: impl Into<Value>) -> bool {
     let value: Value = value.into();
-    let same = t.get(key).and_then(Item::as_value).is_some_and(|old| {
-        match (old, &value) {
+    let same = t
+        .get(key)
+        .and_then(Item::as_value)
+        .is_some_and(|old| match (old, &value) {
             (Value::String(a), Value::String(b)) => a.value() == b.value(),
             (Value::Boolean(a), Value::Boolean(b)) => a.value() == b.value(),
             (Value::Integer(a), Value::Integer(b)) => a.value() == b.value(),
             _ => false,
-        }
-    });
+        });
     if !same {
         t.insert(key, Item::Value(value));
     }
@@ -137,7 +139,7 @@ pub fn ensure_runtime(
     source: &Table,
     opts: &ConfigureOptions,
     file: &std::path::Path,
-) -> Result<Vec<String>, ConfigureError> {
+) -> Result<(Vec<String>, Option<String>), ConfigureError> {
     let mut notes = Vec::new();
     let name = opts.runtime_name.as_str();
     let src = source_runtime(source, name);
@@ -167,7 +169,9 @@ pub fn ensure_runtime(
         fresh.set_implicit(false);
         runtimes.insert(name, Item::Table(fresh));
         notes.push(match &src {
-            Some((from, _)) => format!("added runtime {name} (settings copied from runtime {from})"),
+            Some((from, _)) => {
+                format!("added runtime {name} (settings copied from runtime {from})")
+            }
             None => format!("added runtime {name}"),
         });
     }
@@ -224,7 +228,12 @@ pub fn ensure_runtime(
     if existed && !changed.is_empty() {
         notes.push(format!("updated runtime {name}: {}", changed.join(", ")));
     }
-    Ok(notes)
+    let copied_from = if existed {
+        None
+    } else {
+        src.map(|(from, _)| from)
+    };
+    Ok((notes, copied_from))
 }
 
 /// Go `filepath.Match`-style matching of `*` and `?` within one path segment.
@@ -269,16 +278,77 @@ pub fn ensure_import(
             Ok(true)
         }
         Some(item) => {
-            let arr = item.as_array_mut().ok_or_else(|| ConfigureError::WrongType {
-                path: file.into(),
-                key: "imports".into(),
-                expected: "an array of file names",
-            })?;
+            let arr = item
+                .as_array_mut()
+                .ok_or_else(|| ConfigureError::WrongType {
+                    path: file.into(),
+                    key: "imports".into(),
+                    expected: "an array of file names",
+                })?;
             if arr.iter().filter_map(Value::as_str).any(covers) {
                 return Ok(false);
             }
             arr.push(entry_s.as_str());
             Ok(true)
         }
+    }
+}
+
+fn tables_mut(t: &mut Table, f: &mut dyn FnMut(&mut Table)) {
+    f(t);
+    for (_, item) in t.iter_mut() {
+        if let Item::Table(inner) = item {
+            tables_mut(inner, f);
+        }
+    }
+}
+
+fn max_position(t: &mut Table) -> Option<usize> {
+    let mut max = None;
+    tables_mut(t, &mut |t| max = max.max(t.position()));
+    max
+}
+
+/// Moves the newly added runtime `name` (and its options) right after runtime `after` in the
+/// printed file, instead of at its end, shifting the tables that follow.
+pub fn place_after(doc: &mut DocumentMut, cri: &str, name: &str, after: &str) {
+    let path = ["plugins", cri, "containerd", "runtimes"];
+    let mut runtimes = doc.as_table_mut();
+    for key in path {
+        match runtimes.get_mut(key).and_then(Item::as_table_mut) {
+            Some(t) => runtimes = t,
+            None => return,
+        }
+    }
+    let Some(anchor) = runtimes
+        .get_mut(after)
+        .and_then(Item::as_table_mut)
+        .and_then(max_position)
+    else {
+        return;
+    };
+    let Some(new) = runtimes.get_mut(name).and_then(Item::as_table_mut) else {
+        return;
+    };
+    let mut count = 0;
+    tables_mut(new, &mut |_| count += 1);
+    tables_mut(doc.as_table_mut(), &mut |t| {
+        if let Some(p) = t.position().filter(|p| *p > anchor) {
+            t.set_position(p + count);
+        }
+    });
+    let mut runtimes = doc.as_table_mut();
+    for key in path {
+        match runtimes.get_mut(key).and_then(Item::as_table_mut) {
+            Some(t) => runtimes = t,
+            None => return,
+        }
+    }
+    if let Some(new) = runtimes.get_mut(name).and_then(Item::as_table_mut) {
+        let mut next = anchor + 1;
+        tables_mut(new, &mut |t| {
+            t.set_position(next);
+            next += 1;
+        });
     }
 }

@@ -23,15 +23,18 @@
 //! tables.
 
 mod edit;
+mod error;
+mod outcome;
 
 use std::fs;
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
-use thiserror::Error;
 use toml_edit::{DocumentMut, Table};
 
 pub use edit::{glob_match, CDI_ANNOTATIONS, RUNC_V2};
+pub use error::ConfigureError;
+pub use outcome::{ConfigureOutcome, FileChange};
 
 pub const DEFAULT_CONFIG: &str = "/etc/containerd/config.toml";
 pub const DEFAULT_DROP_IN: &str = "/etc/containerd/conf.d/99-gpuhook.toml";
@@ -107,160 +110,6 @@ impl Default for ConfigureOptions {
     }
 }
 
-/// Why nothing was written.
-#[derive(Debug, Error)]
-pub enum ConfigureError {
-    #[error("invalid {option}: {message}")]
-    InvalidOption {
-        option: &'static str,
-        message: String,
-    },
-    #[error("cannot read {}: {source}", path.display())]
-    Read {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("cannot parse {} as TOML: {message}fix the file (or restore a backup) and re-run; nothing was written", path.display())]
-    Parse { path: PathBuf, message: String },
-    #[error("{}: unknown containerd config version {found} (supported: 1, 2, 3); nothing was written", path.display())]
-    UnknownVersion { path: PathBuf, found: String },
-    #[error("{}: `{key}` must be {expected}; fix it and re-run; nothing was written", path.display())]
-    WrongType {
-        path: PathBuf,
-        key: String,
-        expected: &'static str,
-    },
-    #[error("{}: a drop-in needs config version 2 or 3 (this file is version 1); add `version = 2` and migrate it, or run without --drop-in", path.display())]
-    DropInNeedsV2 { path: PathBuf },
-    #[error("refusing to replace {}: it was not written by gpuhook (no `{DROP_IN_MARKER}` first line); remove it or choose another drop-in path", path.display())]
-    NotOurs { path: PathBuf },
-    #[error("cannot back up {} to {}: {source}", path.display(), backup.display())]
-    Backup {
-        path: PathBuf,
-        backup: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("cannot write {}: {source}", path.display())]
-    Write {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-}
-
-/// One file to write.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FileChange {
-    pub path: PathBuf,
-    /// Content before (None: the file did not exist).
-    pub before: Option<String>,
-    pub after: String,
-    /// Where the old content was saved (set once written).
-    pub backup: Option<PathBuf>,
-}
-
-impl FileChange {
-    /// A line diff (`-` removed, `+` added), for `--dry-run` and logs.
-    pub fn diff(&self) -> String {
-        let before = self.before.as_deref().unwrap_or("");
-        let (a, b): (Vec<&str>, Vec<&str>) = (before.lines().collect(), self.after.lines().collect());
-        // Longest common subsequence table, from the end.
-        let mut lcs = vec![vec![0usize; b.len() + 1]; a.len() + 1];
-        for i in (0..a.len()).rev() {
-            for j in (0..b.len()).rev() {
-                lcs[i][j] = if a[i] == b[j] {
-                    lcs[i + 1][j + 1] + 1
-                } else {
-                    lcs[i + 1][j].max(lcs[i][j + 1])
-                };
-            }
-        }
-        let mut out = format!(
-            "--- {}{}\n+++ {}\n",
-            self.path.display(),
-            if self.before.is_none() { " (new file)" } else { "" },
-            self.path.display()
-        );
-        let (mut i, mut j) = (0, 0);
-        while i < a.len() || j < b.len() {
-            if i < a.len() && j < b.len() && a[i] == b[j] {
-                i += 1;
-                j += 1;
-            } else if j < b.len() && (i == a.len() || lcs[i][j + 1] >= lcs[i + 1][j]) {
-                out.push_str(&format!("+{}\n", b[j]));
-                j += 1;
-            } else {
-                out.push_str(&format!("-{}\n", a[i]));
-                i += 1;
-            }
-        }
-        out
-    }
-}
-
-/// The result of [`configure`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ConfigureOutcome {
-    /// Files were written (or, for a dry run, would be).
-    Changed {
-        version: ConfigVersion,
-        files: Vec<FileChange>,
-        notes: Vec<String>,
-        dry_run: bool,
-    },
-    /// Everything was already in place; nothing written.
-    Unchanged { version: ConfigVersion },
-}
-
-impl ConfigureOutcome {
-    /// [`EXIT_CHANGED`] or [`EXIT_UNCHANGED`].
-    pub fn exit_code(&self) -> i32 {
-        match self {
-            ConfigureOutcome::Changed { .. } => EXIT_CHANGED,
-            ConfigureOutcome::Unchanged { .. } => EXIT_UNCHANGED,
-        }
-    }
-
-    /// Human summary for the CLI (stdout), ending with what to run next.
-    pub fn summary(&self) -> String {
-        match self {
-            ConfigureOutcome::Unchanged { version } => format!(
-                "containerd config (version {}) already has the gpuhook runtime; nothing changed, no restart needed\n",
-                version.number()
-            ),
-            ConfigureOutcome::Changed { version, files, notes, dry_run } => {
-                let mut s = String::new();
-                for n in notes {
-                    s.push_str(&format!("- {n}\n"));
-                }
-                for f in files {
-                    if *dry_run {
-                        s.push_str(&f.diff());
-                    } else {
-                        s.push_str(&format!("wrote {}", f.path.display()));
-                        if let Some(b) = &f.backup {
-                            s.push_str(&format!(" (previous content saved as {})", b.display()));
-                        }
-                        s.push('\n');
-                    }
-                }
-                s.push_str(&format!(
-                    "containerd config version {}. {}\n",
-                    version.number(),
-                    if *dry_run {
-                        "Dry run: nothing was written."
-                    } else {
-                        "containerd was NOT restarted: run `systemctl restart containerd` to apply."
-                    }
-                ));
-                s
-            }
-        }
-    }
-}
-
 /// The files `configure` would write, computed without writing.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
@@ -291,23 +140,35 @@ fn parse(path: &Path, text: &str) -> Result<DocumentMut, ConfigureError> {
 
 fn validate(opts: &ConfigureOptions) -> Result<(), ConfigureError> {
     let n = &opts.runtime_name;
-    if n.is_empty() || !n.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+    if n.is_empty()
+        || !n
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+    {
         return Err(ConfigureError::InvalidOption {
             option: "runtime name",
-            message: format!("{n:?}: use letters, digits, '-', '_' or '.' (it is the RuntimeClass handler)"),
+            message: format!(
+                "{n:?}: use letters, digits, '-', '_' or '.' (it is the RuntimeClass handler)"
+            ),
         });
     }
     if !opts.binary.is_absolute() {
         return Err(ConfigureError::InvalidOption {
             option: "binary",
-            message: format!("{}: give the absolute path of gpuhook-runtime", opts.binary.display()),
+            message: format!(
+                "{}: give the absolute path of gpuhook-runtime",
+                opts.binary.display()
+            ),
         });
     }
     if let Some(d) = &opts.drop_in {
         if !d.is_absolute() || d == &opts.config {
             return Err(ConfigureError::InvalidOption {
                 option: "drop-in path",
-                message: format!("{}: give an absolute path other than the main config", d.display()),
+                message: format!(
+                    "{}: give an absolute path other than the main config",
+                    d.display()
+                ),
             });
         }
     }
@@ -339,35 +200,65 @@ fn change(path: &Path, before: Option<String>, after: String) -> Option<FileChan
 pub fn plan(opts: &ConfigureOptions) -> Result<Plan, ConfigureError> {
     validate(opts)?;
     let main_before = read_optional(&opts.config)?;
-    let mut main = parse(&opts.config, main_before.as_deref().unwrap_or("version = 2\n"))?;
+    let mut main = parse(
+        &opts.config,
+        main_before.as_deref().unwrap_or("version = 2\n"),
+    )?;
     let version = edit::version(&main, &opts.config)?;
     let mut notes = Vec::new();
     if main_before.is_none() {
-        notes.push(format!("{} does not exist: creating a minimal version-2 config", opts.config.display()));
+        notes.push(format!(
+            "{} does not exist: creating a minimal version-2 config",
+            opts.config.display()
+        ));
     }
     let Some(drop_in) = &opts.drop_in else {
         let source = existing_cri(&main, version).unwrap_or_default();
         let cri = edit::cri_table(&mut main, version, &opts.config)?;
-        notes.extend(edit::ensure_runtime(cri, &source, opts, &opts.config)?);
-        let changes = change(&opts.config, main_before, main.to_string()).into_iter().collect();
-        return Ok(Plan { version, changes, notes });
+        let (more, copied_from) = edit::ensure_runtime(cri, &source, opts, &opts.config)?;
+        notes.extend(more);
+        if let Some(from) = copied_from {
+            edit::place_after(&mut main, version.cri_plugin(), &opts.runtime_name, &from);
+        }
+        let changes = change(&opts.config, main_before, main.to_string())
+            .into_iter()
+            .collect();
+        return Ok(Plan {
+            version,
+            changes,
+            notes,
+        });
     };
     if version == ConfigVersion::V1 {
-        return Err(ConfigureError::DropInNeedsV2 { path: opts.config.clone() });
+        return Err(ConfigureError::DropInNeedsV2 {
+            path: opts.config.clone(),
+        });
     }
     let drop_before = read_optional(drop_in)?;
-    if drop_before.as_deref().is_some_and(|s| !s.starts_with(DROP_IN_MARKER)) {
-        return Err(ConfigureError::NotOurs { path: drop_in.clone() });
+    if drop_before
+        .as_deref()
+        .is_some_and(|s| !s.starts_with(DROP_IN_MARKER))
+    {
+        return Err(ConfigureError::NotOurs {
+            path: drop_in.clone(),
+        });
     }
     let base = opts.config.parent().unwrap_or(Path::new("/"));
     if edit::ensure_import(&mut main, drop_in, base, &opts.config)? {
-        notes.push(format!("added {} to the imports of {}", drop_in.display(), opts.config.display()));
+        notes.push(format!(
+            "added {} to the imports of {}",
+            drop_in.display(),
+            opts.config.display()
+        ));
     }
     let source = existing_cri(&main, version).unwrap_or_default();
     let mut doc = DocumentMut::new();
     doc.insert("version", toml_edit::value(version.number()));
     let header = if version == ConfigVersion::V3 {
-        format!("{DROP_IN_MARKER} from {}.\n# Re-run it instead of editing this file.\n\n", opts.config.display())
+        format!(
+            "{DROP_IN_MARKER} from {}.\n# Re-run it instead of editing this file.\n\n",
+            opts.config.display()
+        )
     } else {
         // containerd < 2.0 replaces the whole CRI section with an imported one: carry all of it.
         let cri = edit::cri_table(&mut doc, version, drop_in)?;
@@ -379,12 +270,20 @@ pub fn plan(opts: &ConfigureOptions) -> Result<Plan, ConfigureError> {
         )
     };
     let cri = edit::cri_table(&mut doc, version, drop_in)?;
-    notes.extend(edit::ensure_runtime(cri, &source, opts, drop_in)?);
+    let (more, copied_from) = edit::ensure_runtime(cri, &source, opts, drop_in)?;
+    notes.extend(more);
+    if let Some(from) = copied_from {
+        edit::place_after(&mut doc, version.cri_plugin(), &opts.runtime_name, &from);
+    }
     let mut changes: Vec<FileChange> = Vec::new();
     // The drop-in first: the import must never point at a missing file.
     changes.extend(change(drop_in, drop_before, format!("{header}{doc}")));
     changes.extend(change(&opts.config, main_before, main.to_string()));
-    Ok(Plan { version, changes, notes })
+    Ok(Plan {
+        version,
+        changes,
+        notes,
+    })
 }
 
 fn backup_path(path: &Path) -> PathBuf {
@@ -404,8 +303,15 @@ fn backup_path(path: &Path) -> PathBuf {
 
 /// Plans and (unless `dry_run`) writes: backups of changed existing main files, then atomic
 /// writes (drop-in first). Never restarts containerd.
-pub fn configure(opts: &ConfigureOptions, dry_run: bool) -> Result<ConfigureOutcome, ConfigureError> {
-    let Plan { version, mut changes, notes } = plan(opts)?;
+pub fn configure(
+    opts: &ConfigureOptions,
+    dry_run: bool,
+) -> Result<ConfigureOutcome, ConfigureError> {
+    let Plan {
+        version,
+        mut changes,
+        notes,
+    } = plan(opts)?;
     if changes.is_empty() {
         return Ok(ConfigureOutcome::Unchanged { version });
     }
@@ -434,7 +340,12 @@ pub fn configure(opts: &ConfigureOptions, dry_run: bool) -> Result<ConfigureOutc
             })?;
         }
     }
-    Ok(ConfigureOutcome::Changed { version, files: changes, notes, dry_run })
+    Ok(ConfigureOutcome::Changed {
+        version,
+        files: changes,
+        notes,
+        dry_run,
+    })
 }
 
 #[cfg(test)]

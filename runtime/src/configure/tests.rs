@@ -1,23 +1,481 @@
+use std::fs;
+
+use toml_edit::{DocumentMut, Item};
+
 use super::*;
 
+/// `containerd config default` of Debian 12's containerd 1.6.20.
+const DEBIAN_DEFAULT: &str = include_str!("testdata/containerd-1.6-default.toml");
+
+struct Dir {
+    tmp: tempfile::TempDir,
+}
+
+impl Dir {
+    fn new() -> Dir {
+        Dir {
+            tmp: tempfile::tempdir().unwrap(),
+        }
+    }
+    fn path(&self, name: &str) -> PathBuf {
+        self.tmp.path().join(name)
+    }
+    fn write(&self, name: &str, text: &str) -> PathBuf {
+        let p = self.path(name);
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(&p, text).unwrap();
+        p
+    }
+    fn entries(&self) -> Vec<String> {
+        let mut v: Vec<String> = fs::read_dir(self.tmp.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+}
+
+fn opts(config: &Path) -> ConfigureOptions {
+    ConfigureOptions {
+        config: config.into(),
+        ..Default::default()
+    }
+}
+
+fn item<'a>(doc: &'a DocumentMut, path: &[&str]) -> Option<&'a Item> {
+    let mut it = doc.as_item();
+    for key in path {
+        it = it.as_table_like()?.get(key)?;
+    }
+    Some(it)
+}
+
+fn runtime<'a>(doc: &'a DocumentMut, cri: &str, name: &str) -> &'a Item {
+    item(doc, &["plugins", cri, "containerd", "runtimes", name])
+        .unwrap_or_else(|| panic!("no runtime {name} under {cri}:\n{doc}"))
+}
+
+fn read_doc(p: &Path) -> DocumentMut {
+    fs::read_to_string(p).unwrap().parse().unwrap()
+}
+
+/// Checks the gpuhook runtime's settings.
+fn assert_gpuhook(rt: &Item, binary: &str, systemd: Option<bool>) {
+    assert_eq!(rt["runtime_type"].as_str(), Some(RUNC_V2));
+    assert_eq!(rt["privileged_without_host_devices"].as_bool(), Some(true));
+    let ann: Vec<&str> = rt["pod_annotations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v.as_str())
+        .collect();
+    assert!(ann.contains(&CDI_ANNOTATIONS), "{ann:?}");
+    assert_eq!(rt["options"]["BinaryName"].as_str(), Some(binary));
+    assert_eq!(
+        rt["options"].get("SystemdCgroup").and_then(Item::as_bool),
+        systemd
+    );
+}
+
 #[test]
-fn scratch() {
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("config.toml");
-    std::fs::copy("/tmp/rtx/default.toml", &cfg).unwrap();
-    let opts = ConfigureOptions { config: cfg.clone(), ..Default::default() };
-    let out = configure(&opts, true).unwrap();
-    print!("{}", out.summary());
-    let cfg2 = dir.path().join("c2.toml");
-    std::fs::write(&cfg2, "version = 2\n# comment\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\n  runtime_type = \"io.containerd.runc.v2\"\n  # opts\n  [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc.options]\n    SystemdCgroup = true # yes\n\n[plugins.other]\n  x = 1\n").unwrap();
-    let opts = ConfigureOptions { config: cfg2.clone(), drop_in: Some(dir.path().join("conf.d/99-gpuhook.toml")), set_as_default: true, ..Default::default() };
-    let out = configure(&opts, false).unwrap();
-    print!("{}", out.summary());
-    println!("{}", std::fs::read_to_string(&cfg2).unwrap());
-    println!("{}", std::fs::read_to_string(dir.path().join("conf.d/99-gpuhook.toml")).unwrap());
-    let out = configure(&opts, false).unwrap();
-    print!("{}", out.summary());
-    let opts = ConfigureOptions { config: dir.path().join("missing.toml"), ..Default::default() };
-    configure(&opts, false).unwrap();
-    println!("{}", std::fs::read_to_string(dir.path().join("missing.toml")).unwrap());
+fn debian_default_v2_gets_a_runc_copy_and_second_run_is_unchanged() {
+    let d = Dir::new();
+    let text = DEBIAN_DEFAULT.replace("SystemdCgroup = false", "SystemdCgroup = true");
+    let cfg = d.write("config.toml", &text);
+    let out = configure(&opts(&cfg), false).unwrap();
+    assert_eq!(out.exit_code(), EXIT_CHANGED);
+    let ConfigureOutcome::Changed { version, files, .. } = &out else {
+        panic!("{out:?}")
+    };
+    assert_eq!(*version, ConfigVersion::V2);
+    assert_eq!(files.len(), 1);
+    // Only additions: every original line is still there, in order.
+    assert!(!files[0].diff().lines().skip(2).any(|l| l.starts_with('-')));
+    let doc = read_doc(&cfg);
+    let rt = runtime(&doc, "io.containerd.grpc.v1.cri", "gpuhook");
+    assert_gpuhook(rt, DEFAULT_BINARY, Some(true));
+    // Copied from runc: its other settings come along.
+    assert_eq!(rt["options"]["ShimCgroup"].as_str(), Some(""));
+    // Placed right after the runc runtime, not at the end of the file.
+    let after = fs::read_to_string(&cfg).unwrap();
+    let pos = |s: &str| after.find(s).unwrap();
+    assert!(pos("runtimes.gpuhook]") > pos("runtimes.runc.options]"));
+    assert!(pos("runtimes.gpuhook.options]") < pos("untrusted_workload_runtime]"));
+    // The backup holds the old content.
+    let backup = files[0].backup.clone().unwrap();
+    assert_eq!(fs::read_to_string(&backup).unwrap(), text);
+
+    let second = configure(&opts(&cfg), false).unwrap();
+    assert_eq!(
+        second,
+        ConfigureOutcome::Unchanged {
+            version: ConfigVersion::V2
+        }
+    );
+    assert_eq!(second.exit_code(), EXIT_UNCHANGED);
+    assert_eq!(fs::read_to_string(&cfg).unwrap(), after);
+    assert_eq!(d.entries().len(), 2, "a second backup: {:?}", d.entries());
+}
+
+#[test]
+fn comments_and_unrelated_settings_survive() {
+    let d = Dir::new();
+    let text = r#"# Node config, managed by hand.
+version = 2
+root = "/var/lib/containerd" # keep
+
+[plugins."io.containerd.grpc.v1.cri"]
+  # the pause image
+  sandbox_image = "registry.k8s.io/pause:3.9"
+
+  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+    runtime_type = "io.containerd.runc.v2"
+    # must match the kubelet
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+      SystemdCgroup = true   # systemd driver
+
+[plugins."io.containerd.grpc.v1.cri".registry]
+  config_path = "/etc/containerd/certs.d" # mirrors
+"#;
+    let cfg = d.write("config.toml", text);
+    configure(&opts(&cfg), false).unwrap();
+    let after = fs::read_to_string(&cfg).unwrap();
+    for line in text.lines() {
+        assert!(after.contains(line), "lost {line:?} in:\n{after}");
+    }
+    assert_gpuhook(
+        runtime(&read_doc(&cfg), "io.containerd.grpc.v1.cri", "gpuhook"),
+        DEFAULT_BINARY,
+        Some(true),
+    );
+    // The runc runtime's comments are not copied into ours.
+    assert_eq!(after.matches("# must match the kubelet").count(), 1);
+}
+
+#[test]
+fn version_1_and_3_tables() {
+    let d = Dir::new();
+    let v1 = d.write(
+        "v1.toml",
+        "[plugins.cri.containerd.runtimes.runc]\n  runtime_type = \"io.containerd.runc.v2\"\n",
+    );
+    let out = configure(&opts(&v1), false).unwrap();
+    assert!(matches!(
+        out,
+        ConfigureOutcome::Changed {
+            version: ConfigVersion::V1,
+            ..
+        }
+    ));
+    assert_gpuhook(
+        runtime(&read_doc(&v1), "cri", "gpuhook"),
+        DEFAULT_BINARY,
+        None,
+    );
+
+    let v3 = d.write(
+        "v3.toml",
+        "version = 3\n\n[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]\n  SystemdCgroup = true\n",
+    );
+    let mut o = opts(&v3);
+    o.enable_cdi = true;
+    o.set_as_default = true;
+    o.binary = "/opt/gpuhook/bin/gpuhook-runtime".into();
+    o.runtime_name = "nvidia".into();
+    configure(&o, false).unwrap();
+    let doc = read_doc(&v3);
+    assert_gpuhook(
+        runtime(&doc, "io.containerd.cri.v1.runtime", "nvidia"),
+        "/opt/gpuhook/bin/gpuhook-runtime",
+        Some(true),
+    );
+    let cri = &doc["plugins"]["io.containerd.cri.v1.runtime"];
+    assert_eq!(cri["enable_cdi"].as_bool(), Some(true));
+    assert_eq!(
+        cri["containerd"]["default_runtime_name"].as_str(),
+        Some("nvidia")
+    );
+    assert!(item(&doc, &["plugins", "io.containerd.grpc.v1.cri"]).is_none());
+    assert_eq!(configure(&o, false).unwrap().exit_code(), EXIT_UNCHANGED);
+}
+
+#[test]
+fn existing_runtime_is_updated_in_place_keeping_extra_settings() {
+    let d = Dir::new();
+    let text = r#"version = 2
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+  SystemdCgroup = true
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.gpuhook]
+  runtime_type = "io.containerd.runc.v2"
+  pod_annotations = ["example.com/keep"]
+  base_runtime_spec = "/etc/containerd/base.json"
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.gpuhook.options]
+  BinaryName = "/usr/bin/old-gpuhook-runtime"
+  SystemdCgroup = false
+"#;
+    let cfg = d.write("config.toml", text);
+    let out = configure(&opts(&cfg), false).unwrap();
+    let ConfigureOutcome::Changed { notes, .. } = &out else {
+        panic!()
+    };
+    assert!(
+        notes.iter().any(|n| n.contains("updated runtime gpuhook")
+            && n.contains("options.BinaryName")
+            && n.contains("options.SystemdCgroup")),
+        "{notes:?}"
+    );
+    let doc = read_doc(&cfg);
+    let rt = runtime(&doc, "io.containerd.grpc.v1.cri", "gpuhook");
+    assert_gpuhook(rt, DEFAULT_BINARY, Some(true));
+    assert_eq!(
+        rt["base_runtime_spec"].as_str(),
+        Some("/etc/containerd/base.json")
+    );
+    let ann = rt["pod_annotations"].as_array().unwrap();
+    assert_eq!(
+        ann.get(0).and_then(|v| v.as_str()),
+        Some("example.com/keep")
+    );
+}
+
+#[test]
+fn missing_file_gets_a_minimal_v2_config_with_runc() {
+    let d = Dir::new();
+    let cfg = d.path("etc/containerd/config.toml");
+    // Dry run: reports the change, writes nothing.
+    let out = configure(&opts(&cfg), true).unwrap();
+    assert_eq!(out.exit_code(), EXIT_CHANGED);
+    assert!(out.summary().contains("Dry run"));
+    assert!(out.summary().contains("+BinaryName = "));
+    assert!(!cfg.exists());
+    configure(&opts(&cfg), false).unwrap();
+    let doc = read_doc(&cfg);
+    assert_eq!(doc["version"].as_integer(), Some(2));
+    // Naming any runtime replaces containerd's built-in list: runc must be named too.
+    let runc = runtime(&doc, "io.containerd.grpc.v1.cri", "runc");
+    assert_eq!(runc["runtime_type"].as_str(), Some(RUNC_V2));
+    assert_gpuhook(
+        runtime(&doc, "io.containerd.grpc.v1.cri", "gpuhook"),
+        DEFAULT_BINARY,
+        None,
+    );
+    assert_eq!(
+        configure(&opts(&cfg), false).unwrap().exit_code(),
+        EXIT_UNCHANGED
+    );
+}
+
+#[test]
+fn drop_in_v2_carries_the_whole_cri_section() {
+    let d = Dir::new();
+    let text = r#"version = 2
+# main comment
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "registry.k8s.io/pause:3.9"
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+  SystemdCgroup = true
+[plugins."io.containerd.internal.v1.opt"]
+  path = "/opt/containerd"
+"#;
+    let cfg = d.write("config.toml", text);
+    let drop_in = d.path("conf.d/99-gpuhook.toml");
+    let mut o = opts(&cfg);
+    o.drop_in = Some(drop_in.clone());
+    o.set_as_default = true;
+    let out = configure(&o, false).unwrap();
+    let ConfigureOutcome::Changed { files, .. } = &out else {
+        panic!()
+    };
+    assert_eq!(files[0].path, drop_in, "drop-in must be written first");
+    let main = read_doc(&cfg);
+    let imports: Vec<&str> = main["imports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v.as_str())
+        .collect();
+    assert_eq!(imports, [drop_in.to_str().unwrap()]);
+    // The main file's runtimes are untouched; only the import was added.
+    assert!(item(
+        &main,
+        &[
+            "plugins",
+            "io.containerd.grpc.v1.cri",
+            "containerd",
+            "runtimes",
+            "gpuhook"
+        ]
+    )
+    .is_none());
+    let main_text = fs::read_to_string(&cfg).unwrap();
+    for line in text.lines() {
+        assert!(main_text.contains(line), "lost {line:?}");
+    }
+    let drop_text = fs::read_to_string(&drop_in).unwrap();
+    assert!(drop_text.starts_with(DROP_IN_MARKER));
+    let drop = read_doc(&drop_in);
+    assert_eq!(drop["version"].as_integer(), Some(2));
+    let cri = &drop["plugins"]["io.containerd.grpc.v1.cri"];
+    assert_eq!(
+        cri["sandbox_image"].as_str(),
+        Some("registry.k8s.io/pause:3.9")
+    );
+    assert_eq!(
+        cri["containerd"]["default_runtime_name"].as_str(),
+        Some("gpuhook")
+    );
+    assert_gpuhook(
+        runtime(&drop, "io.containerd.grpc.v1.cri", "gpuhook"),
+        DEFAULT_BINARY,
+        Some(true),
+    );
+    assert!(runtime(&drop, "io.containerd.grpc.v1.cri", "runc").is_table_like());
+    // Other plugins stay in the main file only.
+    assert!(item(&drop, &["plugins", "io.containerd.internal.v1.opt"]).is_none());
+
+    assert_eq!(configure(&o, false).unwrap().exit_code(), EXIT_UNCHANGED);
+    assert_eq!(fs::read_to_string(&drop_in).unwrap(), drop_text);
+    assert_eq!(fs::read_to_string(&cfg).unwrap(), main_text);
+
+    // Editing the main file's CRI section and re-running refreshes the copy.
+    fs::write(&cfg, main_text.replace("pause:3.9", "pause:3.10")).unwrap();
+    assert_eq!(configure(&o, false).unwrap().exit_code(), EXIT_CHANGED);
+    let drop = read_doc(&drop_in);
+    assert_eq!(
+        drop["plugins"]["io.containerd.grpc.v1.cri"]["sandbox_image"].as_str(),
+        Some("registry.k8s.io/pause:3.10")
+    );
+}
+
+#[test]
+fn drop_in_v3_holds_only_our_tables_and_globs_count_as_imported() {
+    let d = Dir::new();
+    let text = "version = 3\nimports = ['conf.d/*.toml']\n\n[plugins.'io.containerd.cri.v1.images']\n  snapshotter = 'overlayfs'\n";
+    let cfg = d.write("config.toml", text);
+    let drop_in = d.path("conf.d/99-gpuhook.toml");
+    let mut o = opts(&cfg);
+    o.drop_in = Some(drop_in.clone());
+    let out = configure(&o, false).unwrap();
+    let ConfigureOutcome::Changed { files, .. } = &out else {
+        panic!()
+    };
+    // The relative glob already covers the drop-in: the main file is not touched.
+    assert_eq!(files.len(), 1);
+    assert_eq!(fs::read_to_string(&cfg).unwrap(), text);
+    let drop = read_doc(&drop_in);
+    assert_eq!(drop["version"].as_integer(), Some(3));
+    let cri = drop["plugins"]["io.containerd.cri.v1.runtime"]
+        .as_table()
+        .unwrap();
+    assert_gpuhook(
+        &cri["containerd"]["runtimes"]["gpuhook"],
+        DEFAULT_BINARY,
+        None,
+    );
+    assert!(item(&drop, &["plugins", "io.containerd.cri.v1.images"]).is_none());
+    assert_eq!(configure(&o, false).unwrap().exit_code(), EXIT_UNCHANGED);
+}
+
+#[test]
+fn drop_in_refusals() {
+    let d = Dir::new();
+    let v1 = d.write("v1.toml", "[plugins.cri]\n");
+    let mut o = opts(&v1);
+    o.drop_in = Some(d.path("conf.d/99-gpuhook.toml"));
+    let err = configure(&o, false).unwrap_err();
+    assert!(matches!(err, ConfigureError::DropInNeedsV2 { .. }), "{err}");
+
+    let cfg = d.write("config.toml", "version = 2\n");
+    let foreign = d.write("conf.d/99-gpuhook.toml", "# someone else's\nversion = 2\n");
+    let mut o = opts(&cfg);
+    o.drop_in = Some(foreign.clone());
+    let err = configure(&o, false).unwrap_err();
+    assert!(matches!(err, ConfigureError::NotOurs { .. }), "{err}");
+    assert_eq!(fs::read_to_string(&cfg).unwrap(), "version = 2\n");
+    assert_eq!(
+        fs::read_to_string(&foreign).unwrap(),
+        "# someone else's\nversion = 2\n"
+    );
+}
+
+#[test]
+fn bad_input_is_reported_and_nothing_is_written() {
+    let d = Dir::new();
+    for (text, want) in [
+        ("version = 2\n[plugins\nx = 1\n", "line 2"),
+        ("version = 7\n", "unknown containerd config version 7"),
+        (
+            "version = \"2\"\n",
+            "unknown containerd config version \"2\"",
+        ),
+        ("version = 2\nplugins = 3\n", "`plugins` must be a table"),
+        (
+            "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\"]\ncontainerd = \"x\"\n",
+            "must be a table",
+        ),
+        (
+            "version = 2\nimports = \"x\"\n",
+            "`imports` must be an array",
+        ),
+    ] {
+        let cfg = d.write("config.toml", text);
+        let mut o = opts(&cfg);
+        if text.contains("imports") {
+            o.drop_in = Some(d.path("conf.d/x.toml"));
+        }
+        let err = configure(&o, false).unwrap_err().to_string();
+        assert!(err.contains(want), "{text:?}: {err}");
+        assert!(err.contains(cfg.to_str().unwrap()), "{err}");
+        assert_eq!(fs::read_to_string(&cfg).unwrap(), text);
+        assert_eq!(d.entries(), ["config.toml"]);
+    }
+    let cfg = d.path("config.toml");
+    for o in [
+        ConfigureOptions {
+            runtime_name: "bad name".into(),
+            ..opts(&cfg)
+        },
+        ConfigureOptions {
+            binary: "gpuhook-runtime".into(),
+            ..opts(&cfg)
+        },
+        ConfigureOptions {
+            drop_in: Some("rel.toml".into()),
+            ..opts(&cfg)
+        },
+    ] {
+        assert!(matches!(
+            configure(&o, false),
+            Err(ConfigureError::InvalidOption { .. })
+        ));
+    }
+}
+
+#[test]
+fn globs() {
+    assert!(glob_match(
+        "/etc/containerd/conf.d/*.toml",
+        "/etc/containerd/conf.d/99-gpuhook.toml"
+    ));
+    assert!(glob_match(
+        "/etc/containerd/conf.d/99-gpuhook.toml",
+        "/etc/containerd/conf.d/99-gpuhook.toml"
+    ));
+    assert!(glob_match(
+        "/etc/*/conf.d/9?-gpuhook.toml",
+        "/etc/containerd/conf.d/99-gpuhook.toml"
+    ));
+    assert!(!glob_match(
+        "/etc/containerd/*.toml",
+        "/etc/containerd/conf.d/99-gpuhook.toml"
+    ));
+    assert!(!glob_match(
+        "/etc/containerd/conf.d/*.conf",
+        "/etc/containerd/conf.d/99-gpuhook.toml"
+    ));
 }

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The main job on a built-in simulated node: build gpuhook, materialise a simulated GPU node,
+# discover it, write its CDI spec, list the devices, and (when podman or runc is installed) start a
+# busybox container that gets one GPU through that spec.
+#
+#   sudo ./demo.sh [PROFILE]        PROFILE: see `gpuhook-sim list` (default a100-mig-mixed)
+set -euo pipefail
+cd "$(dirname "$0")"
+profile=${1:-a100-mig-mixed}
+work=${GPUHOOK_DEMO_DIR:-/tmp/gpuhook-demo}
+
+if [ "$(id -u)" -ne 0 ]; then
+    echo "demo.sh: a simulated node has real device nodes (mknod needs CAP_MKNOD): run it as root, e.g. sudo ./demo.sh" >&2
+    exit 1
+fi
+
+step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+
+step "building gpuhook (cargo build --workspace)"
+cargo build --workspace --bins --lib --quiet
+bin=$PWD/target/debug
+
+step "materialising simulated node '$profile' in $work/node"
+mkdir -p "$work"
+"$bin/gpuhook-sim" build "$profile" "$work/node"
+"$work/node/usr/bin/nvidia-smi" -L
+
+step "generating its CDI spec (what the node's runtime would read from /var/run/cdi)"
+"$bin/gpuhook" cdi generate --driver-root "$work/node" --output "$work/cdi/nvidia.com-gpu.json" \
+    --inventory-cache "$work/inventory.json"
+"$bin/gpuhook" cdi validate "$work/cdi/nvidia.com-gpu.json"
+
+step "devices it defines"
+"$bin/gpuhook" cdi list --spec-dir "$work/cdi"
+
+step "what device nvidia.com/gpu=0 injects"
+if command -v jq >/dev/null; then
+    jq -c '.devices[] | select(.name == "0") | .containerEdits.deviceNodes[]' "$work/cdi/nvidia.com-gpu.json"
+    echo "plus $(jq '.containerEdits.mounts | length' "$work/cdi/nvidia.com-gpu.json") read-only driver mounts and $(jq '.containerEdits.hooks | length' "$work/cdi/nvidia.com-gpu.json") createContainer hooks for every device"
+fi
+
+if command -v podman >/dev/null && command -v busybox >/dev/null; then
+    step "podman run --device demo.gpuhook.dev/gpu=0 (a busybox container)"
+    vendor=demo.gpuhook.dev
+    spec=/var/run/cdi/$vendor-gpu.json
+    rootfs=$work/rootfs
+    mkdir -p /var/run/cdi "$rootfs/bin" "$rootfs/etc" "$rootfs/proc" "$rootfs/dev" "$rootfs/sys" "$rootfs/tmp"
+    cp "$(command -v busybox)" "$rootfs/bin/busybox"
+    ln -sf busybox "$rootfs/bin/sh"; ln -sf busybox "$rootfs/bin/ls"
+    trap 'rm -f "$spec"' EXIT
+    "$bin/gpuhook" cdi generate --driver-root "$work/node" --vendor "$vendor" --output "$spec" \
+        --inventory-cache "$work/inventory.json"
+    podman run --rm --runtime runc --ulimit nofile=1024:1024 --ulimit nproc=1024:1024 \
+        --device "$vendor/gpu=0" --rootfs "$rootfs" /bin/sh -c 'ls -l /dev/nvidia* /dev/nvidia-caps 2>/dev/null; ls /usr/lib/x86_64-linux-gnu /usr/lib64 2>/dev/null | grep -E "libcuda|libnvidia-ml" | head -4'
+else
+    echo "(install podman and busybox-static to also start a container: apt-get install podman busybox-static)"
+fi
+step "done: see README.md for the prestart hook, gpuhook-runtime and gpu-mps-daemon"

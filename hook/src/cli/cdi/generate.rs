@@ -1,0 +1,267 @@
+//! `gpuhook cdi generate`: discovery -> spec -> atomic write, plus the inventory cache.
+//!
+//! Every failure leaves the previous spec untouched and ends in one line naming the file and the
+//! fix: the library errors already say both, so they are passed through with little context.
+//! A spec made without NVML would silently lack MIG devices and stay on disk for a long time, so
+//! an unusable NVML is an error unless the operator opts into the `/proc` fallback.
+
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use gpuhook_cdi::{default_file_name, Format, GenerateOptions, Spec, WriteOutcome};
+use gpuhook_node::{discover, DiscoverOptions, DiscoverySource, Inventory};
+
+use super::{canonical_dir, flat, print_stdout, GenerateArgs};
+use crate::config::Config;
+
+/// Where generated specs go by default (the runtimes' higher-priority, generated-specs directory).
+pub const DEFAULT_OUTPUT_DIR: &str = "/var/run/cdi";
+
+/// Where the spec goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Output {
+    Stdout(Format),
+    File(PathBuf, Format),
+}
+
+impl Output {
+    fn resolve(output: Option<&Path>, format: Option<Format>, kind: &str) -> anyhow::Result<Self> {
+        let in_dir = |dir: &Path| {
+            let f = format.unwrap_or(Format::Json);
+            Output::File(dir.join(default_file_name(kind, f)), f)
+        };
+        let Some(p) = output else {
+            return Ok(in_dir(Path::new(DEFAULT_OUTPUT_DIR)));
+        };
+        if p == Path::new("-") {
+            return Ok(Output::Stdout(format.unwrap_or(Format::Json)));
+        }
+        if p.is_dir() || p.as_os_str().as_bytes().ends_with(b"/") {
+            return Ok(in_dir(p));
+        }
+        let by_extension = Format::from_path(p);
+        match (format, by_extension) {
+            (Some(f), Some(e)) if f != e => bail!(
+                "--format {} does not match the extension of {}: runtimes read *.json as JSON and \
+                 *.yaml as YAML; rename the file or drop --format",
+                f.as_str(),
+                p.display()
+            ),
+            (_, None) => tracing::warn!(
+                output = %p.display(),
+                "runtimes load only *.json and *.yaml files from their spec directories; this file \
+                 will not be picked up there"
+            ),
+            _ => {}
+        }
+        Ok(Output::File(
+            p.to_path_buf(),
+            format.or(by_extension).unwrap_or(Format::Json),
+        ))
+    }
+}
+
+/// The gpuhook binary the spec's hooks run: `--gpuhook-path`, else this executable (canonical).
+fn gpuhook_path(args: &GenerateArgs) -> anyhow::Result<PathBuf> {
+    match &args.gpuhook_path {
+        Some(p) if p.is_absolute() => {
+            if !p.is_file() {
+                tracing::warn!(path = %p.display(), "--gpuhook-path does not exist on this host; the spec's hooks will fail until it does");
+            }
+            Ok(p.clone())
+        }
+        Some(p) => bail!(
+            "--gpuhook-path {} is not absolute: hooks run with the runtime's working directory, pass \
+             the absolute host path of the gpuhook binary",
+            p.display()
+        ),
+        None => std::env::current_exe()
+            .and_then(|p| p.canonicalize())
+            .context("cannot find the path of the running gpuhook binary; pass --gpuhook-path"),
+    }
+}
+
+fn cache_path<'a>(args: &'a GenerateArgs, config: &'a Config) -> Option<&'a Path> {
+    if args.no_inventory_cache {
+        None
+    } else {
+        Some(
+            args.inventory_cache
+                .as_deref()
+                .unwrap_or(&config.inventory_cache),
+        )
+    }
+}
+
+/// Saves the inventory for the prestart hook; a failure is a warning (the spec is what matters).
+fn save_cache(inv: &Inventory, path: &Path) {
+    let result = match path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        Some(dir) => std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display())),
+        None => Ok(()),
+    }
+    .and_then(|()| inv.save_json(path).map_err(|e| e.to_string()));
+    match result {
+        Ok(()) => tracing::debug!(path = %path.display(), "inventory cache saved"),
+        Err(e) => tracing::warn!(
+            path = %path.display(),
+            "inventory cache not saved ({e}); `gpuhook prestart` will rediscover the node on every \
+             container start (pass --inventory-cache PATH to put it elsewhere)"
+        ),
+    }
+}
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+pub(super) fn run(args: &GenerateArgs, config: &Config) -> anyhow::Result<()> {
+    let start = Instant::now();
+    let driver_root = canonical_dir(
+        "driver root",
+        args.driver_root.as_deref().unwrap_or(&config.driver_root),
+    )?;
+    let dev_root = args
+        .dev_root
+        .as_deref()
+        .or(config.dev_root.as_deref())
+        .map(|d| canonical_dir("dev root", d))
+        .transpose()?;
+    let kind = format!("{}/{}", args.vendor, args.class);
+    let output = Output::resolve(args.output.as_deref(), args.format.map(Into::into), &kind)?;
+    let gpuhook_path = gpuhook_path(args)?;
+
+    let discovery = discover(&DiscoverOptions {
+        driver_root,
+        dev_root,
+        nvml_lib: args.nvml_lib.clone(),
+    })
+    .map_err(flat)?;
+    let inv = discovery.inventory;
+    let nvml_failed = inv.source != DiscoverySource::Nvml && !args.allow_procfs_fallback;
+    let (nvml, other): (Vec<&String>, Vec<&String>) = discovery
+        .warnings
+        .iter()
+        .partition(|w| nvml_failed && w.contains("NVML"));
+    for w in other {
+        tracing::warn!("{w}");
+    }
+    if nvml_failed {
+        // The NVML warnings become the error line instead of being logged twice.
+        let nvml: Vec<&str> = nvml.into_iter().map(String::as_str).collect();
+        bail!(
+            "{}; a spec made without NVML lacks MIG devices: fix NVML (or point --nvml-lib at a \
+             working libnvidia-ml.so.1), or pass --allow-procfs-fallback to describe full GPUs from \
+             /proc/driver/nvidia only",
+            if nvml.is_empty() {
+                "NVML is unusable".to_string()
+            } else {
+                nvml.join("; ")
+            }
+        );
+    }
+    let discovered = start.elapsed();
+
+    let mut opts = GenerateOptions::new(gpuhook_path);
+    opts.vendor = args.vendor.clone();
+    opts.class = args.class.clone();
+    opts.name_strategies = args
+        .device_name_strategy
+        .iter()
+        .map(|&s| s.into())
+        .collect();
+    opts.edits.ldconfig_path = args.ldconfig_path.clone();
+    let spec = gpuhook_cdi::generate(&inv, &opts).map_err(flat)?;
+    let generated = start.elapsed();
+
+    let (shown, outcome) = write(&spec, &output)?;
+    let written = start.elapsed();
+    if let Some(path) = cache_path(args, config) {
+        save_cache(&inv, path);
+    }
+    tracing::debug!(
+        discover_us = micros(discovered),
+        generate_us = micros(generated - discovered),
+        write_us = micros(written - generated),
+        cache_us = micros(start.elapsed() - written),
+        "cdi generate timings"
+    );
+    let verb = match outcome {
+        WriteOutcome::Written => "wrote",
+        WriteOutcome::Unchanged => "unchanged",
+    };
+    eprintln!(
+        "{verb} {shown}: {} devices (cdiVersion {})",
+        spec.devices.len(),
+        spec.cdi_version
+    );
+    Ok(())
+}
+
+/// Writes the spec; returns how to name the output and what happened.
+fn write(spec: &Spec, output: &Output) -> anyhow::Result<(String, WriteOutcome)> {
+    match output {
+        Output::Stdout(format) => {
+            let bytes = spec.to_bytes(*format).map_err(flat)?;
+            print_stdout(&String::from_utf8_lossy(&bytes))?;
+            Ok(("<stdout>".into(), WriteOutcome::Written))
+        }
+        Output::File(path, format) => {
+            let outcome = gpuhook_cdi::write_spec(spec, path, *format).map_err(flat)?;
+            Ok((path.display().to_string(), outcome))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KIND: &str = "nvidia.com/gpu";
+
+    #[test]
+    fn output_defaults_to_the_generated_specs_dir() {
+        assert_eq!(
+            Output::resolve(None, None, KIND).unwrap(),
+            Output::File("/var/run/cdi/nvidia.com-gpu.json".into(), Format::Json)
+        );
+        assert_eq!(
+            Output::resolve(None, Some(Format::Yaml), KIND).unwrap(),
+            Output::File("/var/run/cdi/nvidia.com-gpu.yaml".into(), Format::Yaml)
+        );
+        assert_eq!(
+            Output::resolve(Some(Path::new("-")), None, KIND).unwrap(),
+            Output::Stdout(Format::Json)
+        );
+    }
+
+    #[test]
+    fn output_dir_gets_the_default_name_and_files_their_extension() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(
+            Output::resolve(Some(dir.path()), None, "example.com/gpu").unwrap(),
+            Output::File(dir.path().join("example.com-gpu.json"), Format::Json)
+        );
+        assert_eq!(
+            Output::resolve(Some(Path::new("/nonexistent/new/")), None, KIND).unwrap(),
+            Output::File("/nonexistent/new/nvidia.com-gpu.json".into(), Format::Json)
+        );
+        assert_eq!(
+            Output::resolve(Some(Path::new("/x/s.yaml")), None, KIND).unwrap(),
+            Output::File("/x/s.yaml".into(), Format::Yaml)
+        );
+        assert_eq!(
+            Output::resolve(Some(Path::new("/x/s.yaml")), Some(Format::Yaml), KIND).unwrap(),
+            Output::File("/x/s.yaml".into(), Format::Yaml)
+        );
+        let err = Output::resolve(Some(Path::new("/x/s.json")), Some(Format::Yaml), KIND)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("does not match") && err.contains("s.json"),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,68 @@
+//! Errors of the prestart hook. Each one ends up as the single line runc prints when a container
+//! fails to start, so it names the input at fault and, where there is one, the fix.
+
+use std::path::PathBuf;
+
+use crate::request::RequestError;
+
+/// Why `gpuhook prestart` refused or failed. Whatever the variant, nothing was mounted or created
+/// in the container when it comes from validation ([`PrestartError::is_before_injection`]).
+#[derive(Debug, thiserror::Error)]
+pub enum PrestartError {
+    /// The OCI state on stdin is missing, too large or malformed.
+    #[error("invalid OCI state on stdin: {reason} (run `gpuhook prestart` as an OCI prestart or createRuntime hook)")]
+    State { reason: String },
+    /// `<bundle>/config.json` could not be read or parsed.
+    #[error("invalid bundle config {}: {reason}", path.display())]
+    BundleConfig { path: PathBuf, reason: String },
+    /// The container's request is malformed, unknown or unsatisfiable.
+    #[error(transparent)]
+    Request(#[from] RequestError),
+    /// No usable inventory: neither the cache nor discovery worked.
+    #[error("cannot find the node's GPUs: {reason} (check driver-root in the config, or run `gpuhook cdi generate` to write the inventory cache {})", cache.display())]
+    Inventory { cache: PathBuf, reason: String },
+    /// Building the edits from the inventory failed.
+    #[error("cannot build the container edits: {0}")]
+    Edits(#[from] gpuhook_cdi::CdiError),
+    /// The plan is not safe or not possible to apply; found before anything was injected.
+    #[error("refusing to inject into container {container}: {reason}")]
+    Invalid { container: String, reason: String },
+    /// A host file the plan needs does not match the inventory (stale cache, driver reloaded).
+    #[error("host {what} {}: {reason} (the inventory cache looks stale: run `gpuhook cdi generate` again)", path.display())]
+    Host {
+        what: &'static str,
+        path: PathBuf,
+        reason: String,
+    },
+    /// Checking the container root before injecting found a problem (nothing was changed).
+    #[error("refusing to inject into container {container}: {source}")]
+    Preflight {
+        container: String,
+        #[source]
+        source: gpuhook_inject::InjectError,
+    },
+    /// An operation inside the container root or its cgroup failed.
+    #[error("injecting into container {container} failed while {step}: {source}")]
+    Inject {
+        container: String,
+        step: &'static str,
+        #[source]
+        source: gpuhook_inject::InjectError,
+    },
+}
+
+impl PrestartError {
+    /// Shorthand for [`PrestartError::Invalid`].
+    pub(crate) fn invalid(container: &str, reason: impl Into<String>) -> Self {
+        PrestartError::Invalid {
+            container: container.to_string(),
+            reason: reason.into(),
+        }
+    }
+
+    /// True for errors raised before the first change to the container (validation, request,
+    /// inventory); false for failures while injecting.
+    pub fn is_before_injection(&self) -> bool {
+        !matches!(self, PrestartError::Inject { .. })
+    }
+}

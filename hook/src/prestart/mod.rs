@@ -1,0 +1,249 @@
+//! `gpuhook prestart`: the OCI hook that gives a container the GPUs it asks for.
+//!
+//! It runs on every container start, as root, with input an image controls; so the design is:
+//! - **cheap for everyone else**: a container that asks for nothing is recognised from its
+//!   `config.json` alone ([`crate::request::is_gpu_container`]) and the hook exits before any
+//!   discovery;
+//! - **no NVML on the hot path**: the inventory comes from the cache `gpuhook cdi generate` wrote,
+//!   re-discovered only when missing or stale ([`inventory`]);
+//! - **one description of the edits**: [`gpuhook_cdi::edits_for`], shared with the CDI generator
+//!   and the runtime wrapper, turned into actions by [`plan`] — container paths are the driver
+//!   paths, as in the CDI spec (no per-distro library folder), and the ldcache folders are the
+//!   `update-ldcache` hook's folders, so they always match the mounts;
+//! - **validate, then act**: the request, the inventory, every path and every host source are
+//!   checked, then the container root is checked ([`apply`]'s preflight); only then is anything
+//!   created or mounted, so bad input never leaves a half-injected container;
+//! - **exact device cgroup**: exactly the nodes created, `rw`, no `m`.
+//!
+//! Every decision is one structured log line ([`crate::logging::Decision`]); nothing goes to
+//! stdout.
+
+pub mod apply;
+pub mod error;
+pub mod input;
+pub mod inventory;
+pub mod plan;
+
+use std::io::Read;
+
+use gpuhook_inject::cgroup::{locate_device_cgroup, DeviceCgroup, V1Devices, V2Devices};
+use gpuhook_inject::{BundleConfig, DeviceController};
+use gpuhook_node::DeviceRef;
+
+pub use apply::{Applied, Target};
+pub use error::PrestartError;
+pub use inventory::InventorySource;
+pub use plan::Plan;
+
+use crate::config::Config;
+use crate::logging::{Decision, Outcome};
+use crate::request::{self, NotGpuReason, ParseOutcome};
+
+const COMMAND: &str = "prestart";
+
+/// What the hook did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PrestartOutcome {
+    /// Not a GPU container; nothing was touched.
+    Skipped(NotGpuReason),
+    Injected(Applied),
+}
+
+/// `1,3,2:0` (GPU indexes; `parent:mig` for MIG devices).
+pub fn device_list(devices: &[DeviceRef]) -> String {
+    devices
+        .iter()
+        .map(|d| match d {
+            DeviceRef::Gpu { index } => index.to_string(),
+            DeviceRef::Mig {
+                parent_index,
+                index,
+            } => format!("{parent_index}:{index}"),
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn skip_reason(r: NotGpuReason) -> &'static str {
+    match r {
+        NotGpuReason::NoRequest => "no GPU requested",
+        NotGpuReason::Void => "NVIDIA_VISIBLE_DEVICES contains void",
+        NotGpuReason::EnvVarNotAccepted => {
+            "NVIDIA_VISIBLE_DEVICES is ignored: the container is unprivileged and \
+             accept-envvar-when-unprivileged = false (request GPUs with cdi.k8s.io annotations)"
+        }
+    }
+}
+
+/// Runs the hook: the OCI state is read from `stdin`.
+pub fn run(stdin: impl Read, config: &Config) -> Result<PrestartOutcome, PrestartError> {
+    let state = input::read_state(stdin)?;
+    let container = state.id.as_str();
+    let result = run_for(&state, config);
+    if let Err(e) = &result {
+        let reason = e.to_string();
+        let mut d = Decision::new(COMMAND, Outcome::Refuse);
+        d.container = Some(container);
+        d.reason = Some(&reason);
+        d.log();
+    }
+    result
+}
+
+fn run_for(
+    state: &gpuhook_inject::OciState,
+    config: &Config,
+) -> Result<PrestartOutcome, PrestartError> {
+    let container = state.id.as_str();
+    let bundle = input::read_bundle_config(&state.bundle)?;
+    let policy = config.request_policy();
+    if !request::is_gpu_container(&bundle.value, &policy) {
+        // The fast path. Only a restrictive policy is worth explaining: a user whose
+        // NVIDIA_VISIBLE_DEVICES was ignored needs to find out why in the log.
+        if !policy.accept_envvar_when_unprivileged {
+            if let Ok(ParseOutcome::NotGpu(r @ NotGpuReason::EnvVarNotAccepted)) =
+                request::parse(&bundle.value, &policy)
+            {
+                log_skip(container, r);
+                return Ok(PrestartOutcome::Skipped(r));
+            }
+        }
+        // Debug level: one line per non-GPU container would flood the log at info.
+        tracing::debug!(
+            target: "gpuhook::decision",
+            command = COMMAND,
+            outcome = "skip",
+            container,
+            reason = "not a GPU container (nothing requested, or void)",
+            "decision"
+        );
+        return Ok(PrestartOutcome::Skipped(NotGpuReason::NoRequest));
+    }
+    let req = match request::parse(&bundle.value, &policy)? {
+        ParseOutcome::NotGpu(r) => {
+            log_skip(container, r);
+            return Ok(PrestartOutcome::Skipped(r));
+        }
+        ParseOutcome::Gpu(req) => req,
+    };
+    tracing::info!(
+        target: "gpuhook::decision",
+        command = COMMAND,
+        outcome = "requested",
+        container,
+        source = req.source.as_str(),
+        devices = ?req.devices,
+        capabilities = %caps_list(&req.capabilities),
+        privileged = req.privileged,
+        "decision"
+    );
+
+    let (inv, inv_source) = inventory::load_inventory(config)?;
+    let resolved = req.resolve(&inv)?;
+    for name in &resolved.foreign_cdi {
+        tracing::info!(container, cdi_device = %name, "ignoring a CDI device of another kind: the CDI-aware runtime injects it");
+    }
+    for note in &resolved.requirements.unchecked {
+        tracing::warn!(container, requirement = %note, "requirement could not be verified on this node");
+    }
+    let devices = device_list(&resolved.devices);
+    let caps = caps_list(&resolved.capabilities);
+    tracing::info!(
+        target: "gpuhook::decision",
+        command = COMMAND,
+        outcome = "resolved",
+        container,
+        devices = %devices,
+        capabilities = %caps,
+        inventory = ?inv_source,
+        "decision"
+    );
+
+    let exe = std::env::current_exe().unwrap_or_else(|_| "/usr/bin/gpuhook".into());
+    let edits = gpuhook_cdi::edits_for(
+        &inv,
+        &resolved.devices,
+        &resolved.capabilities,
+        &gpuhook_cdi::EditOptions::new(exe),
+    )?;
+    let invalid = |r: String| PrestartError::invalid(container, r);
+    let mut plan = Plan::from_edits(&inv, &edits).map_err(invalid)?;
+    plan.add_extras(&inv, &resolved).map_err(invalid)?;
+    plan.check_host()
+        .map_err(|(what, path, reason)| PrestartError::Host { what, path, reason })?;
+
+    let bundle_cfg = BundleConfig::parse(&state.bundle, &bundle.bytes).map_err(|e| {
+        PrestartError::BundleConfig {
+            path: bundle.path.clone(),
+            reason: e.to_string(),
+        }
+    })?;
+    let pid = state
+        .require_pid()
+        .map_err(|e| PrestartError::State { reason: e.to_string() })?;
+    let before = |source| PrestartError::Preflight {
+        container: container.to_string(),
+        source,
+    };
+    let cgroup = locate_device_cgroup(pid).map_err(before)?;
+    let ldconfig = config.ldconfig_path(|p| p.exists());
+
+    let target = Target {
+        container,
+        pid,
+        rootfs: &bundle_cfg.rootfs,
+        ldconfig: &ldconfig,
+        uid: bundle_cfg.uid,
+        gid: bundle_cfg.gid,
+    };
+    let applied = apply::apply(&target, &plan)?;
+    let rules = plan.cgroup_rules();
+    match &cgroup {
+        DeviceCgroup::V1(dir) => V1Devices::new(pid, dir.clone()).apply(&bundle_cfg.device_rules, &rules),
+        DeviceCgroup::V2(dir) => V2Devices::new(pid, dir.clone()).apply(&bundle_cfg.device_rules, &rules),
+    }
+    .map_err(|source| PrestartError::Inject {
+        container: container.to_string(),
+        step: "allowing the devices in the device cgroup",
+        source,
+    })?;
+
+    let note = format!(
+        "{} nodes, {} mounts, {} symlinks, ldcache {}, params override {}{}",
+        applied.devices,
+        applied.mounts,
+        applied.symlinks,
+        if applied.ldcache_updated { "updated" } else { "untouched" },
+        if applied.params_overridden { "mounted" } else { "not needed (no driver params in the container's /proc)" },
+        if applied.proc_files_absent.is_empty() {
+            String::new()
+        } else {
+            format!(
+                ", {} MIG /proc files absent from the container's procfs",
+                applied.proc_files_absent.len()
+            )
+        }
+    );
+    let mut d = Decision::new(COMMAND, Outcome::Inject);
+    d.container = Some(container);
+    d.source = Some(resolved.source.as_str());
+    d.devices = Some(&devices);
+    d.capabilities = Some(&caps);
+    d.reason = Some(&note);
+    d.log();
+    Ok(PrestartOutcome::Injected(applied))
+}
+
+fn log_skip(container: &str, r: NotGpuReason) {
+    let mut d = Decision::new(COMMAND, Outcome::Skip);
+    d.container = Some(container);
+    d.reason = Some(skip_reason(r));
+    d.log();
+}
+
+fn caps_list(caps: &std::collections::BTreeSet<gpuhook_node::Capability>) -> String {
+    caps.iter()
+        .map(|c| c.as_str())
+        .collect::<Vec<_>>()
+        .join(",")
+}

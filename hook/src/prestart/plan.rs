@@ -1,0 +1,346 @@
+//! What to do in one container, decided and validated before anything is touched.
+//!
+//! The CDI edits ([`gpuhook_cdi::edits_for`]) are the single description of "these devices with
+//! these capabilities" shared with `gpuhook cdi generate` and the runtime wrapper. A prestart hook
+//! cannot hand them to the runtime (the spec is already final), so this module turns them into
+//! direct actions: device nodes to create, bind mounts, symlinks (the `create-symlinks` hook's
+//! links), ldcache folders (the `update-ldcache` hook's folders) and the params override (the
+//! `disable-device-node-modification` hook). Container paths are the driver paths, exactly as in
+//! the CDI spec, so the two injection paths give a container the same view.
+//!
+//! Everything here is pure or reads the host only: [`Plan::from_edits`] checks every path and
+//! option, [`Plan::check_host`] stats every host source (a stale inventory is caught here), and
+//! only then does [`super::apply`] change the container.
+
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+
+use gpuhook_cdi::ContainerEdits;
+use gpuhook_inject::hooks::parse_link_spec;
+use gpuhook_inject::{normalize_container_path, DeviceRule, DeviceType, MountOptions};
+use gpuhook_node::{DeviceRef, Inventory};
+
+use crate::request::{ImexChannels, ResolvedRequest};
+
+/// Where the driver's parameters are, on the host (under the driver root) and in a container.
+pub const PARAMS_PATH: &str = gpuhook_inject::hooks::PARAMS_PATH;
+
+/// A character device to create in the container's `/dev`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DevicePlan {
+    /// Container path (`/dev/nvidia0`).
+    pub path: PathBuf,
+    /// The host node it stands for (checked to carry the same number).
+    pub host_path: PathBuf,
+    pub major: u32,
+    pub minor: u32,
+    /// Permission bits, copied from the host node by [`Plan::check_host`] (0o666 until then).
+    pub mode: u32,
+}
+
+/// A bind mount of a host path into the container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountPlan {
+    pub host: PathBuf,
+    /// Container path.
+    pub container: PathBuf,
+    pub options: MountOptions,
+    /// A `/proc` file (MIG access files): mounted only when the container's procfs shows it,
+    /// since nothing can be created in procfs.
+    pub proc_file: bool,
+}
+
+/// Everything the hook will do to one container.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Plan {
+    pub devices: Vec<DevicePlan>,
+    pub mounts: Vec<MountPlan>,
+    /// `(target, link)`; link is a container path, target is stored verbatim.
+    pub symlinks: Vec<(PathBuf, PathBuf)>,
+    /// Container folders for the container's ld.so.cache; empty = no ldconfig run.
+    pub ldcache_folders: Vec<PathBuf>,
+    /// Host params file to copy with `ModifyDeviceFiles: 0` over the container's.
+    pub params: Option<PathBuf>,
+}
+
+fn num(v: Option<i64>, what: &str, path: &str) -> Result<u32, String> {
+    v.and_then(|n| u32::try_from(n).ok())
+        .ok_or_else(|| format!("device node {path}: {what} {v:?} is missing or out of range"))
+}
+
+/// Parses CDI mount options into the flags we apply (bind/rbind/propagation are implied).
+pub fn mount_options(options: &[String], dst: &str) -> Result<MountOptions, String> {
+    let mut o = MountOptions::default();
+    for opt in options {
+        match opt.as_str() {
+            "ro" => o.read_only = true,
+            "rw" => o.read_only = false,
+            "nosuid" => o.nosuid = true,
+            "nodev" => o.nodev = true,
+            "noexec" => o.noexec = true,
+            "bind" | "rbind" | "private" | "rprivate" | "slave" | "rslave" => {}
+            other => return Err(format!("mount {dst}: unsupported option {other:?}")),
+        }
+    }
+    // Driver files never need device nodes or setuid binaries; refuse an edit that would allow it.
+    if !(o.nosuid && o.nodev) {
+        return Err(format!("mount {dst}: options {options:?} lack nosuid,nodev"));
+    }
+    Ok(o)
+}
+
+fn container_path(p: &str) -> Result<PathBuf, String> {
+    normalize_container_path(Path::new(p)).map_err(|e| e.to_string())
+}
+
+impl Plan {
+    /// Translates CDI edits into a plan; every container path is checked (absolute, no `..`).
+    pub fn from_edits(inv: &Inventory, edits: &ContainerEdits) -> Result<Plan, String> {
+        let mut plan = Plan::default();
+        for n in &edits.device_nodes {
+            if n.device_type.as_deref().unwrap_or("c") != "c" {
+                return Err(format!("device node {}: only character devices", n.path));
+            }
+            let path = container_path(&n.path)?;
+            plan.devices.push(DevicePlan {
+                host_path: PathBuf::from(n.host_path.as_deref().unwrap_or(&n.path)),
+                major: num(n.major, "major", &n.path)?,
+                minor: num(n.minor, "minor", &n.path)?,
+                mode: 0o666,
+                path,
+            });
+        }
+        for m in &edits.mounts {
+            if m.mount_type.as_deref().is_some_and(|t| t != "bind") {
+                return Err(format!("mount {}: only bind mounts", m.container_path));
+            }
+            plan.mounts.push(MountPlan {
+                host: PathBuf::from(&m.host_path),
+                container: container_path(&m.container_path)?,
+                options: mount_options(&m.options, &m.container_path)?,
+                proc_file: false,
+            });
+        }
+        for h in &edits.hooks {
+            plan.add_hook(inv, &h.args)?;
+        }
+        Ok(plan)
+    }
+
+    /// Turns one of our CDI hooks (`gpuhook hook <name> ...`) into actions.
+    fn add_hook(&mut self, inv: &Inventory, args: &[String]) -> Result<(), String> {
+        let name = match args {
+            [prog, hook, name, ..] if prog == gpuhook_cdi::GPUHOOK_PROGRAM && hook == "hook" => {
+                name.as_str()
+            }
+            _ => return Err(format!("unsupported hook {args:?}")),
+        };
+        let mut rest = args[3..].chunks(2);
+        match name {
+            "create-symlinks" => {
+                for pair in rest.by_ref() {
+                    let [flag, spec] = pair else {
+                        return Err(format!("create-symlinks: dangling argument {pair:?}"));
+                    };
+                    if flag != "--link" {
+                        return Err(format!("create-symlinks: unexpected {flag:?}"));
+                    }
+                    let (target, link) = parse_link_spec(spec).map_err(|e| e.to_string())?;
+                    let link = container_path(&link.to_string_lossy())?;
+                    self.symlinks.push((target, link));
+                }
+            }
+            "update-ldcache" => {
+                for pair in rest.by_ref() {
+                    match pair {
+                        [flag, dir] if flag == "--folder" => {
+                            self.ldcache_folders.push(container_path(dir)?)
+                        }
+                        // The node's ldconfig comes from our config, not from the edits.
+                        [flag, _] if flag == "--ldconfig-path" => {}
+                        other => return Err(format!("update-ldcache: unexpected {other:?}")),
+                    }
+                }
+            }
+            "disable-device-node-modification" => {
+                self.params = Some(inv.host_path(Path::new(PARAMS_PATH)));
+            }
+            other => return Err(format!("unsupported hook {other:?}")),
+        }
+        Ok(())
+    }
+
+    fn add_device(&mut self, inv: &Inventory, path: String, major: u32, minor: u32) {
+        if !self.devices.iter().any(|d| d.path == Path::new(&path)) {
+            self.devices.push(DevicePlan {
+                host_path: inv.host_dev_path(Path::new(&path)),
+                path: PathBuf::from(path),
+                major,
+                minor,
+                mode: 0o666,
+            });
+        }
+    }
+
+    fn add_proc_file(&mut self, inv: &Inventory, path: String) {
+        self.mounts.push(MountPlan {
+            host: inv.host_path(Path::new(&path)),
+            container: PathBuf::from(path),
+            options: MountOptions {
+                read_only: true,
+                nosuid: true,
+                nodev: true,
+                noexec: true,
+            },
+            proc_file: true,
+        });
+    }
+
+    /// What the CDI edits do not cover: the MIG `access` files of the selected MIG devices, the
+    /// MIG config/monitor capabilities (privileged containers only, checked by the request
+    /// parser) and IMEX channels.
+    pub fn add_extras(&mut self, inv: &Inventory, req: &ResolvedRequest) -> Result<(), String> {
+        for d in &req.devices {
+            let DeviceRef::Mig {
+                parent_index,
+                index,
+            } = *d
+            else {
+                continue;
+            };
+            let gpu = inv
+                .gpu(parent_index)
+                .ok_or_else(|| format!("GPU {parent_index} is not in the inventory"))?;
+            let mig = gpu
+                .mig_devices
+                .iter()
+                .find(|m| m.index == index)
+                .ok_or_else(|| format!("MIG device {parent_index}:{index} is not in the inventory"))?;
+            let gi = format!(
+                "/proc/driver/nvidia/capabilities/gpu{}/mig/gi{}",
+                gpu.minor, mig.gi_id
+            );
+            self.add_proc_file(inv, format!("{gi}/access"));
+            self.add_proc_file(inv, format!("{gi}/ci{}/access", mig.ci_id));
+        }
+        for (wanted, name) in [(req.mig_config, "config"), (req.mig_monitor, "monitor")] {
+            if !wanted {
+                continue;
+            }
+            let (Some(caps), Some(major)) = (&inv.mig_caps, inv.majors.nvidia_caps) else {
+                return Err(format!(
+                    "NVIDIA_MIG_{}_DEVICES=all asks for the MIG {name} capability, but this node's \
+                     driver exposes none (no MIG-capable GPU); drop the variable",
+                    name.to_uppercase()
+                ));
+            };
+            let minor = if name == "config" {
+                caps.config_minor
+            } else {
+                caps.monitor_minor
+            };
+            self.add_device(
+                inv,
+                format!("/dev/nvidia-caps/nvidia-cap{minor}"),
+                major,
+                minor,
+            );
+            self.add_proc_file(inv, format!("/proc/driver/nvidia/capabilities/mig/{name}"));
+        }
+        let channels: Vec<u32> = match &req.imex_channels {
+            ImexChannels::None => Vec::new(),
+            ImexChannels::Ids(ids) => ids.clone(),
+            ImexChannels::All => host_imex_channels(inv),
+        };
+        if !channels.is_empty() {
+            let major = inv.majors.nvidia_caps_imex_channels.ok_or_else(|| {
+                "NVIDIA_IMEX_CHANNELS asks for IMEX channels, but this node's driver has no \
+                 nvidia-caps-imex-channels device; drop the variable"
+                    .to_string()
+            })?;
+            for c in channels {
+                let path = format!("/dev/nvidia-caps-imex-channels/channel{c}");
+                self.add_device(inv, path, major, c);
+            }
+        }
+        Ok(())
+    }
+
+    /// Stats every host source: device nodes must carry the inventory's numbers (their mode is
+    /// copied), mount sources and the params file must exist. Returns `(what, path, reason)`.
+    pub fn check_host(&mut self) -> Result<(), (&'static str, PathBuf, String)> {
+        for d in &mut self.devices {
+            let md = std::fs::metadata(&d.host_path)
+                .map_err(|e| ("device node", d.host_path.clone(), e.to_string()))?;
+            let (maj, min) = (libc::major(md.rdev()), libc::minor(md.rdev()));
+            if !md.file_type().is_char_device() || (maj, min) != (d.major, d.minor) {
+                return Err((
+                    "device node",
+                    d.host_path.clone(),
+                    format!(
+                        "is not character device {}:{} (found {}{maj}:{min})",
+                        d.major,
+                        d.minor,
+                        if md.file_type().is_char_device() {
+                            ""
+                        } else {
+                            "a non-device "
+                        }
+                    ),
+                ));
+            }
+            d.mode = md.mode() & 0o777;
+        }
+        for m in self.mounts.iter().filter(|m| !m.proc_file) {
+            std::fs::symlink_metadata(&m.host)
+                .map_err(|e| ("driver file", m.host.clone(), e.to_string()))?;
+        }
+        if let Some(p) = &self.params {
+            if !p.is_file() {
+                // No params file (driver root without /proc): nothing to override.
+                self.params = None;
+            }
+        }
+        Ok(())
+    }
+
+    /// The device cgroup rules: exactly the nodes we create, read/write, no mknod
+    /// (CVE-2021-1056).
+    pub fn cgroup_rules(&self) -> Vec<DeviceRule> {
+        self.devices
+            .iter()
+            .map(|d| DeviceRule {
+                allow: true,
+                kind: DeviceType::Char,
+                major: Some(d.major),
+                minor: Some(d.minor),
+                access: gpuhook_inject::cgroup::Access(
+                    gpuhook_inject::cgroup::Access::READ | gpuhook_inject::cgroup::Access::WRITE,
+                ),
+            })
+            .collect()
+    }
+}
+
+/// IMEX channel ids present under the dev root (`NVIDIA_IMEX_CHANNELS=all`).
+fn host_imex_channels(inv: &Inventory) -> Vec<u32> {
+    let dir = inv.host_dev_path(Path::new("/dev/nvidia-caps-imex-channels"));
+    let mut ids: Vec<u32> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            e.file_name()
+                .to_str()?
+                .strip_prefix("channel")?
+                .parse()
+                .ok()
+        })
+        .collect();
+    ids.sort_unstable();
+    ids
+}
+
+#[cfg(test)]
+#[path = "plan_tests.rs"]
+mod tests;

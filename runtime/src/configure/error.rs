@@ -1,0 +1,50 @@
+//! Errors of `configure`: each names the file and says how to fix it; none leaves a file written.
+
+use std::path::PathBuf;
+
+use thiserror::Error;
+
+use super::DROP_IN_MARKER;
+
+/// Why nothing was written.
+#[derive(Debug, Error)]
+pub enum ConfigureError {
+    #[error("invalid {option}: {message}")]
+    InvalidOption {
+        option: &'static str,
+        message: String,
+    },
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot parse {} as TOML: {message}fix the file (or restore a backup) and re-run; nothing was written", path.display())]
+    Parse { path: PathBuf, message: String },
+    #[error("{}: unknown containerd config version {found} (supported: 1, 2, 3); nothing was written", path.display())]
+    UnknownVersion { path: PathBuf, found: String },
+    #[error("{}: `{key}` must be {expected}; fix it and re-run; nothing was written", path.display())]
+    WrongType {
+        path: PathBuf,
+        key: String,
+        expected: &'static str,
+    },
+    #[error("{}: a drop-in needs config version 2 or 3 (this file is version 1); add `version = 2` and migrate it, or run without --drop-in", path.display())]
+    DropInNeedsV2 { path: PathBuf },
+    #[error("refusing to replace {}: it was not written by gpuhook (no `{DROP_IN_MARKER}` first line); remove it or choose another drop-in path", path.display())]
+    NotOurs { path: PathBuf },
+    #[error("cannot back up {} to {}: {source}", path.display(), backup.display())]
+    Backup {
+        path: PathBuf,
+        backup: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot write {}: {source}", path.display())]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}

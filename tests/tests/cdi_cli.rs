@@ -1,0 +1,712 @@
+//! `gpuhook cdi generate|list|validate` and `gpuhook hook ...` as a user runs them: the binary,
+//! its exit status, stdout/stderr, and the files it leaves.
+//!
+//! The generate tests materialise simulated nodes (mknod: root) and are gated like the other
+//! end-to-end tests; `list`, `validate` and the hook argument handling need no node. Every error
+//! case checks the contract: non-zero exit, exactly one `gpuhook: error:` line naming the file and
+//! the fix, and the previous spec byte-for-byte untouched with no temporary file left behind.
+
+mod cdi_support;
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use cdi_support::{
+    build_node, check_spec_file, device_names, gpuhook, gpuhook_cmd, gpuhook_ok, texts,
+};
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("UTF-8 path")
+}
+
+fn tmp(tag: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("gpuhook-cdi-cli-{tag}-"))
+        .tempdir()
+        .expect("tempdir")
+}
+
+fn ready(test: &str) -> bool {
+    gpuhook_e2e::e2e_ready(test, &["ldconfig"])
+}
+
+/// Names of the entries of `dir`.
+fn entries(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+/// Runs a generate that must fail; checks the one error line and that `previous` is untouched.
+fn assert_fails_cleanly(args: &[&str], previous: &Path, needles: &[&str]) -> String {
+    let before = std::fs::read(previous).expect("previous spec");
+    let mtime = std::fs::metadata(previous).unwrap().mtime_nsec();
+    let listing = entries(previous.parent().unwrap());
+    let out = gpuhook(args);
+    let (stdout, stderr) = texts(&out);
+    assert!(!out.status.success(), "{args:?} must fail\n{stderr}");
+    assert_eq!(out.status.code(), Some(1), "{args:?}\n{stderr}");
+    assert!(stdout.is_empty(), "nothing on stdout: {stdout}");
+    let errors: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("gpuhook: error:"))
+        .collect();
+    assert_eq!(errors.len(), 1, "exactly one error line:\n{stderr}");
+    for n in needles {
+        assert!(
+            errors[0].contains(n),
+            "error line lacks {n:?}:\n{}",
+            errors[0]
+        );
+    }
+    assert_eq!(
+        std::fs::read(previous).unwrap(),
+        before,
+        "previous spec changed"
+    );
+    assert_eq!(std::fs::metadata(previous).unwrap().mtime_nsec(), mtime);
+    assert_eq!(
+        entries(previous.parent().unwrap()),
+        listing,
+        "files left behind"
+    );
+    errors[0].to_string()
+}
+
+#[test]
+fn generate_writes_atomically_reports_and_caches() {
+    if !ready("cdi_cli::generate_writes_atomically_reports_and_caches") {
+        return;
+    }
+    let t = tmp("gen");
+    let root = t.path().join("driver");
+    let p = build_node("t4", &root);
+    let out_dir = t.path().join("cdi");
+    let cache = t.path().join("state/inventory.json");
+    let args = [
+        "cdi",
+        "generate",
+        "--driver-root",
+        s(&root),
+        "--output",
+        &format!("{}/", out_dir.display()),
+        "--inventory-cache",
+        s(&cache),
+    ];
+    let (stdout, stderr) = gpuhook_ok(&args);
+    let spec = out_dir.join("nvidia.com-gpu.json");
+    assert!(stdout.is_empty(), "the spec goes to the file: {stdout}");
+    assert_eq!(
+        stderr.trim_end().lines().last(),
+        Some(format!("wrote {}: 3 devices (cdiVersion 0.5.0)", spec.display()).as_str()),
+        "{stderr}"
+    );
+    let meta = std::fs::metadata(&spec).unwrap();
+    assert_eq!(meta.permissions().mode() & 0o7777, 0o644);
+    assert_eq!(entries(&out_dir), vec!["nvidia.com-gpu.json"]);
+    let doc = check_spec_file(&spec);
+    assert_eq!(
+        device_names(&doc),
+        vec!["0".to_string(), p.gpus[0].uuid.clone(), "all".into()]
+    );
+    // Hooks run this very binary, by its canonical path, each with an explicit env.
+    let me = gpuhook_e2e::built("gpuhook").canonicalize().unwrap();
+    let hooks = doc["containerEdits"]["hooks"].as_array().unwrap();
+    assert_eq!(hooks.len(), 3, "{hooks:?}");
+    for h in hooks {
+        assert_eq!(h["path"], s(&me), "{h}");
+        assert_eq!(h["args"][0], "gpuhook");
+        assert_eq!(h["hookName"], "createContainer");
+        assert!(!h["env"].as_array().unwrap().is_empty(), "{h}");
+    }
+    let node_paths: Vec<&str> = doc["devices"][0]["containerEdits"]["deviceNodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["hostPath"].as_str().unwrap())
+        .collect();
+    let canonical_root = root.canonicalize().unwrap();
+    assert_eq!(
+        node_paths,
+        vec![format!(
+            "{}/dev/nvidia{}",
+            canonical_root.display(),
+            p.gpus[0].minor
+        )]
+    );
+
+    let inv = gpuhook_node::Inventory::load_json(&cache).expect("inventory cache");
+    assert_eq!(inv.driver_root, canonical_root);
+    assert_eq!(inv.gpus.len(), 1);
+    assert_eq!(inv.gpus[0].uuid, p.gpus[0].uuid);
+    assert_eq!(inv.driver_version, p.driver_version);
+
+    // Same node, same options: the file is not rewritten.
+    let mtime = meta.mtime_nsec();
+    let (_, stderr) = gpuhook_ok(&args);
+    assert!(
+        stderr.contains(&format!("unchanged {}: 3 devices", spec.display())),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::metadata(&spec).unwrap().mtime_nsec(), mtime);
+
+    // --gpuhook-path replaces the hooks' binary; the file is rewritten in place.
+    gpuhook_ok(&[
+        "cdi",
+        "generate",
+        "--driver-root",
+        s(&root),
+        "--output",
+        s(&spec),
+        "--gpuhook-path",
+        "/usr/bin/gpuhook",
+        "--no-inventory-cache",
+    ]);
+    let doc = check_spec_file(&spec);
+    assert_eq!(
+        doc["containerEdits"]["hooks"][0]["path"],
+        "/usr/bin/gpuhook"
+    );
+    assert_eq!(entries(&out_dir), vec!["nvidia.com-gpu.json"]);
+}
+
+#[test]
+fn generate_formats_stdout_and_name_strategies() {
+    if !ready("cdi_cli::generate_formats_stdout_and_name_strategies") {
+        return;
+    }
+    let t = tmp("fmt");
+    let root = t.path().join("driver");
+    let p = build_node("a100-mig-mixed", &root);
+    let base = [
+        "cdi",
+        "generate",
+        "--driver-root",
+        s(&root),
+        "--no-inventory-cache",
+    ];
+
+    let mut args = base.to_vec();
+    args.extend(["--output", "-", "--device-name-strategy", "type-index"]);
+    let (stdout, stderr) = gpuhook_ok(&args);
+    let doc: serde_json::Value = serde_json::from_str(&stdout).expect("JSON spec on stdout");
+    assert!(stderr.contains("wrote <stdout>"), "{stderr}");
+    let names = device_names(&doc);
+    let migs: usize = p.gpus.iter().map(|g| g.mig_devices.len()).sum();
+    assert_eq!(names.len(), migs + 1, "{names:?}");
+    assert_eq!(names[0], "mig0:0");
+    assert!(names.contains(&"mig1:0".to_string()), "{names:?}");
+    assert!(
+        !names.iter().any(|n| n == "gpu0" || n == "gpu1"),
+        "MIG-enabled GPUs are not whole devices: {names:?}"
+    );
+
+    let dir = t.path().join("out");
+    std::fs::create_dir(&dir).unwrap();
+    let mut args = base.to_vec();
+    args.extend([
+        "--output",
+        s(&dir),
+        "--format",
+        "yaml",
+        "--vendor",
+        "example.com",
+    ]);
+    args.extend(["--class", "accel"]);
+    let (_, stderr) = gpuhook_ok(&args);
+    let file = dir.join("example.com-accel.yaml");
+    assert!(
+        stderr.contains(&format!("wrote {}", file.display())),
+        "{stderr}"
+    );
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(
+        text.starts_with("cdiVersion: 0.5.0\nkind: example.com/accel\n"),
+        "{text}"
+    );
+    let (stdout, _) = gpuhook_ok(&["cdi", "validate", s(&file)]);
+    assert!(stdout.contains("valid CDI spec"), "{stdout}");
+
+    let mut args = base.to_vec();
+    args.extend(["--output", "/tmp/x.json", "--format", "yaml"]);
+    let (_, stderr) = texts(&gpuhook(&args));
+    assert!(stderr.contains("does not match the extension"), "{stderr}");
+}
+
+#[test]
+fn generate_errors_are_one_line_and_keep_the_previous_spec() {
+    if !ready("cdi_cli::generate_errors_are_one_line_and_keep_the_previous_spec") {
+        return;
+    }
+    let t = tmp("err");
+    let good = t.path().join("good");
+    build_node("t4", &good);
+    let out_dir = t.path().join("cdi");
+    let spec = out_dir.join("nvidia.com-gpu.json");
+    gpuhook_ok(&[
+        "cdi",
+        "generate",
+        "--driver-root",
+        s(&good),
+        "--output",
+        s(&spec),
+        "--no-inventory-cache",
+    ]);
+    let gen = |root: &Path, extra: &[&str]| -> Vec<String> {
+        let mut v: Vec<String> = [
+            "cdi",
+            "generate",
+            "--driver-root",
+            s(root),
+            "--output",
+            s(&spec),
+        ]
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
+        v.push("--no-inventory-cache".into());
+        v.extend(extra.iter().map(|a| a.to_string()));
+        v
+    };
+    let run = |args: &[String], needles: &[&str]| {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        assert_fails_cleanly(&args, &spec, needles)
+    };
+
+    // No driver at the root.
+    let empty = t.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let empty = empty.canonicalize().unwrap();
+    run(
+        &gen(&empty, &[]),
+        &["no NVIDIA driver found", s(&empty), "--driver-root"],
+    );
+
+    // A driver root that does not exist.
+    let missing = t.path().join("missing");
+    run(&gen(&missing, &[]), &[s(&missing), "does not exist"]);
+
+    // Corrupt and truncated ld.so.cache.
+    for (tag, corrupt) in [
+        (
+            "garbage",
+            b"this is not a cache at all, not even close".to_vec(),
+        ),
+        ("truncated", b"glibc-ld.so.cache1.1".to_vec()),
+    ] {
+        let root = t.path().join(format!("cache-{tag}"));
+        build_node("t4", &root);
+        let cache = root.canonicalize().unwrap().join("etc/ld.so.cache");
+        std::fs::write(&cache, corrupt).unwrap();
+        run(&gen(&root, &[]), &[s(&cache), "ldconfig"]);
+    }
+
+    // NVML that fails to initialise (the mock cannot read its node profile).
+    let root = t.path().join("nvml");
+    let p = build_node("t4", &root);
+    let lib_dir = root
+        .canonicalize()
+        .unwrap()
+        .join(p.lib_dir.trim_start_matches('/'));
+    std::fs::remove_file(lib_dir.join(gpuhook_sim::profile::PROFILE_FILE_NAME)).unwrap();
+    let line = run(
+        &gen(&root, &[]),
+        &["NVML", "failed to initialise", "--allow-procfs-fallback"],
+    );
+    assert!(line.contains(s(&lib_dir)), "names the library: {line}");
+    // Opting into the /proc fallback works for a node without MIG.
+    let fallback = t.path().join("fallback.json");
+    let (_, stderr) = gpuhook_ok(&[
+        "cdi",
+        "generate",
+        "--driver-root",
+        s(&root),
+        "--output",
+        s(&fallback),
+        "--no-inventory-cache",
+        "--allow-procfs-fallback",
+    ]);
+    assert!(stderr.contains("3 devices"), "{stderr}");
+    check_spec_file(&fallback);
+
+    // An existing spec of our kind that another tool wrote, and a corrupt one.
+    let theirs = r#"{"cdiVersion":"0.5.0","kind":"nvidia.com/gpu","devices":[{"name":"0","containerEdits":{"deviceNodes":[{"path":"/dev/nvidia0"}]}}],"containerEdits":{"hooks":[{"hookName":"createContainer","path":"/usr/bin/nvidia-cdi-hook","args":["nvidia-cdi-hook","update-ldcache"]}]}}"#;
+    for (tag, content) in [("theirs", theirs), ("corrupt", "{ not json")] {
+        let dir = t.path().join(tag);
+        std::fs::create_dir(&dir).unwrap();
+        let other = dir.join("nvidia.com-gpu.json");
+        std::fs::write(&other, content).unwrap();
+        let args = [
+            "cdi",
+            "generate",
+            "--driver-root",
+            s(&good),
+            "--output",
+            s(&dir),
+            "--no-inventory-cache",
+        ];
+        assert_fails_cleanly(
+            &args,
+            &other,
+            &[
+                "refusing to overwrite",
+                s(&other),
+                "remove it or choose another --output",
+            ],
+        );
+    }
+
+    // An output directory that cannot be written (read-only bind mount).
+    let ro = t.path().join("ro");
+    std::fs::create_dir(&ro).unwrap();
+    let previous = ro.join("nvidia.com-gpu.json");
+    std::fs::copy(&spec, &previous).unwrap();
+    let _mount = ReadOnlyMount::new(&ro);
+    let args = [
+        "cdi",
+        "generate",
+        "--driver-root",
+        s(&good),
+        "--output",
+        s(&ro),
+        "--device-name-strategy",
+        "type-index",
+        "--no-inventory-cache",
+    ];
+    assert_fails_cleanly(&args, &previous, &[s(&ro), "not writable", "--output"]);
+
+    // A cache that cannot be written is a warning; the spec is still written.
+    let ok_out = t.path().join("cache-warning.json");
+    let (_, stderr) = gpuhook_ok(&[
+        "cdi",
+        "generate",
+        "--driver-root",
+        s(&good),
+        "--output",
+        s(&ok_out),
+        "--inventory-cache",
+        &format!("{}/inventory.json", ro.display()),
+    ]);
+    assert!(stderr.contains("inventory cache not saved"), "{stderr}");
+    assert!(!stderr.contains("gpuhook: error"), "{stderr}");
+    assert!(ok_out.is_file());
+}
+
+/// `dir` bind-mounted read-only onto itself until dropped.
+struct ReadOnlyMount(PathBuf);
+
+impl ReadOnlyMount {
+    fn new(dir: &Path) -> Self {
+        gpuhook_e2e::run_ok(Command::new("mount").args(["--bind", s(dir), s(dir)]));
+        let guard = ReadOnlyMount(dir.to_path_buf());
+        gpuhook_e2e::run_ok(Command::new("mount").args(["-o", "remount,bind,ro", s(dir)]));
+        guard
+    }
+}
+
+impl Drop for ReadOnlyMount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+fn write(path: &Path, text: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+fn spec_json(kind: &str, names: &[&str]) -> String {
+    let devices: Vec<String> = names
+        .iter()
+        .map(|n| {
+            format!(
+                r#"{{"name":"{n}","containerEdits":{{"env":["DEV_{}=1"]}}}}"#,
+                n.len()
+            )
+        })
+        .collect();
+    format!(
+        r#"{{"cdiVersion":"0.3.0","kind":"{kind}","devices":[{}]}}"#,
+        devices.join(",")
+    )
+}
+
+#[test]
+fn list_follows_priority_and_conflict_rules() {
+    let t = tmp("list");
+    let low = t.path().join("etc-cdi");
+    let high = t.path().join("run-cdi");
+    write(
+        &low.join("a.json"),
+        &spec_json("example.com/gpu", &["x", "y"]),
+    );
+    write(&high.join("b.json"), &spec_json("example.com/gpu", &["x"]));
+    write(
+        &high.join("c.json"),
+        &spec_json("example.com/gpu", &["z", "c-only"]),
+    );
+    write(&high.join("d.yaml"), "cdiVersion: 0.3.0\nkind: example.com/gpu\ndevices:\n  - name: z\n    containerEdits:\n      env: [A=1]\n");
+    write(&high.join("e.json"), "{ broken");
+    write(&high.join("ignored.yml"), "not: loaded");
+    let out = gpuhook(&[
+        "cdi",
+        "list",
+        "-v",
+        "--spec-dir",
+        s(&low),
+        "--spec-dir",
+        s(&high),
+    ]);
+    let (stdout, stderr) = texts(&out);
+    assert!(out.status.success(), "{stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(
+        lines,
+        vec![
+            format!("example.com/gpu=c-only\t{}", high.join("c.json").display()),
+            format!("example.com/gpu=x\t{}", high.join("b.json").display()),
+            format!("example.com/gpu=y\t{}", low.join("a.json").display()),
+        ],
+        "later directory wins, a device in two files of one dir is dropped\nstderr:\n{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!("{}:", high.join("e.json").display())),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("example.com/gpu=z is also defined in"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("ignored.yml"), "{stderr}");
+
+    let (plain, _) = gpuhook_ok(&["cdi", "list", "--spec-dir", s(&low)]);
+    assert_eq!(plain, "example.com/gpu=x\nexample.com/gpu=y\n");
+
+    // Only broken files: an error exit.
+    let broken = t.path().join("broken");
+    write(&broken.join("bad.json"), "{");
+    let out = gpuhook(&["cdi", "list", "--spec-dir", s(&broken)]);
+    let (stdout, stderr) = texts(&out);
+    assert!(!out.status.success());
+    assert!(stdout.is_empty());
+    assert!(
+        stderr.contains("bad.json") && stderr.contains("no CDI device could be listed"),
+        "{stderr}"
+    );
+
+    // Nothing at all: fine, and said so.
+    let (stdout, stderr) = gpuhook_ok(&["cdi", "list", "--spec-dir", s(&t.path().join("none"))]);
+    assert!(stdout.is_empty());
+    assert!(stderr.contains("no CDI specs found"), "{stderr}");
+}
+
+#[test]
+fn validate_prints_each_error_with_its_json_path() {
+    let t = tmp("validate");
+    let good = t.path().join("good.json");
+    write(&good, &spec_json("example.com/gpu", &["a", "b"]));
+    let (stdout, _) = gpuhook_ok(&["cdi", "validate", s(&good)]);
+    assert_eq!(
+        stdout,
+        format!(
+            "{}: valid CDI spec: kind example.com/gpu, cdiVersion 0.3.0, 2 devices\n",
+            good.display()
+        )
+    );
+
+    let bad = t.path().join("bad.json");
+    write(
+        &bad,
+        r#"{"cdiVersion":"0.3.0","kind":"example.com/gpu","devices":[
+            {"name":"a/b","containerEdits":{"deviceNodes":[{"path":"/dev/x","hostPath":"/dev/y"}]}},
+            {"name":"ok","containerEdits":{}}]}"#,
+    );
+    let out = gpuhook(&["cdi", "validate", s(&bad)]);
+    let (stdout, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stdout.is_empty());
+    let f = bad.display().to_string();
+    for want in [
+        format!("{f}: cdiVersion: "),
+        format!("{f}: devices[0].name: "),
+        format!("{f}: devices[1].containerEdits: "),
+    ] {
+        assert!(
+            stderr.lines().any(|l| l.starts_with(&want)),
+            "no line {want:?}:\n{stderr}"
+        );
+    }
+    assert!(stderr.contains("3 error(s)"), "{stderr}");
+
+    let schema_bad = t.path().join("schema.yaml");
+    write(&schema_bad, "cdiVersion: 0.3.0\nkind: example.com/gpu\ndevices:\n  - name: a\n    containerEdits:\n      deviceNodes:\n        - hostPath: /dev/y\n");
+    let (_, stderr) = texts(&gpuhook(&["cdi", "validate", s(&schema_bad)]));
+    assert!(
+        stderr.contains(
+            "devices[0].containerEdits.deviceNodes[0]: schema: missing properties 'path'"
+        ),
+        "{stderr}"
+    );
+
+    let (_, stderr) = texts(&gpuhook(&[
+        "cdi",
+        "validate",
+        s(&t.path().join("nope.json")),
+    ]));
+    assert!(
+        stderr.contains("cannot read") && stderr.contains("nope.json"),
+        "{stderr}"
+    );
+}
+
+/// A bundle dir with `config.json` (`root.path` relative) and a rootfs; returns (bundle, rootfs).
+fn bundle(dir: &Path) -> (PathBuf, PathBuf) {
+    let bundle = dir.join("bundle");
+    let rootfs = bundle.join("rootfs");
+    std::fs::create_dir_all(rootfs.join("usr/lib")).unwrap();
+    std::fs::create_dir_all(rootfs.join("etc")).unwrap();
+    write(
+        &bundle.join("config.json"),
+        r#"{"ociVersion":"1.0.2","root":{"path":"rootfs"},"process":{"user":{"uid":0,"gid":0}}}"#,
+    );
+    (bundle, rootfs)
+}
+
+fn hook_with_state(args: &[&str], bundle: &Path) -> std::process::Output {
+    use std::io::Write;
+    let state = format!(
+        r#"{{"ociVersion":"1.0.2","id":"cdi-cli","status":"creating","pid":1,"bundle":"{}"}}"#,
+        bundle.display()
+    );
+    let mut child = gpuhook_cmd(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn gpuhook hook");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(state.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn hook_create_symlinks_reads_the_state_and_stays_in_the_root() {
+    let t = tmp("symlinks");
+    let (bundle, rootfs) = bundle(t.path());
+    let outside = t.path().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    // An image symlink pointing out of the root: must be resolved inside it.
+    std::os::unix::fs::symlink(&outside, rootfs.join("usr/lib64")).unwrap();
+    let out = hook_with_state(
+        &[
+            "hook",
+            "create-symlinks",
+            "--link",
+            "libcuda.so.1::/usr/lib/libcuda.so",
+            "--link",
+            "/usr/lib/libcuda.so.1::/usr/lib64/evil.so",
+        ],
+        &bundle,
+    );
+    let (stdout, stderr) = texts(&out);
+    assert!(stdout.is_empty(), "hooks never write to stdout: {stdout}");
+    assert!(
+        std::fs::read_dir(&outside).unwrap().next().is_none(),
+        "a link was created outside the container root ({stderr})"
+    );
+    assert_eq!(
+        std::fs::read_link(rootfs.join("usr/lib/libcuda.so")).ok(),
+        Some(PathBuf::from("libcuda.so.1")),
+        "status {} stderr {stderr}",
+        out.status
+    );
+
+    // Idempotent.
+    let out = hook_with_state(
+        &[
+            "hook",
+            "create-symlinks",
+            "--link",
+            "libcuda.so.1::/usr/lib/libcuda.so",
+        ],
+        &bundle,
+    );
+    assert!(out.status.success(), "{}", texts(&out).1);
+
+    // Not a state on stdin: a clear error.
+    let out = gpuhook(&["hook", "create-symlinks", "--link", "a::/b"]);
+    let (_, stderr) = texts(&out);
+    assert!(!out.status.success());
+    assert!(stderr.contains("stdin"), "{stderr}");
+
+    // A bundle without config.json.
+    let out = hook_with_state(
+        &["hook", "create-symlinks", "--link", "a::/b"],
+        &t.path().join("no-bundle"),
+    );
+    let (_, stderr) = texts(&out);
+    assert!(!out.status.success());
+    assert!(stderr.contains("config.json"), "{stderr}");
+}
+
+#[test]
+fn hook_disable_device_node_modification_without_proc_is_a_no_op() {
+    let t = tmp("params");
+    let (bundle, rootfs) = bundle(t.path());
+    let out = hook_with_state(&["hook", "disable-device-node-modification"], &bundle);
+    assert!(out.status.success(), "{}", texts(&out).1);
+    assert!(!rootfs.join("proc").exists());
+}
+
+#[test]
+fn hook_update_ldcache_runs_the_host_ldconfig_in_the_root() {
+    if !ready("cdi_cli::hook_update_ldcache_runs_the_host_ldconfig_in_the_root") {
+        return;
+    }
+    let t = tmp("ldcache");
+    let node = t.path().join("driver");
+    let p = build_node("t4", &node);
+    let (bundle, rootfs) = bundle(t.path());
+    let lib_dir = p.lib_dir.trim_start_matches('/');
+    std::fs::create_dir_all(rootfs.join(lib_dir)).unwrap();
+    let lib = format!("libcuda.so.{}", p.driver_version);
+    std::fs::copy(
+        node.join(lib_dir).join(&lib),
+        rootfs.join(lib_dir).join(&lib),
+    )
+    .unwrap();
+    let out = hook_with_state(
+        &[
+            "hook",
+            "update-ldcache",
+            "--ldconfig-path",
+            "/sbin/ldconfig",
+            "--folder",
+            &p.lib_dir,
+        ],
+        &bundle,
+    );
+    assert!(out.status.success(), "{}", texts(&out).1);
+    let conf = std::fs::read_to_string(rootfs.join("etc/ld.so.conf.d/00-gpuhook.conf")).unwrap();
+    assert!(conf.lines().any(|l| l == p.lib_dir), "{conf}");
+    let listing = gpuhook_e2e::run_ok(
+        Command::new("ldconfig")
+            .arg("-p")
+            .arg("-C")
+            .arg(rootfs.join("etc/ld.so.cache")),
+    );
+    assert!(
+        listing
+            .lines()
+            .any(|l| l.trim_start().starts_with("libcuda.so.1 ")),
+        "{listing}"
+    );
+}

@@ -1,0 +1,341 @@
+//! CDI end to end with real podman, for every reference node.
+//!
+//! For each profile: materialise the simulated node, `gpuhook cdi generate` a spec with a vendor
+//! unique to the test into `/etc/cdi` (podman 4.3 reads only `/etc/cdi` and `/var/run/cdi`),
+//! validate it (boon against the CDI schema files, `gpuhook cdi validate`, cdiVersion podman 4.3
+//! accepts), then `podman run --device <vendor>/gpu=<name>` a busybox rootfs for a GPU index, a
+//! UUID, a MIG `N:M` (MIG nodes) and `all`. Inside the container we check, against the *profile*
+//! (not the spec): the requested device nodes exist with the right type and major:minor and open
+//! with ENXIO (the device cgroup allows them; a denied node gives EPERM), unrequested GPUs' and MIG
+//! devices' nodes are absent, the driver libraries and the `create-symlinks` links are there.
+//! Afterwards the container's `/etc/ld.so.cache` (in the rootfs dir on the host) must list
+//! `libcuda.so.1`: proof that the spec's `update-ldcache` createContainer hook ran.
+
+mod cdi_support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use cdi_support::{build_node, check_spec_file, device_names, gpuhook_ok, RemoveOnDrop};
+use gpuhook_sim::profile::NodeProfile;
+
+const NVIDIA_MAJOR: u32 = 195;
+
+/// A device node the container may or may not see: path -> (major, minor).
+type Nodes = BTreeMap<String, (u32, u32)>;
+
+/// What a request selects, from the profile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Select {
+    Gpu(usize),
+    Mig(usize, usize),
+    All,
+}
+
+fn gpu_node(p: &NodeProfile, gpu: usize) -> (String, (u32, u32)) {
+    let minor = p.gpus[gpu].minor;
+    (format!("/dev/nvidia{minor}"), (NVIDIA_MAJOR, minor))
+}
+
+fn mig_nodes(p: &NodeProfile, gpu: usize, mig: usize) -> Nodes {
+    let m = &p.gpus[gpu].mig_devices[mig];
+    let caps = p.majors.nvidia_caps;
+    let mut out: Nodes = [gpu_node(p, gpu)].into_iter().collect();
+    for cap in [m.gi_cap_minor, m.ci_cap_minor] {
+        out.insert(format!("/dev/nvidia-caps/nvidia-cap{cap}"), (caps, cap));
+    }
+    out
+}
+
+/// Every per-device node of the node (GPU nodes and MIG cap nodes).
+fn every_device_node(p: &NodeProfile) -> Nodes {
+    let mut out = Nodes::new();
+    for (g, gpu) in p.gpus.iter().enumerate() {
+        out.extend([gpu_node(p, g)]);
+        for m in 0..gpu.mig_devices.len() {
+            out.extend(mig_nodes(p, g, m));
+        }
+    }
+    out
+}
+
+/// The per-device nodes a selection must show.
+fn selected_nodes(p: &NodeProfile, sel: Select) -> Nodes {
+    match sel {
+        Select::Gpu(g) => [gpu_node(p, g)].into_iter().collect(),
+        Select::Mig(g, m) => mig_nodes(p, g, m),
+        Select::All => {
+            let mut out = Nodes::new();
+            for (g, gpu) in p.gpus.iter().enumerate() {
+                if gpu.mig_mode {
+                    for m in 0..gpu.mig_devices.len() {
+                        out.extend(mig_nodes(p, g, m));
+                    }
+                } else {
+                    out.extend([gpu_node(p, g)]);
+                }
+            }
+            out
+        }
+    }
+}
+
+/// Control nodes every GPU container gets.
+fn control_nodes(p: &NodeProfile) -> Nodes {
+    let mut out: Nodes = [("/dev/nvidiactl".to_string(), (NVIDIA_MAJOR, 255))]
+        .into_iter()
+        .collect();
+    if p.features.nvidia_uvm {
+        out.insert("/dev/nvidia-uvm".into(), (p.majors.nvidia_uvm, 0));
+        out.insert("/dev/nvidia-uvm-tools".into(), (p.majors.nvidia_uvm, 1));
+    }
+    if p.features.nvidia_modeset {
+        out.insert("/dev/nvidia-modeset".into(), (NVIDIA_MAJOR, 254));
+    }
+    out
+}
+
+/// The requests to try on a node: (CDI device name, selection).
+fn requests(p: &NodeProfile, names: &[String]) -> Vec<(String, Select)> {
+    let mut out = Vec::new();
+    let whole: Vec<usize> = (0..p.gpus.len()).filter(|&g| !p.gpus[g].mig_mode).collect();
+    if let Some(&g) = whole.first() {
+        out.push((p.gpus[g].index.to_string(), Select::Gpu(g)));
+    }
+    // A UUID of another device than the index request when there is one.
+    if let Some(&g) = whole.last() {
+        out.push((p.gpus[g].uuid.clone(), Select::Gpu(g)));
+    }
+    let migs: Vec<(usize, usize)> = p
+        .gpus
+        .iter()
+        .enumerate()
+        .flat_map(|(g, gpu)| (0..gpu.mig_devices.len()).map(move |m| (g, m)))
+        .collect();
+    if let Some(&(g, m)) = migs.first() {
+        out.push((format!("{}:{m}", p.gpus[g].index), Select::Mig(g, m)));
+    }
+    if let Some(&(g, m)) = migs.last() {
+        out.push((p.gpus[g].mig_devices[m].uuid.clone(), Select::Mig(g, m)));
+    }
+    out.push(("all".into(), Select::All));
+    for (name, _) in &out {
+        assert!(
+            names.contains(name),
+            "{}: generated spec has no device {name}; it has {names:?}",
+            p.name
+        );
+    }
+    out
+}
+
+/// Shell script printing one line per fact the test checks.
+fn probe_script(nodes: &BTreeSet<String>, libs: &[String], links: &[String]) -> String {
+    let mut s = String::new();
+    for n in nodes {
+        s.push_str(&format!(
+            "if [ -e {n} ]; then echo \"NODE {n} $(stat -c '%t:%T %F' {n})\"; \
+             echo \"OPEN {n} $(cat {n} 2>&1 </dev/null | head -n1)\"; else echo \"ABSENT {n}\"; fi\n"
+        ));
+    }
+    for l in libs {
+        s.push_str(&format!(
+            "if [ -f {l} ]; then echo \"LIB {l} ok\"; else echo \"LIB {l} missing\"; fi\n"
+        ));
+    }
+    for l in links {
+        s.push_str(&format!("echo \"LINK {l} $(readlink {l})\"\n"));
+    }
+    s.push_str("echo DONE\n");
+    s
+}
+
+fn run_container(vendor: &str, name: &str, rootfs: &Path, script: &str) -> String {
+    let device = format!("{vendor}/gpu={name}");
+    let out = Command::new("podman")
+        .args(["run", "--rm", "--runtime", "runc"])
+        .args([
+            "--ulimit",
+            "nofile=1024:1024",
+            "--ulimit",
+            "nproc=1024:1024",
+        ])
+        .args(["--network", "none", "--device", &device, "--rootfs"])
+        .arg(rootfs)
+        .args(["/bin/sh", "-c", script])
+        .output()
+        .expect("spawn podman");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success() && stdout.contains("DONE"),
+        "podman run --device {device} failed ({})\nstdout:\n{stdout}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+fn check_output(p: &NodeProfile, name: &str, sel: Select, stdout: &str, libs: &[String]) {
+    let ctx = format!("{} --device {name}", p.name);
+    let mut want = selected_nodes(p, sel);
+    want.extend(control_nodes(p));
+    let lookup = |kind: &str, path: &str| -> Option<String> {
+        let prefix = format!("{kind} {path}");
+        stdout.lines().find_map(|l| {
+            l.strip_prefix(&prefix)
+                .filter(|rest| rest.is_empty() || rest.starts_with(' '))
+                .map(|rest| rest.trim_start().to_string())
+        })
+    };
+    for (path, (major, minor)) in &want {
+        let stat = lookup("NODE", path)
+            .unwrap_or_else(|| panic!("{ctx}: {path} missing in the container\n{stdout}"));
+        assert_eq!(
+            stat,
+            format!("{major:x}:{minor:x} character special file"),
+            "{ctx}: {path}"
+        );
+        let open = lookup("OPEN", path).unwrap_or_default();
+        assert!(
+            open.contains("No such device or address"),
+            "{ctx}: opening {path} must fail with ENXIO (allowed by the device cgroup, no driver \
+             behind it), got {open:?}"
+        );
+    }
+    for path in every_device_node(p)
+        .keys()
+        .filter(|p| !want.contains_key(*p))
+    {
+        assert!(
+            lookup("ABSENT", path).is_some(),
+            "{ctx}: {path} was not requested but is in the container\n{stdout}"
+        );
+    }
+    for lib in libs {
+        assert_eq!(
+            lookup("LIB", lib).as_deref(),
+            Some("ok"),
+            "{ctx}: driver library {lib} not mounted"
+        );
+    }
+    let libcuda_link = format!("{}/libcuda.so", p.lib_dir);
+    let target = lookup("LINK", &libcuda_link).unwrap_or_default();
+    assert!(
+        target.ends_with("libcuda.so.1"),
+        "{ctx}: create-symlinks hook did not make {libcuda_link} -> libcuda.so.1 (got {target:?})"
+    );
+}
+
+fn host_ldcache_lists(rootfs: &Path, soname: &str) -> bool {
+    let cache = rootfs.join("etc/ld.so.cache");
+    let out = gpuhook_e2e::run_ok(Command::new("ldconfig").arg("-p").arg("-C").arg(&cache));
+    out.lines()
+        .any(|l| l.trim_start().starts_with(&format!("{soname} ")))
+}
+
+fn podman_profile(profile: &str) {
+    if !gpuhook_e2e::e2e_ready("cdi_podman", &["podman", "runc", "ldconfig"]) {
+        return;
+    }
+    let tmp = tempfile::Builder::new()
+        .prefix(&format!("gpuhook-cdi-podman-{profile}-"))
+        .tempdir()
+        .expect("tempdir");
+    let root = tmp.path().join("driver");
+    let p = build_node(profile, &root);
+
+    let vendor = format!("gpuhook-test-{profile}-{}.example", std::process::id());
+    let spec_path = PathBuf::from(format!("/etc/cdi/{vendor}-gpu.json"));
+    let _guard = RemoveOnDrop(spec_path.clone());
+    let (_, stderr) = gpuhook_ok(&[
+        "cdi",
+        "generate",
+        "--driver-root",
+        root.to_str().unwrap(),
+        "--vendor",
+        &vendor,
+        "--output",
+        spec_path.to_str().unwrap(),
+        "--no-inventory-cache",
+    ]);
+    assert!(
+        stderr.contains(&format!("wrote {}", spec_path.display())),
+        "{stderr}"
+    );
+    let doc = check_spec_file(&spec_path);
+    let names = device_names(&doc);
+
+    let libs: Vec<String> = ["libcuda.so", "libnvidia-ml.so"]
+        .iter()
+        .map(|l| format!("{}/{l}.{}", p.lib_dir, p.driver_version))
+        .collect();
+    let nodes: BTreeSet<String> = every_device_node(&p)
+        .into_keys()
+        .chain(control_nodes(&p).into_keys())
+        .collect();
+    let links = vec![format!("{}/libcuda.so", p.lib_dir)];
+    let script = probe_script(&nodes, &libs, &links);
+
+    for (i, (name, sel)) in requests(&p, &names).into_iter().enumerate() {
+        let rootfs = gpuhook_e2e::busybox_rootfs(&tmp.path().join(format!("rootfs{i}")), true);
+        let stdout = run_container(&vendor, &name, &rootfs, &script);
+        eprintln!("{profile} --device {name}:\n{stdout}");
+        check_output(&p, &name, sel, &stdout, &libs);
+        assert!(
+            host_ldcache_lists(&rootfs, "libcuda.so.1"),
+            "{profile} --device {name}: the container's /etc/ld.so.cache does not list \
+             libcuda.so.1: the update-ldcache hook did not run"
+        );
+    }
+}
+
+#[test]
+fn podman_t4() {
+    podman_profile("t4");
+}
+
+#[test]
+fn podman_l20() {
+    podman_profile("l20");
+}
+
+#[test]
+fn podman_dgx_h100() {
+    podman_profile("dgx-h100");
+}
+
+#[test]
+fn podman_a100_mig_mixed() {
+    podman_profile("a100-mig-mixed");
+}
+
+#[test]
+fn podman_h100_mig() {
+    podman_profile("h100-mig");
+}
+
+#[test]
+fn podman_h20_mig() {
+    podman_profile("h20-mig");
+}
+
+#[test]
+fn every_reference_profile_has_a_podman_test() {
+    let covered = [
+        "t4",
+        "l20",
+        "dgx-h100",
+        "a100-mig-mixed",
+        "h100-mig",
+        "h20-mig",
+    ];
+    let mut builtin = gpuhook_sim::builtin_names();
+    builtin.sort_unstable();
+    let mut covered = covered.to_vec();
+    covered.sort_unstable();
+    assert_eq!(
+        builtin, covered,
+        "add a podman_<profile> test for new profiles"
+    );
+}

@@ -1,0 +1,137 @@
+//! Helpers shared by the CDI end-to-end tests (`cdi_cli`, `cdi_podman`, `cdi_specs`): building a
+//! simulated node, running the `gpuhook` binary, and validating a spec with an independent JSON
+//! schema validator (boon, compiled from the schema files on disk, not gpuhook's embedded copy).
+
+#![allow(dead_code)] // each test crate uses a different subset
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use gpuhook_sim::profile::NodeProfile;
+use gpuhook_sim::{materialise, MaterialiseOptions};
+
+/// Materialises the built-in `profile` into `dir` (needs root).
+pub fn build_node(profile: &str, dir: &Path) -> NodeProfile {
+    let p = NodeProfile::builtin(profile).unwrap_or_else(|e| panic!("profile {profile}: {e}"));
+    let opts = MaterialiseOptions {
+        mock_nvml: Some(gpuhook_e2e::mock_nvml_lib()),
+        bin_dir: Some(gpuhook_e2e::bin_dir()),
+        ldconfig: None,
+    };
+    let report =
+        materialise(&p, dir, &opts).unwrap_or_else(|e| panic!("materialise {profile}: {e}"));
+    for note in &report.notes {
+        eprintln!("note: {profile}: {note}");
+    }
+    p
+}
+
+/// Runs `gpuhook ARGS` with `GPUHOOK_CONFIG` pointing at no file and an empty stdin.
+pub fn gpuhook(args: &[&str]) -> Output {
+    gpuhook_cmd(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("spawn gpuhook {args:?}: {e}"))
+}
+
+/// The `gpuhook` command with a clean config environment.
+pub fn gpuhook_cmd(args: &[&str]) -> Command {
+    let mut cmd = Command::new(gpuhook_e2e::built("gpuhook"));
+    cmd.args(args).env_remove("GPUHOOK_CONFIG");
+    cmd
+}
+
+/// `gpuhook ARGS` must succeed; returns (stdout, stderr).
+pub fn gpuhook_ok(args: &[&str]) -> (String, String) {
+    let out = gpuhook(args);
+    let (stdout, stderr) = texts(&out);
+    assert!(
+        out.status.success(),
+        "gpuhook {args:?} failed ({})\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        out.status
+    );
+    (stdout, stderr)
+}
+
+pub fn texts(out: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The CDI schema directory: `../shared/cdi-schema` beside the checkout (CI), else the in-repo
+/// copy `cdi/schema`.
+pub fn schema_dir() -> PathBuf {
+    let root = gpuhook_e2e::workspace_root();
+    let shared = root.join("../shared/cdi-schema");
+    if shared.join("schema.json").is_file() {
+        shared
+    } else {
+        root.join("cdi/schema")
+    }
+}
+
+/// Validates a spec document with boon against the schema files on disk; returns the errors.
+pub fn schema_errors(spec: &serde_json::Value) -> Vec<String> {
+    let dir = schema_dir()
+        .canonicalize()
+        .expect("CDI schema directory exists");
+    let mut schemas = boon::Schemas::new();
+    let mut compiler = boon::Compiler::new();
+    compiler.set_default_draft(boon::Draft::V7);
+    let main = dir.join("schema.json");
+    let index = compiler
+        .compile(main.to_str().expect("UTF-8 schema path"), &mut schemas)
+        .unwrap_or_else(|e| panic!("compile {}: {e:#}", main.display()));
+    match schemas.validate(spec, index) {
+        Ok(()) => Vec::new(),
+        Err(e) => vec![format!("{e:#}")],
+    }
+}
+
+/// Checks a spec file: boon schema validation, `gpuhook cdi validate`, and a cdiVersion that
+/// podman 4.3 / containerd 1.7.0 accept (<= 0.5.0). Returns the parsed document.
+pub fn check_spec_file(path: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let doc: serde_json::Value =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let errors = schema_errors(&doc);
+    assert!(
+        errors.is_empty(),
+        "{} fails the CDI JSON schema ({}):\n{}",
+        path.display(),
+        schema_dir().display(),
+        errors.join("\n")
+    );
+    let (stdout, _) = gpuhook_ok(&["cdi", "validate", path.to_str().unwrap()]);
+    assert!(stdout.contains("valid CDI spec"), "{stdout}");
+    let version = doc["cdiVersion"].as_str().expect("cdiVersion");
+    let parts: Vec<u32> = version.split('.').map(|p| p.parse().unwrap()).collect();
+    assert!(
+        parts <= vec![0, 5, 0],
+        "{}: cdiVersion {version} is newer than podman 4.3 / containerd 1.7.0 accept",
+        path.display()
+    );
+    doc
+}
+
+/// Removes a file when dropped (spec files in /etc/cdi must not outlive a test).
+#[derive(Debug)]
+pub struct RemoveOnDrop(pub PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// The device names of a spec document.
+pub fn device_names(doc: &serde_json::Value) -> Vec<String> {
+    doc["devices"]
+        .as_array()
+        .expect("devices")
+        .iter()
+        .map(|d| d["name"].as_str().expect("name").to_string())
+        .collect()
+}

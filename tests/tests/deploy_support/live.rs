@@ -1,0 +1,222 @@
+//! The shipped L20 config run for real: the built daemon on a simulated L20 node.
+//!
+//! Parsing and planning prove the daemon *would* accept the ConfigMap; this proves that with
+//! exactly that text it brings the GPU up, applies 12 % and 5758 MiB on the control daemon (read
+//! back from the simulator of `nvidia-cuda-mps-control`), reports ready on the `/readyz` the
+//! DaemonSet probes, shows it in `gpu-mps-daemon status`, and cleans up on SIGTERM.
+//! Only the paths differ from the DaemonSet (`--mps-root`, `--driver-root` into a temp dir) and
+//! the GPU facts come from `--inventory-json` instead of NVML.
+
+use std::io::{Read, Write};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use gpuhook_node::{
+    DeviceMajors, DiscoverySource, DriverFiles, Gpu, Inventory, INVENTORY_FORMAT_VERSION,
+};
+use gpuhook_sim::NodeProfile;
+use serde_json::Value as Json;
+
+use super::{by_kind, read, root, s, yaml_docs};
+
+/// Bound on waiting for the daemon (the machine is small and shared); not a timing assertion.
+const WAIT: Duration = Duration::from_secs(60);
+
+/// A serialised inventory of the simulated L20 node whose driver root is `driver_root`.
+fn l20_inventory(driver_root: &Path) -> Inventory {
+    let p = NodeProfile::builtin("l20").expect("l20 profile");
+    let gpus = p
+        .gpus
+        .iter()
+        .map(|g| {
+            let (maj, min) = g
+                .compute_capability
+                .split_once('.')
+                .expect("cc major.minor");
+            Gpu {
+                index: g.index,
+                minor: g.minor,
+                uuid: g.uuid.clone(),
+                pci_bus_id: g.pci_bus_id.clone(),
+                name: g.name.clone(),
+                memory_mib: g.memory_mib,
+                architecture: Some(g.architecture.clone()),
+                compute_capability: Some((maj.parse().unwrap(), min.parse().unwrap())),
+                brand: Some(g.brand.clone()),
+                mig_enabled: g.mig_mode,
+                mig_devices: vec![],
+            }
+        })
+        .collect();
+    Inventory {
+        format_version: INVENTORY_FORMAT_VERSION,
+        driver_root: driver_root.to_path_buf(),
+        dev_root: driver_root.to_path_buf(),
+        driver_version: p.driver_version.clone(),
+        cuda_driver_version: Some(p.cuda_driver_version.clone()),
+        majors: DeviceMajors {
+            nvidia: 195,
+            nvidia_uvm: Some(p.majors.nvidia_uvm),
+            nvidia_caps: None,
+            nvidia_caps_imex_channels: None,
+        },
+        gpus,
+        mig_caps: None,
+        files: DriverFiles::default(),
+        source: DiscoverySource::Nvml,
+    }
+}
+
+fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+        .ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    let code = out.split_whitespace().nth(1)?.parse().ok()?;
+    let body = out
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Some((code, body))
+}
+
+/// Stops the daemon with SIGTERM when the test ends, whatever happened.
+struct Daemon(Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if self.0.try_wait().ok().flatten().is_none() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+#[test]
+fn configmap_l20_config_brings_up_the_simulated_l20_with_its_limits() {
+    if !gpuhook_e2e::e2e_ready("deploy_manifests", &[]) {
+        return;
+    }
+    let daemon_bin = gpuhook_e2e::built("gpu-mps-daemon");
+    let sim = gpuhook_e2e::built("sim-nvidia-cuda-mps-control");
+    let cm = yaml_docs(&root().join("deploy/kubernetes/configmap-example.yaml"));
+    let text = s(by_kind(&cm, "ConfigMap")[0], &["data", "l20.yaml"]);
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let driver_root = dir.path().join("driver");
+    std::fs::create_dir_all(driver_root.join("usr/bin")).unwrap();
+    std::os::unix::fs::symlink(&sim, driver_root.join("usr/bin/nvidia-cuda-mps-control")).unwrap();
+    let inv = dir.path().join("inventory.json");
+    std::fs::write(
+        &inv,
+        serde_json::to_vec(&l20_inventory(&driver_root)).unwrap(),
+    )
+    .unwrap();
+    let config = dir.path().join("config.yaml");
+    std::fs::write(&config, text).unwrap();
+    let mps_root = dir.path().join("mps");
+    std::fs::create_dir(&mps_root).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let log = dir.path().join("daemon.log");
+
+    let child = Command::new(&daemon_bin)
+        .arg("--config")
+        .arg(&config)
+        .arg("--driver-root")
+        .arg(&driver_root)
+        .arg("--mps-root")
+        .arg(&mps_root)
+        .arg("--inventory-json")
+        .arg(&inv)
+        .arg("--listen")
+        .arg(format!("127.0.0.1:{port}"))
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("start gpu-mps-daemon");
+    let mut daemon = Daemon(child);
+    let log_text = || read(&log);
+
+    let start = Instant::now();
+    let ready = loop {
+        if let Some((200, body)) = http_get(port, "/readyz") {
+            break body;
+        }
+        assert!(
+            daemon.0.try_wait().unwrap().is_none(),
+            "daemon exited:\n{}",
+            log_text()
+        );
+        assert!(start.elapsed() < WAIT, "never ready; log:\n{}", log_text());
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(ready, "ready: 1 GPU(s)\n");
+    assert_eq!(http_get(port, "/healthz").map(|r| r.0), Some(200));
+
+    let status = |args: &[&str]| {
+        let mut c = Command::new(&daemon_bin);
+        c.arg("status").arg("--mps-root").arg(&mps_root).args(args);
+        gpuhook_e2e::run_ok(&mut c)
+    };
+    let json: Json = serde_json::from_str(&status(&["--json"])).expect("status --json");
+    let g = &json["gpus"][0];
+    assert_eq!(g["uuid"], "GPU-e6c1ce30-955f-10af-95b1-0a37b420ba76");
+    assert_eq!(g["state"], "ready");
+    assert_eq!(g["resource"], "nvidia.com/gpu");
+    assert_eq!(g["replicas"], 8);
+    // Read back from the control daemon after setting them, not just configured.
+    assert_eq!(
+        g["appliedActiveThreadPercentage"].as_f64(),
+        Some(12.0),
+        "{g}"
+    );
+    assert_eq!(g["appliedPinnedMemoryLimitMiB"], 5758, "{g}");
+    let uuid_dir = mps_root.join("GPU-e6c1ce30-955f-10af-95b1-0a37b420ba76");
+    assert!(uuid_dir.join("ready").exists());
+    // shmSize: 1Gi in the config: the per-GPU tmpfs clients share as /dev/shm is mounted.
+    assert!(gpu_mps_daemon::shm::is_mount_point(&uuid_dir.join("shm")));
+    let table = status(&[]);
+    println!("gpu-mps-daemon status:\n{table}");
+    assert!(
+        table
+            .lines()
+            .any(|l| l.contains("ready") && l.contains(" 12 ") && l.contains("5758M")),
+        "{table}"
+    );
+
+    // SIGTERM, as kubelet sends it: clean exit, MPS root left as the hostPath had it.
+    let pid = daemon.0.id() as i32;
+    // SAFETY: kill(2) on the pid of our own child, which we have not reaped yet.
+    let rc = unsafe { libc::kill(pid, libc::SIGTERM) };
+    assert_eq!(rc, 0);
+    let start = Instant::now();
+    let code = loop {
+        if let Some(st) = daemon.0.try_wait().unwrap() {
+            break st.code();
+        }
+        assert!(
+            start.elapsed() < WAIT,
+            "no exit after SIGTERM; log:\n{}",
+            log_text()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(code, Some(0), "log:\n{}", log_text());
+    let left: Vec<_> = std::fs::read_dir(&mps_root)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(
+        left.iter().all(|n| n == ".lock"),
+        "MPS root not cleaned: {left:?}\n{}",
+        log_text()
+    );
+}
