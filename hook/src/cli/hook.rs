@@ -1,5 +1,15 @@
 //! `gpuhook hook ...`: createContainer hooks that generated CDI specs reference. The runtime runs
 //! them with the container state on stdin and an explicit minimal environment.
+//!
+//! A CDI spec can only mount files and declare nodes; what else a GPU container needs (SONAME
+//! links, an `ld.so.cache` that knows the mounted libraries, a `params` file that stops NVML from
+//! creating nodes) is done by these hooks, in the container's mount namespace before
+//! `pivot_root` (runc runs createContainer hooks there). The rootfs comes from the bundle's
+//! `config.json` (`root.path`); all work inside it goes through gpuhook-inject, which resolves
+//! every path in the root (the image controls that tree). The argument syntax is exactly what
+//! `gpuhook_cdi::edits` emits into generated specs, so old specs keep working: change both or
+//! neither. `disable-device-node-modification` reads the host's params under the configured
+//! driver root.
 
 use std::path::{Path, PathBuf};
 

@@ -194,6 +194,29 @@ fn configmap_l20_config_brings_up_the_simulated_l20_with_its_limits() {
 
     // SIGTERM, as kubelet sends it: clean exit, MPS root left as the hostPath had it.
     let pid = daemon.0.id() as i32;
+    // deploy/README.md reloads through the pid in the lock file (in a hostPID pod the daemon is
+    // not pid 1): it must be the daemon's, and SIGHUP with an unchanged config must keep the
+    // GPU's control daemon (no restart under its clients).
+    let lock_pid = read(&mps_root.join(".lock"));
+    assert_eq!(lock_pid.trim(), pid.to_string());
+    let control_pid = g["pid"].as_i64().expect("control daemon pid");
+    // SAFETY: kill(2) on the pid of our own child, which we have not reaped yet.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGHUP) }, 0);
+    let start = Instant::now();
+    while !log_text().contains("config reloaded") {
+        assert!(start.elapsed() < WAIT, "no reload; log:\n{}", log_text());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let json: Json = serde_json::from_str(&status(&["--json"])).expect("status --json");
+    assert_eq!(
+        json["gpus"][0]["pid"].as_i64(),
+        Some(control_pid),
+        "unchanged GPU restarted"
+    );
+    assert_eq!(json["gpus"][0]["state"], "ready");
+    assert!(json["lastReloadError"].is_null(), "{json}");
+    assert_eq!(http_get(port, "/readyz").map(|r| r.0), Some(200));
+
     // SAFETY: kill(2) on the pid of our own child, which we have not reaped yet.
     let rc = unsafe { libc::kill(pid, libc::SIGTERM) };
     assert_eq!(rc, 0);

@@ -180,7 +180,7 @@ impl Bundle {
         self
     }
 
-    fn write(&self) {
+    pub fn write(&self) {
         std::fs::write(
             self.dir.path().join("config.json"),
             serde_json::to_vec_pretty(&self.config).unwrap(),

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Benchmark of `gpuhook cdi generate` (a benchmark that prints numbers, not a timed test).
+#
+# For the dgx-h100 and a100-mig-mixed reference nodes it runs the release binary RUNS times (default
+# 30) in two situations and prints p50/p95/max of the wall-clock time of the whole process:
+#   - refresh: the spec on disk is already up to date (what a boot-time / udev refresh does);
+#   - fresh:   no spec on disk (full write: temp file, fsync, rename, directory fsync).
+# It also prints the median of gpuhook's own phase timings (debug log `cdi generate timings`:
+# discovery incl. NVML, spec generation + validation, write, inventory cache) to show what
+# dominates. Target: p50 <= 5 ms.
+#
+# Run as root (materialising a node needs mknod):
+#   sudo scripts/bench-cdi-generate.sh [RUNS]
+# Builds the release binaries first unless GPUHOOK_BIN_DIR points at already built ones.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+RUNS=${1:-30}
+if [ "$RUNS" -lt 20 ]; then
+    echo "bench-cdi-generate: use at least 20 runs" >&2
+    exit 1
+fi
+if [ "$(id -u)" != 0 ]; then
+    echo "bench-cdi-generate: run as root (materialising a simulated node needs mknod)" >&2
+    exit 1
+fi
+if [ -z "${GPUHOOK_BIN_DIR:-}" ]; then
+    cargo build --release -p gpuhook -p gpuhook-sim -p gpuhook-mock-nvml -p gpuhook-sim-mps-control >&2
+    BIN_DIR=${CARGO_TARGET_DIR:-target}/release
+else
+    BIN_DIR=$GPUHOOK_BIN_DIR
+fi
+GPUHOOK=$BIN_DIR/gpuhook
+
+WORK=$(mktemp -d /tmp/gpuhook-bench-cdi.XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
+
+# percentile P (0-100) of the numbers on stdin (nearest rank)
+pct() {
+    sort -n | awk -v p="$1" '{ v[NR] = $1 } END { i = int((p * NR + 99) / 100); if (i < 1) i = 1; print v[i] }'
+}
+now_us() { echo $(( $(date +%s%N) / 1000 )); }
+
+printf '%-16s %-8s %5s %9s %9s %9s   %s\n' node mode runs p50_ms p95_ms max_ms \
+    'median phases (us): discover generate write cache'
+for profile in dgx-h100 a100-mig-mixed; do
+    root=$WORK/$profile
+    "$BIN_DIR/gpuhook-sim" build "$profile" "$root" \
+        --mock-nvml "$BIN_DIR/libgpuhook_mock_nvml.so" --bin-dir "$BIN_DIR" >/dev/null
+    out=$WORK/out-$profile/nvidia.com-gpu.json
+    args=(--log-level debug --log-format json cdi generate --driver-root "$root" --output "$out"
+          --inventory-cache "$WORK/inventory-$profile.json")
+    "$GPUHOOK" "${args[@]}" 2>/dev/null # warm the page cache
+    for mode in refresh fresh; do
+        : >"$WORK/times" ; : >"$WORK/log"
+        for _ in $(seq "$RUNS"); do
+            [ "$mode" = fresh ] && rm -f "$out"
+            t0=$(now_us)
+            "$GPUHOOK" "${args[@]}" 2>>"$WORK/log"
+            t1=$(now_us)
+            echo $(( t1 - t0 )) >>"$WORK/times"
+        done
+        phase() { grep -o "\"$1\":[0-9]*" "$WORK/log" | cut -d: -f2 | pct 50; }
+        printf '%-16s %-8s %5s %9.2f %9.2f %9.2f   %s %s %s %s\n' "$profile" "$mode" "$RUNS" \
+            "$(pct 50 <"$WORK/times")e-3" "$(pct 95 <"$WORK/times")e-3" "$(pct 100 <"$WORK/times")e-3" \
+            "$(phase discover_us)" "$(phase generate_us)" "$(phase write_us)" "$(phase cache_us)"
+    done
+done
+echo "devices: $(grep -c '"name"' "$WORK/out-dgx-h100/nvidia.com-gpu.json") (dgx-h100), $(grep -c '"name"' "$WORK/out-a100-mig-mixed/nvidia.com-gpu.json") (a100-mig-mixed); target p50 <= 5 ms"
