@@ -25,7 +25,8 @@ if [ "$(id -u)" != 0 ]; then
     exit 1
 fi
 if [ -z "${GPUHOOK_BIN_DIR:-}" ]; then
-    cargo build --release -p gpuhook -p gpuhook-sim -p gpuhook-mock-nvml -p gpuhook-sim-mps-control >&2
+    cargo build --release -p gpuhook --bin gpuhook >&2
+    cargo build --release -p gpuhook-sim -p gpuhook-mock-nvml -p gpuhook-sim-mps-control >&2
     BIN_DIR=${CARGO_TARGET_DIR:-target}/release
 else
     BIN_DIR=$GPUHOOK_BIN_DIR

@@ -11,3 +11,4 @@ pub mod config;
 pub mod logging;
 pub mod prestart;
 pub mod request;
+pub mod wrapper;

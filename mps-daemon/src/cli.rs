@@ -12,8 +12,12 @@ use clap::{Args, Parser, Subcommand};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
 
+use gpuhook_node::Inventory;
+
+use crate::cdi;
+use crate::cdi_writer::{self, CdiInputs};
 use crate::config::{self, parse_duration, DEFAULT_MPS_ROOT};
-use crate::inventory::{ComputeModeSetter, GpuInventory, JsonInventory};
+use crate::inventory::{facts_of, ComputeModeSetter, GpuInventory, JsonInventory};
 use crate::layout::{self, CreatedDirs};
 use crate::lock::RootLock;
 use crate::manager::Manager;
@@ -65,6 +69,12 @@ pub struct RunArgs {
     /// Host path of libnvidia-ml to use instead of the driver root's.
     #[arg(long, value_name = "PATH")]
     pub nvml_lib: Option<PathBuf>,
+    /// Overrides mpsDaemon.cdiSpecDir (where nvidia.com-gpu-mps.json is written).
+    #[arg(long, value_name = "DIR")]
+    pub cdi_spec_dir: Option<PathBuf>,
+    /// Overrides mpsDaemon.gpuhookPath (the gpuhook binary the CDI spec's hooks run).
+    #[arg(long, value_name = "PATH")]
+    pub gpuhook_path: Option<PathBuf>,
     /// Take GPU facts from a serialised gpuhook inventory instead of discovering them.
     #[arg(long, value_name = "FILE", hide = true)]
     pub inventory_json: Option<PathBuf>,
@@ -105,6 +115,7 @@ fn node_access(
 
 struct Loaded {
     plan: Plan,
+    node: Inventory,
     compute: Arc<dyn ComputeModeSetter>,
     inventory: Box<dyn GpuInventory>,
     overrides: Overrides,
@@ -121,6 +132,8 @@ fn load(args: &RunArgs) -> Result<Loaded> {
         driver_root: args.driver_root.clone(),
         control_binary: args.control_binary.clone(),
         probe_interval: args.probe_interval,
+        cdi_spec_dir: args.cdi_spec_dir.clone(),
+        gpuhook_path: args.gpuhook_path.clone(),
     };
     let driver_root = overrides
         .driver_root
@@ -128,26 +141,44 @@ fn load(args: &RunArgs) -> Result<Loaded> {
         .or_else(|| cfg.mps_daemon.driver_root.clone())
         .unwrap_or_else(|| PathBuf::from("/"));
     let (inventory, compute) = node_access(args, &driver_root)?;
-    let gpus = inventory.gpus()?;
-    let plan = plan::resolve(&cfg, &gpus, &overrides)
-        .with_context(|| format!("config file {}", path.display()))?;
+    let (plan, node) = resolve_checked(path, &cfg, inventory.as_ref(), &overrides)?;
     Ok(Loaded {
         plan,
+        node,
         compute,
         inventory,
         overrides,
     })
 }
 
-fn reload(args: &RunArgs, l: &Loaded) -> Result<Plan> {
+/// Resolves the plan and builds (validates) its whole CDI spec, so that a config whose spec
+/// cannot be written fails before anything starts.
+fn resolve_checked(
+    path: &Path,
+    cfg: &config::ConfigFile,
+    inventory: &dyn GpuInventory,
+    overrides: &Overrides,
+) -> Result<(Plan, Inventory)> {
+    let node = inventory.inventory()?;
+    let plan = plan::resolve(cfg, &facts_of(&node), overrides)
+        .with_context(|| format!("config file {}", path.display()))?;
+    cdi::build_spec(&plan, &node, None).with_context(|| {
+        format!(
+            "config file {}: cannot build the {} CDI spec",
+            path.display(),
+            cdi::CDI_KIND
+        )
+    })?;
+    Ok((plan, node))
+}
+
+fn reload(args: &RunArgs, l: &Loaded) -> Result<(Plan, Inventory)> {
     let path = args
         .config
         .as_ref()
         .ok_or_else(|| anyhow!("--config FILE is required"))?;
     let cfg = config::load(path)?;
-    let gpus = l.inventory.gpus()?;
-    plan::resolve(&cfg, &gpus, &l.overrides)
-        .with_context(|| format!("config file {}", path.display()))
+    resolve_checked(path, &cfg, l.inventory.as_ref(), &l.overrides)
 }
 
 /// `gpu-mps-daemon check`: prints the plan.
@@ -157,6 +188,10 @@ pub fn check(args: &RunArgs) -> Result<()> {
         eprintln!("warning: {w}");
     }
     println!("mpsRoot: {}", l.plan.mps_root.display());
+    println!(
+        "cdiSpec: {}",
+        cdi::spec_path(&l.plan.cdi.spec_dir).display()
+    );
     for g in &l.plan.gpus {
         println!(
             "GPU {} {} resource={} replicas={} activeThreadPercentage={} pinnedMemoryLimitMiB={}",
@@ -169,6 +204,18 @@ pub fn check(args: &RunArgs) -> Result<()> {
                 .map(|m| m.to_string())
                 .unwrap_or_else(|| "-".into())
         );
+        for share in &g.shares {
+            println!(
+                "  {}={} activeThreadPercentage={} pinnedMemoryLimitMiB={}",
+                cdi::CDI_KIND,
+                cdi::device_names(g, share).join(","),
+                share.active_thread_percentage,
+                share
+                    .pinned_memory_limit_mib
+                    .map(|m| m.to_string())
+                    .unwrap_or_else(|| "-".into())
+            );
+        }
     }
     Ok(())
 }
@@ -218,6 +265,12 @@ pub async fn run(args: RunArgs) -> Result<()> {
         None => None,
     };
     tracing::info!(mps_root = %root.display(), gpus = loaded.plan.gpus.len(), "starting");
+    let (cdi_tx, cdi_rx) = watch::channel(Arc::new(CdiInputs {
+        plan: loaded.plan.clone(),
+        inventory: loaded.node.clone(),
+    }));
+    let (cdi_stop, cdi_stop_rx) = watch::channel(false);
+    let cdi_task = tokio::spawn(cdi_writer::run(board.clone(), cdi_rx, cdi_stop_rx));
     let mut manager = Manager::start(loaded.plan.clone(), board.clone(), loaded.compute.clone());
     loop {
         tokio::select! {
@@ -227,11 +280,13 @@ pub async fn run(args: RunArgs) -> Result<()> {
                 tracing::info!("SIGHUP: reloading config");
                 let res = reload(&args, &loaded).map_err(|e| format!("{e:#}"));
                 let res = match res {
-                    Ok(plan) => manager.reload(plan.clone()).await.map(|s| (plan, s)),
+                    Ok((plan, node)) => manager.reload(plan.clone()).await.map(|s| (plan, node, s)),
                     Err(e) => Err(e),
                 };
                 match res {
-                    Ok((plan, s)) => {
+                    Ok((plan, node, s)) => {
+                        cdi_tx.send_replace(Arc::new(CdiInputs { plan: plan.clone(), inventory: node.clone() }));
+                        loaded.node = node;
                         tracing::info!(started = ?s.started, restarted = ?s.restarted, stopped = ?s.stopped,
                             unchanged = ?s.unchanged, "config reloaded");
                         loaded.plan = plan;
@@ -246,6 +301,11 @@ pub async fn run(args: RunArgs) -> Result<()> {
         }
     }
     tracing::info!("shutting down");
+    // The CDI spec goes first: no new container may be created against a stopping daemon.
+    let _ = cdi_stop.send(true);
+    if let Err(e) = cdi_task.await {
+        tracing::error!(error = %e, "CDI writer task failed");
+    }
     manager.shutdown().await;
     let _ = stop_tx.send(true);
     let _ = writer.await;

@@ -151,6 +151,38 @@ pub struct DaemonSection {
     /// Per-GPU overrides of the limits derived from `replicas`.
     #[serde(default)]
     pub gpus: Vec<GpuOverride>,
+    /// Fractional shares offered on every MPS GPU besides the default 1/replicas one (CDI
+    /// devices `<index>-<name>` and `<uuid>-<name>`).
+    #[serde(default)]
+    pub shares: Vec<ShareConfig>,
+    /// Directory of our CDI spec (`nvidia.com-gpu-mps.json`); default `/var/run/cdi`.
+    pub cdi_spec_dir: Option<PathBuf>,
+    /// Host path of the `gpuhook` binary that the CDI spec's hooks run; default `/usr/bin/gpuhook`.
+    pub gpuhook_path: Option<PathBuf>,
+    /// Where containers see the GPU's pipe directory; default `/tmp/nvidia-mps` (CUDA's default).
+    pub container_pipe_directory: Option<PathBuf>,
+    /// At most this many MPS clients per container and GPU; the newest beyond it are terminated.
+    pub max_clients_per_container: Option<i64>,
+    /// Where the host's `/proc` is (clients are mapped to containers through it); default `/proc`.
+    pub proc_root: Option<PathBuf>,
+    /// Where the host's cgroup file systems are mounted; default `/sys/fs/cgroup`.
+    pub cgroup_root: Option<PathBuf>,
+}
+
+/// `mpsDaemon.shares[]`: a named fraction of a GPU.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ShareConfig {
+    pub name: String,
+    /// `1/4`, `0.25` or `25%`.
+    pub fraction: FractionValue,
+}
+
+/// A fraction written as `1/4`, `0.25` or `25%`, kept exact as numerator / denominator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FractionValue {
+    pub num: u64,
+    pub den: u64,
 }
 
 /// `mpsDaemon.gpus[]`.
@@ -214,6 +246,42 @@ pub fn parse_size(s: &str) -> Option<u64> {
         _ => return None,
     };
     n.checked_mul(mult)
+}
+
+/// Parses `1/4`, `0.25`, `25%`, `1` into a reduced positive (numerator, denominator).
+pub fn parse_fraction(s: &str) -> Option<(u64, u64)> {
+    let s = s.trim();
+    let (num, den) = if let Some((n, d)) = s.split_once('/') {
+        (n.trim().parse::<u64>().ok()?, d.trim().parse::<u64>().ok()?)
+    } else {
+        let (text, scale) = match s.strip_suffix('%') {
+            Some(p) => (p.trim(), 100u64),
+            None => (s, 1u64),
+        };
+        let (int, frac) = text.split_once('.').unwrap_or((text, ""));
+        if int.is_empty() && frac.is_empty()
+            || !int.bytes().chain(frac.bytes()).all(|b| b.is_ascii_digit())
+            || frac.len() > 6
+        {
+            return None;
+        }
+        let den = 10u64.pow(frac.len() as u32);
+        let num = format!("{int}{frac}").parse::<u64>().ok()?;
+        (num, den.checked_mul(scale)?)
+    };
+    if num == 0 || den == 0 {
+        return None;
+    }
+    let g = gcd(num, den);
+    Some((num / g, den / g))
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
 }
 
 /// Parses `250ms`, `5s`, `2m`, `1h` or a plain number of seconds.
@@ -319,6 +387,12 @@ string_value!(
     parse_size,
     ByteSize,
     "size (use e.g. `1Gi`, `512Mi`, `64M`)"
+);
+string_value!(
+    FractionValue,
+    parse_fraction,
+    |(num, den)| FractionValue { num, den },
+    "fraction (use e.g. `1/4`, `0.5` or `25%`)"
 );
 string_value!(
     DurationValue,

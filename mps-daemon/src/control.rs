@@ -52,6 +52,8 @@ pub struct ControlEnv {
     /// When set, the daemon gets this directory bind-mounted on `/dev/shm` in a private mount
     /// namespace, so that it shares `/dev/shm` with clients that mount the same directory.
     pub shm: Option<PathBuf>,
+    /// Where command durations are recorded (`gpuhook_mps_command_duration_seconds`).
+    pub latency: Option<(crate::status::Board, String)>,
 }
 
 /// Directories of the driver root that may hold its libraries.
@@ -106,6 +108,7 @@ impl ControlEnv {
             binary: plan.control_binary.clone(),
             envs,
             shm,
+            latency: None,
         }
     }
 
@@ -126,6 +129,16 @@ impl ControlEnv {
 
     /// Sends one command; returns the trimmed reply. Kills the client after `timeout`.
     pub async fn send(&self, command: &str, timeout: Duration) -> Result<String, ControlError> {
+        let start = Instant::now();
+        let res = self.send_inner(command, timeout).await;
+        if let Some((board, uuid)) = &self.latency {
+            let word = command.split_whitespace().next().unwrap_or("");
+            board.observe_command(uuid, word, start.elapsed().as_secs_f64());
+        }
+        res
+    }
+
+    async fn send_inner(&self, command: &str, timeout: Duration) -> Result<String, ControlError> {
         let mut cmd = self.command();
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())

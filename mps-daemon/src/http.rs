@@ -1,4 +1,4 @@
-//! A tiny GET-only HTTP/1.1 server: `/healthz`, `/readyz`, `/status`.
+//! A tiny GET-only HTTP/1.1 server: `/healthz`, `/readyz`, `/status`, `/metrics`.
 //!
 //! Kubelet probes and `curl` need three read-only endpoints; a hand-written server on tokio's
 //! `TcpListener` keeps the binary small (no hyper stack). Each connection handles one request
@@ -67,7 +67,12 @@ pub fn route(board: &Board, request_line: &str) -> Response {
             },
             Err(e) => text(500, format!("{e}\n")),
         },
-        _ => text(404, "not found; try /healthz, /readyz or /status\n"),
+        "/metrics" => Response {
+            code: 200,
+            content_type: "text/plain; version=0.0.4; charset=utf-8",
+            body: crate::metrics::render(board),
+        },
+        _ => text(404, "not found; try /healthz, /readyz, /status or /metrics\n"),
     }
 }
 
@@ -169,6 +174,7 @@ mod tests {
             pipe_directory: String::new(),
             log_directory: String::new(),
             shm_directory: None,
+            usage: Default::default(),
         }
     }
 

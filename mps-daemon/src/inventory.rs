@@ -33,9 +33,13 @@ pub enum InventoryError {
     Discovery(String),
 }
 
-/// Lists the node's GPUs.
+/// The node's inventory (for the CDI spec) and the GPU facts derived from it.
 pub trait GpuInventory: Send + Sync + std::fmt::Debug {
-    fn gpus(&self) -> Result<Vec<GpuFacts>, InventoryError>;
+    fn inventory(&self) -> Result<Inventory, InventoryError>;
+
+    fn gpus(&self) -> Result<Vec<GpuFacts>, InventoryError> {
+        Ok(facts_of(&self.inventory()?))
+    }
 }
 
 pub use gpuhook_node::ComputeMode;
@@ -52,14 +56,13 @@ pub struct JsonInventory {
 }
 
 impl GpuInventory for JsonInventory {
-    fn gpus(&self) -> Result<Vec<GpuFacts>, InventoryError> {
+    fn inventory(&self) -> Result<Inventory, InventoryError> {
         let read_err = |message: String| InventoryError::Read {
             path: self.path.clone(),
             message,
         };
         let text = std::fs::read_to_string(&self.path).map_err(|e| read_err(e.to_string()))?;
-        let inv: Inventory = serde_json::from_str(&text).map_err(|e| read_err(e.to_string()))?;
-        Ok(facts_of(&inv))
+        serde_json::from_str(&text).map_err(|e| read_err(e.to_string()))
     }
 }
 
@@ -80,12 +83,12 @@ pub fn facts_of(inv: &Inventory) -> Vec<GpuFacts> {
     gpus
 }
 
-/// A fixed list (tests, and callers that discovered GPUs themselves).
-#[derive(Debug, Clone, Default)]
-pub struct StaticInventory(pub Vec<GpuFacts>);
+/// A fixed inventory (tests, and callers that discovered GPUs themselves).
+#[derive(Debug, Clone)]
+pub struct StaticInventory(pub Inventory);
 
 impl GpuInventory for StaticInventory {
-    fn gpus(&self) -> Result<Vec<GpuFacts>, InventoryError> {
+    fn inventory(&self) -> Result<Inventory, InventoryError> {
         Ok(self.0.clone())
     }
 }

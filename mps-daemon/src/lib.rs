@@ -8,19 +8,33 @@
 //!
 //! Modules: [`config`] (file format), [`plan`] (checks against the node, limits), [`control`]
 //! (the control binary), [`supervisor`] (per-GPU lifecycle), [`manager`] (set of GPUs, reload),
-//! [`status`] / [`http`] (reporting), [`lock`] (one instance per root), [`cli`] (wiring).
+//! [`status`] / [`http`] / [`metrics`] (reporting), [`lock`] (one instance per root), [`cli`]
+//! (wiring), [`cdi`] (the `nvidia.com/gpu-mps` CDI spec that connects containers),
+//! [`watcher`] / [`enforce`] / [`cgroup`] (clients per container, caps, gone containers).
 
+pub mod cdi;
+pub mod cdi_writer;
+pub mod cgroup;
 pub mod cli;
 pub mod config;
 pub mod control;
+pub mod enforce;
 pub mod http;
 pub mod inventory;
 pub mod layout;
 pub mod lock;
 pub mod manager;
+pub mod metrics;
+pub mod metrics_parse;
 pub mod node;
 pub mod plan;
 pub mod process;
+pub mod settings;
 pub mod shm;
 pub mod status;
+pub mod status_table;
 pub mod supervisor;
+pub mod watcher;
+
+/// The CDI library, re-exported for the end-to-end tests that apply our spec like a runtime.
+pub use gpuhook_cdi;

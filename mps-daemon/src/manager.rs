@@ -13,6 +13,7 @@ use tokio::task::JoinHandle;
 
 use crate::inventory::ComputeModeSetter;
 use crate::plan::{GpuPlan, Plan, Timing};
+use crate::settings::EnforceSettings;
 use crate::status::Board;
 use crate::supervisor::GpuSupervisor;
 
@@ -38,6 +39,7 @@ pub struct Manager {
     plan: Plan,
     board: Board,
     timing: watch::Sender<Timing>,
+    enforce: watch::Sender<EnforceSettings>,
     compute: Arc<dyn ComputeModeSetter>,
     running: BTreeMap<String, Running>,
 }
@@ -46,10 +48,12 @@ impl Manager {
     /// Starts a supervisor per GPU of `plan`.
     pub fn start(plan: Plan, board: Board, compute: Arc<dyn ComputeModeSetter>) -> Self {
         let (timing, _) = watch::channel(plan.timing);
+        let (enforce, _) = watch::channel(plan.enforce.clone());
         let mut m = Manager {
             plan: plan.clone(),
             board,
             timing,
+            enforce,
             compute,
             running: BTreeMap::new(),
         };
@@ -71,6 +75,7 @@ impl Manager {
             self.board.clone(),
             self.timing.subscribe(),
             self.compute.clone(),
+            self.enforce.subscribe(),
         );
         let task = tokio::spawn(sup.run(stop_rx));
         self.running.insert(
@@ -108,6 +113,7 @@ impl Manager {
             ));
         }
         self.timing.send_replace(new.timing);
+        self.enforce.send_replace(new.enforce.clone());
         let wanted: BTreeMap<&str, &GpuPlan> =
             new.gpus.iter().map(|g| (g.uuid.as_str(), g)).collect();
         let mut sum = ReloadSummary::default();

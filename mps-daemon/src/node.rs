@@ -8,11 +8,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Result;
-use gpuhook_node::{discover, ComputeMode, DiscoverOptions, Nvml, NvmlLocation};
+use gpuhook_node::{discover, ComputeMode, DiscoverOptions, Inventory, Nvml, NvmlLocation};
 
-use crate::inventory::{
-    facts_of, ComputeModeSetter, GpuFacts, GpuInventory, InventoryError, NoComputeMode,
-};
+use crate::inventory::{ComputeModeSetter, GpuInventory, InventoryError, NoComputeMode};
 
 /// GPU facts from [`gpuhook_node::discover`].
 #[derive(Debug, Clone)]
@@ -22,7 +20,7 @@ pub struct DiscoveredInventory {
 }
 
 impl GpuInventory for DiscoveredInventory {
-    fn gpus(&self) -> Result<Vec<GpuFacts>, InventoryError> {
+    fn inventory(&self) -> Result<Inventory, InventoryError> {
         let opts = DiscoverOptions {
             driver_root: self.driver_root.clone(),
             dev_root: None,
@@ -32,7 +30,7 @@ impl GpuInventory for DiscoveredInventory {
         for w in &d.warnings {
             tracing::warn!(warning = %w, "discovery");
         }
-        Ok(facts_of(&d.inventory))
+        Ok(d.inventory)
     }
 }
 

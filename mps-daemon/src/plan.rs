@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use crate::config::{ConfigError, ConfigFile, DeviceId, Devices, DEFAULT_MPS_ROOT};
 use crate::inventory::{default_control_binary, GpuFacts};
+use crate::settings::{share_limits, CdiSettings, EnforceSettings, ShareLimits};
 
 /// `sun_path` of `sockaddr_un` holds 108 bytes including the terminating NUL.
 pub const MAX_SOCKET_PATH: usize = 107;
@@ -52,6 +53,9 @@ pub struct GpuPlan {
     pub shm_size: Option<u64>,
     pub driver_root: PathBuf,
     pub control_binary: PathBuf,
+    /// Client limits of each CDI device of this GPU: the default share first, then the
+    /// configured fractions. The server limits above are the largest of these.
+    pub shares: Vec<ShareLimits>,
 }
 
 /// A resolved configuration.
@@ -60,6 +64,8 @@ pub struct Plan {
     pub mps_root: PathBuf,
     pub timing: Timing,
     pub gpus: Vec<GpuPlan>,
+    pub cdi: CdiSettings,
+    pub enforce: EnforceSettings,
     /// Non-fatal remarks (e.g. MIG-enabled GPUs skipped by `devices: all`).
     pub warnings: Vec<String>,
 }
@@ -71,6 +77,8 @@ pub struct Overrides {
     pub driver_root: Option<PathBuf>,
     pub control_binary: Option<PathBuf>,
     pub probe_interval: Option<Duration>,
+    pub cdi_spec_dir: Option<PathBuf>,
+    pub gpuhook_path: Option<PathBuf>,
 }
 
 const MIG_ERR: &str = "MPS on MIG devices is not supported";
@@ -105,7 +113,10 @@ pub fn resolve(cfg: &ConfigFile, gpus: &[GpuFacts], ov: &Overrides) -> Result<Pl
         .clone()
         .or_else(|| d.control_binary.clone())
         .unwrap_or_else(|| default_control_binary(&driver_root));
-    let timing = resolve_timing(cfg, ov)?;
+    let timing = crate::settings::resolve_timing(cfg, ov)?;
+    let share_defs = crate::settings::resolve_shares(cfg)?;
+    let cdi = crate::settings::resolve_cdi(cfg, ov)?;
+    let enforce = crate::settings::resolve_enforce(cfg)?;
     let shm_size = match d.shm_size {
         Some(s) if s.0 < (1 << 20) => {
             return Err(ConfigError::invalid(
@@ -176,10 +187,29 @@ pub fn resolve(cfg: &ConfigFile, gpus: &[GpuFacts], ov: &Overrides) -> Result<Pl
                 shm_size,
                 driver_root: driver_root.clone(),
                 control_binary: control_binary.clone(),
+                shares: Vec::new(),
             });
         }
     }
     apply_overrides(cfg, gpus, &mut out)?;
+    for g in &mut out {
+        g.shares = share_limits(
+            g.active_thread_percentage,
+            g.pinned_memory_limit_mib,
+            g.memory_mib,
+            &share_defs,
+        );
+        // Clients can only lower their server's limits: the server gets the largest share.
+        g.active_thread_percentage = g
+            .shares
+            .iter()
+            .map(|s| s.active_thread_percentage)
+            .max()
+            .unwrap_or(g.active_thread_percentage);
+        if g.pinned_memory_limit_mib.is_some() {
+            g.pinned_memory_limit_mib = g.shares.iter().filter_map(|s| s.pinned_memory_limit_mib).max();
+        }
+    }
     for g in &out {
         check_socket_path(&mps_root, &g.uuid)?;
     }
@@ -188,37 +218,9 @@ pub fn resolve(cfg: &ConfigFile, gpus: &[GpuFacts], ov: &Overrides) -> Result<Pl
         mps_root,
         timing,
         gpus: out,
+        cdi,
+        enforce,
         warnings,
-    })
-}
-
-fn resolve_timing(cfg: &ConfigFile, ov: &Overrides) -> Result<Timing, ConfigError> {
-    let d = &cfg.mps_daemon;
-    let def = Timing::default();
-    let pick = |v: Option<crate::config::DurationValue>, dflt: Duration, key: &str| {
-        let v = v.map(|v| v.0).unwrap_or(dflt);
-        if v.is_zero() {
-            Err(ConfigError::invalid(
-                format!("mpsDaemon.{key}"),
-                "must be greater than 0",
-            ))
-        } else {
-            Ok(v)
-        }
-    };
-    Ok(Timing {
-        probe_interval: match ov.probe_interval {
-            Some(p) if !p.is_zero() => p,
-            _ => pick(d.probe_interval, def.probe_interval, "probeInterval")?,
-        },
-        command_timeout: pick(d.command_timeout, def.command_timeout, "commandTimeout")?,
-        start_timeout: pick(d.start_timeout, def.start_timeout, "startTimeout")?,
-        shutdown_timeout: pick(d.shutdown_timeout, def.shutdown_timeout, "shutdownTimeout")?,
-        max_restart_backoff: pick(
-            d.max_restart_backoff,
-            def.max_restart_backoff,
-            "maxRestartBackoff",
-        )?,
     })
 }
 

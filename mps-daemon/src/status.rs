@@ -10,7 +10,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
-use tokio::sync::Notify;
+use tokio::sync::watch;
+
+use crate::metrics::Histogram;
 
 /// Version of the status file format.
 pub const STATUS_FORMAT_VERSION: u32 = 1;
@@ -71,6 +73,50 @@ pub struct GpuStatus {
     pub pipe_directory: String,
     pub log_directory: String,
     pub shm_directory: Option<String>,
+    /// Servers and clients seen by the watcher, and what it did.
+    #[serde(default)]
+    pub usage: Usage,
+}
+
+/// What the client watcher saw on one GPU at its last pass.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Usage {
+    /// MPS server pids.
+    pub servers: Vec<u32>,
+    pub clients: Vec<ClientStatus>,
+    /// Clients ended, by reason (`over_cap`, `container_gone`, `process_gone`).
+    pub terminations: BTreeMap<String, u64>,
+    /// Servers that got the per-server limits.
+    pub servers_limited: u64,
+    /// Unix seconds of the last completed pass.
+    pub last_pass_at: Option<u64>,
+    pub last_pass_error: Option<String>,
+}
+
+impl Usage {
+    /// Number of clients per container id (host processes are not counted).
+    pub fn clients_per_container(&self) -> BTreeMap<String, u64> {
+        let mut out = BTreeMap::new();
+        for c in &self.clients {
+            if let Some(id) = &c.container {
+                *out.entry(id.clone()).or_insert(0) += 1;
+            }
+        }
+        out
+    }
+}
+
+/// One MPS client process.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClientStatus {
+    pub pid: u32,
+    pub server: u32,
+    /// Container id, `None` for a host process.
+    pub container: Option<String>,
+    /// Naming scheme the container was recognised by (`containerd`, `cri-o`, `podman`, ...).
+    pub runtime: Option<String>,
 }
 
 /// The whole file.
@@ -86,6 +132,19 @@ pub struct StatusFile {
     /// Error of the last SIGHUP reload, if it was refused.
     pub last_reload_error: Option<String>,
     pub gpus: Vec<GpuStatus>,
+    /// The `nvidia.com/gpu-mps` CDI spec.
+    #[serde(default)]
+    pub cdi: CdiStatus,
+}
+
+/// State of the CDI spec file.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CdiStatus {
+    pub spec_path: Option<String>,
+    /// Qualified names of the devices in the file (empty: no file).
+    pub devices: Vec<String>,
+    pub last_error: Option<String>,
 }
 
 /// Seconds since the epoch.
@@ -101,13 +160,29 @@ struct Inner {
     gpus: BTreeMap<String, GpuStatus>,
     config: Option<String>,
     last_reload_error: Option<String>,
+    cdi: CdiStatus,
 }
 
+/// Command latencies per GPU UUID and command word.
+type Latencies = BTreeMap<String, BTreeMap<String, Histogram>>;
+
 /// Shared table of GPU states; cheap to clone.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Board {
     inner: Arc<Mutex<Inner>>,
-    changed: Arc<Notify>,
+    /// Bumped on every change; each watcher of the board has its own receiver.
+    changed: Arc<watch::Sender<u64>>,
+    latency: Arc<Mutex<Latencies>>,
+}
+
+impl Default for Board {
+    fn default() -> Self {
+        Board {
+            inner: Arc::default(),
+            changed: Arc::new(watch::channel(0).0),
+            latency: Arc::default(),
+        }
+    }
 }
 
 impl Board {
@@ -115,7 +190,7 @@ impl Board {
         let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let r = f(&mut g);
         drop(g);
-        self.changed.notify_one();
+        self.changed.send_modify(|n| *n = n.wrapping_add(1));
         r
     }
 
@@ -125,6 +200,11 @@ impl Board {
 
     pub fn set_reload_error(&self, err: Option<String>) {
         self.with(|i| i.last_reload_error = err);
+    }
+
+    /// Records the CDI spec's state.
+    pub fn set_cdi(&self, cdi: CdiStatus) {
+        self.with(|i| i.cdi = cdi);
     }
 
     /// Adds or replaces a GPU entry.
@@ -165,6 +245,7 @@ impl Board {
             config: i.config.clone(),
             last_reload_error: i.last_reload_error.clone(),
             gpus,
+            cdi: i.cdi.clone(),
         }
     }
 
@@ -180,9 +261,24 @@ impl Board {
         (i.gpus.len(), list)
     }
 
-    /// Resolves on the next change.
-    pub async fn changed(&self) {
-        self.changed.notified().await;
+    /// A receiver that sees every later change.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+
+    /// Records how long a control command took (not a state change: no status rewrite).
+    pub fn observe_command(&self, uuid: &str, command: &str, secs: f64) {
+        let mut l = self.latency.lock().unwrap_or_else(|e| e.into_inner());
+        l.entry(uuid.to_string())
+            .or_default()
+            .entry(command.to_string())
+            .or_default()
+            .observe(secs);
+    }
+
+    /// A copy of the command latencies.
+    pub fn latencies(&self) -> Latencies {
+        self.latency.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 }
 
@@ -193,6 +289,7 @@ pub async fn write_loop(
     stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let mut stop = stop;
+    let mut changes = board.subscribe();
     loop {
         let snap = board.snapshot();
         match serde_json::to_vec_pretty(&snap) {
@@ -204,7 +301,7 @@ pub async fn write_loop(
             Err(e) => tracing::warn!(error = %e, "cannot serialise status"),
         }
         tokio::select! {
-            _ = board.changed() => {}
+            r = changes.changed() => if r.is_err() { return },
             _ = stop.changed() => return,
         }
     }
@@ -221,65 +318,4 @@ pub fn read(path: &Path) -> Result<StatusFile, String> {
     serde_json::from_str(&text).map_err(|e| format!("{} is not a status file: {e}", path.display()))
 }
 
-/// The human table of `gpu-mps-daemon status`.
-pub fn render_table(s: &StatusFile, daemon_alive: bool) -> String {
-    let mut out = String::new();
-    let liveness = if daemon_alive {
-        "running"
-    } else {
-        "NOT RUNNING (stale status file)"
-    };
-    out.push_str(&format!(
-        "gpu-mps-daemon pid {} {liveness}, updated at {}\n",
-        s.pid, s.updated_at
-    ));
-    if let Some(e) = &s.last_reload_error {
-        out.push_str(&format!("last reload refused: {e}\n"));
-    }
-    let header = [
-        "IDX",
-        "UUID",
-        "RESOURCE",
-        "STATE",
-        "PID",
-        "THREADS%",
-        "MEMLIMIT",
-        "RESTARTS",
-        "LAST ERROR",
-    ];
-    let mut rows: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
-    for g in &s.gpus {
-        rows.push(vec![
-            g.index.to_string(),
-            g.uuid.clone(),
-            g.resource.clone(),
-            g.state.as_str().to_string(),
-            g.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
-            g.active_thread_percentage.to_string(),
-            g.pinned_memory_limit_mib
-                .map(|m| format!("{m}M"))
-                .unwrap_or_else(|| "-".into()),
-            g.restarts.to_string(),
-            g.last_error.clone().unwrap_or_else(|| "-".into()),
-        ]);
-    }
-    let widths: Vec<usize> = (0..header.len())
-        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
-        .collect();
-    for r in rows {
-        let line: Vec<String> = r
-            .iter()
-            .enumerate()
-            .map(|(c, v)| {
-                if c + 1 == r.len() {
-                    v.clone()
-                } else {
-                    format!("{v:<w$}", w = widths[c])
-                }
-            })
-            .collect();
-        out.push_str(line.join("  ").trim_end());
-        out.push('\n');
-    }
-    out
-}
+pub use crate::status_table::render_table;

@@ -18,6 +18,8 @@ use crate::inventory::{ComputeMode, ComputeModeSetter};
 use crate::layout::{self, CreatedDirs, GpuLayout};
 use crate::plan::{GpuPlan, Timing};
 use crate::process;
+use crate::settings::EnforceSettings;
+use crate::watcher::Watcher;
 use crate::shm;
 use crate::status::{now_secs, Board, GpuState, GpuStatus};
 
@@ -42,6 +44,8 @@ pub struct GpuSupervisor {
     pub board: Board,
     pub timing: watch::Receiver<Timing>,
     pub compute: Arc<dyn ComputeModeSetter>,
+    /// Client enforcement settings, changeable by a reload.
+    pub enforce: watch::Receiver<EnforceSettings>,
     /// Pid of the daemon we started last (0: none); used when its pid file has vanished.
     started: AtomicI32,
 }
@@ -62,6 +66,7 @@ impl GpuSupervisor {
         board: Board,
         timing: watch::Receiver<Timing>,
         compute: Arc<dyn ComputeModeSetter>,
+        enforce: watch::Receiver<EnforceSettings>,
     ) -> Self {
         let layout = GpuLayout::new(mps_root, &plan.uuid);
         GpuSupervisor {
@@ -70,6 +75,7 @@ impl GpuSupervisor {
             board,
             timing,
             compute,
+            enforce,
             started: AtomicI32::new(0),
         }
     }
@@ -82,7 +88,9 @@ impl GpuSupervisor {
 
     fn env(&self) -> ControlEnv {
         let shm = self.plan.shm_size.map(|_| self.layout.shm.clone());
-        ControlEnv::new(&self.plan, &self.layout, shm)
+        let mut env = ControlEnv::new(&self.plan, &self.layout, shm);
+        env.latency = Some((self.board.clone(), self.plan.uuid.clone()));
+        env
     }
 
     fn initial_status(&self) -> GpuStatus {
@@ -101,6 +109,7 @@ impl GpuSupervisor {
             last_error: None,
             last_error_at: None,
             ready_since: None,
+            usage: Default::default(),
             pipe_directory: self.layout.pipe.display().to_string(),
             log_directory: self.layout.log.display().to_string(),
             shm_directory: self
@@ -131,6 +140,14 @@ impl GpuSupervisor {
         let mut undo = Undo::default();
         let mut failures: u32 = 0;
         let env = self.env();
+        let mut watcher = Watcher::new(
+            &uuid,
+            self.enforce.borrow().clone(),
+            (
+                self.plan.active_thread_percentage,
+                self.plan.pinned_memory_limit_mib,
+            ),
+        );
         loop {
             self.set_state(GpuState::Starting, None);
             let up = tokio::select! {
@@ -141,8 +158,9 @@ impl GpuSupervisor {
                 Ok(pid) => {
                     let since = Instant::now();
                     tracing::info!(gpu = %uuid, pid, "control daemon ready");
+                    watcher.reset();
                     let reason = tokio::select! {
-                        r = self.probe_until_failure(&env, pid) => r,
+                        r = self.probe_until_failure(&env, pid, &mut watcher) => r,
                         _ = stop.changed() => break,
                     };
                     let _ = layout::remove_file_if_exists(&self.layout.ready);
@@ -278,7 +296,13 @@ impl GpuSupervisor {
     }
 
     /// Probes every `probeInterval`; returns why the daemon is considered dead.
-    async fn probe_until_failure(&self, env: &ControlEnv, pid: i32) -> String {
+    /// After each successful probe the client watcher runs a pass on the server list.
+    async fn probe_until_failure(
+        &self,
+        env: &ControlEnv,
+        pid: i32,
+        watcher: &mut Watcher,
+    ) -> String {
         loop {
             let t = *self.timing.borrow();
             tokio::time::sleep(t.probe_interval).await;
@@ -286,9 +310,17 @@ impl GpuSupervisor {
                 return format!("control daemon (pid {pid}) exited");
             }
             let to = t.command_timeout.min(t.probe_interval);
-            if let Err(e) = env.send("get_server_list", to).await {
-                return format!("health probe failed: {e}");
+            let servers = match env.send("get_server_list", to).await {
+                Ok(s) => s,
+                Err(e) => return format!("health probe failed: {e}"),
+            };
+            let settings = self.enforce.borrow().clone();
+            if watcher.settings != settings {
+                watcher.settings = settings;
             }
+            watcher
+                .pass(env, &self.board, &servers, t.command_timeout)
+                .await;
         }
     }
 

@@ -28,6 +28,7 @@ fn env_for(dir: &Path, binary: PathBuf) -> ControlEnv {
         shm_size: None,
         driver_root: PathBuf::from("/"),
         control_binary: binary,
+        shares: Vec::new(),
     };
     ControlEnv::new(&plan, &GpuLayout::new(dir, &plan.uuid), None)
 }

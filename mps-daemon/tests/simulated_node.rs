@@ -74,9 +74,10 @@ fn dgx_h100_node_with_discovery_and_nvml() {
     std::fs::write(
         &cfg,
         format!(
-            "version: v1\nsharing:\n  mps:\n    resources:\n      - {{name: nvidia.com/gpu, replicas: 4, devices: all}}\nmpsDaemon:\n  mpsRoot: {}\n  driverRoot: {}\n  probeInterval: 1s\n",
+            "version: v1\nsharing:\n  mps:\n    resources:\n      - {{name: nvidia.com/gpu, replicas: 4, devices: all}}\nmpsDaemon:\n  mpsRoot: {}\n  driverRoot: {}\n  probeInterval: 1s\n  cdiSpecDir: {}\n",
             mps.display(),
-            root.display()
+            root.display(),
+            dir.path().join("cdi").display()
         ),
     )
     .unwrap();

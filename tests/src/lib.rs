@@ -7,6 +7,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+pub mod containerd;
+
 /// Directory that holds the workspace's built binaries and cdylibs (`target/<profile>`).
 ///
 /// Integration tests run from `target/<profile>/deps/<test>-<hash>`, so it is the parent of the

@@ -66,22 +66,25 @@ fn assert_new_mounts_inside(s: &Sleeper, before: &[String], rootfs: &Path, ctx: 
 }
 
 /// Runs the hook directly for a bundle whose rootfs has `link` (relative to the rootfs) pointing
-/// at `target`, and checks the injection stayed inside the rootfs.
-fn symlink_case(n: &Node, link: &str, target: &str, canary: &Canary, check_inside: &str) {
-    let ctx = format!("{link} -> {target}");
+/// at `target`, and checks nothing escaped the rootfs. The link target, read inside the root, is
+/// `<rootfs>/<canary path>`: when that does not exist the link dangles and the hook must refuse
+/// before changing anything; when the image has it, the injection must land there.
+fn symlink_case(n: &Node, link: &str, target: &str, canary: &Canary, inside: Option<&str>) {
+    let ctx = format!("{link} -> {target} (target in root: {})", inside.is_some());
     let mut b = Bundle::new("true", true);
     let link_path = b.rootfs.join(link);
-    if link_path.symlink_metadata().is_ok() {
-        if link_path.is_dir() {
-            std::fs::remove_dir_all(&link_path).unwrap();
-        } else {
-            std::fs::remove_file(&link_path).unwrap();
-        }
+    if link_path.is_dir() {
+        std::fs::remove_dir_all(&link_path).unwrap();
     }
     std::fs::create_dir_all(link_path.parent().unwrap()).unwrap();
     std::os::unix::fs::symlink(target, &link_path).unwrap();
+    let in_root = b.rootfs.join(canary.dir.strip_prefix("/").unwrap());
+    if inside.is_some() {
+        std::fs::create_dir_all(&in_root).unwrap();
+    }
     b.env("NVIDIA_VISIBLE_DEVICES=0");
     b.write();
+    let rootfs_before = snapshot(&b.rootfs);
     let sleeper = Sleeper::start("sym");
     let mounts_before = sleeper.mount_points();
     let host_before = host_mountinfo();
@@ -91,16 +94,33 @@ fn symlink_case(n: &Node, link: &str, target: &str, canary: &Canary, check_insid
     canary.assert_untouched(&ctx);
     assert_eq!(host_mountinfo(), host_before, "{ctx}: host mount table changed");
     let new = assert_new_mounts_inside(&sleeper, &mounts_before, &b.rootfs, &ctx);
-    // The hook follows the image's link *inside* the rootfs (RESOLVE_IN_ROOT), so it succeeds
-    // and what it made is where the link points within the root.
-    assert!(out.status.success(), "{ctx}: {stderr}");
-    assert!(new > 0, "{ctx}: nothing was mounted");
-    let inside = b.rootfs.join(check_inside);
-    assert!(
-        inside.exists(),
-        "{ctx}: {} should exist inside the rootfs",
-        inside.display()
-    );
+    match inside {
+        None => {
+            assert!(!out.status.success(), "{ctx}: a dangling link must be refused");
+            assert!(stderr.contains("dangles inside the container root"), "{ctx}: {stderr}");
+            assert_eq!(new, 0, "{ctx}: refused, yet something was mounted");
+            assert_eq!(snapshot(&b.rootfs), rootfs_before, "{ctx}: refused, yet the rootfs changed");
+        }
+        Some(file) => {
+            // Followed *inside* the rootfs (RESOLVE_IN_ROOT): what was made is under it.
+            assert!(out.status.success(), "{ctx}: {stderr}");
+            assert!(new > 0, "{ctx}: nothing was mounted");
+            let made = in_root.join(file);
+            assert!(made.exists(), "{ctx}: {} should exist", made.display());
+        }
+    }
+}
+
+/// The four variants for one link: absolute and relative (with more `..` than the rootfs is
+/// deep, so on the host it would reach the canary), dangling and present inside the root.
+fn symlink_cases(n: &Node, link: &str, tag: &str, file: &str) {
+    let canary = Canary::new(tag);
+    let abs = canary.dir.to_str().unwrap().to_string();
+    let rel = format!("{}{}", "../".repeat(16), abs.trim_start_matches('/'));
+    for target in [&abs, &rel] {
+        symlink_case(n, link, target, &canary, None);
+        symlink_case(n, link, target, &canary, Some(file));
+    }
 }
 
 #[test]
@@ -109,27 +129,8 @@ fn library_dir_symlink_to_host_path_stays_in_rootfs() {
         return;
     }
     let n = node("dgx-h100", "");
-    let ver = &n.inventory.driver_version;
-    let canary = Canary::new("lib");
-    let abs = canary.dir.to_str().unwrap().to_string();
-    let rel_in_root = abs.trim_start_matches('/').to_string();
-    // Absolute: inside the root it means <rootfs>/tmp/canary-...
-    symlink_case(
-        &n,
-        LIB_DIR,
-        &abs,
-        &canary,
-        &format!("{rel_in_root}/libcuda.so.{ver}"),
-    );
-    // Relative with more `..` than the rootfs is deep: on the host it would reach /tmp.
-    let rel = format!("{}{}", "../".repeat(16), rel_in_root);
-    symlink_case(
-        &n,
-        LIB_DIR,
-        &rel,
-        &canary,
-        &format!("{rel_in_root}/libcuda.so.{ver}"),
-    );
+    let lib = format!("libcuda.so.{}", n.inventory.driver_version);
+    symlink_cases(&n, LIB_DIR, "lib", &lib);
 }
 
 #[test]
@@ -138,12 +139,8 @@ fn dev_symlink_to_host_path_stays_in_rootfs() {
         return;
     }
     let n = node("t4", "");
-    let canary = Canary::new("dev");
-    let abs = canary.dir.to_str().unwrap().to_string();
-    let rel_in_root = abs.trim_start_matches('/').to_string();
-    symlink_case(&n, "dev", &abs, &canary, &format!("{rel_in_root}/nvidiactl"));
-    let rel = format!("{}{}", "../".repeat(16), rel_in_root);
-    symlink_case(&n, "dev", &rel, &canary, &format!("{rel_in_root}/nvidia0"));
+    let minor = n.inventory.gpus[0].minor;
+    symlink_cases(&n, "dev", "dev", &format!("nvidia{minor}"));
 }
 
 #[test]
@@ -153,18 +150,12 @@ fn firmware_dir_symlink_to_host_path_stays_in_rootfs() {
     }
     let n = node("dgx-h100", "");
     let fw = n.inventory.files.firmware.first().expect("dgx-h100 has GSP firmware");
-    let name = fw.file_name().unwrap().to_str().unwrap().to_string();
-    let canary = Canary::new("fw");
-    let abs = canary.dir.to_str().unwrap().to_string();
-    let rel_in_root = abs.trim_start_matches('/').to_string();
-    symlink_case(&n, "lib/firmware", &abs, &canary, &rel_in_root);
-    let rel = format!("{}{}", "../".repeat(16), rel_in_root);
-    // <rootfs>/<canary>/nvidia/<version>/<gsp file>
-    let inside = format!(
-        "{rel_in_root}/nvidia/{}/{name}",
-        n.inventory.driver_version
+    let file = format!(
+        "nvidia/{}/{}",
+        n.inventory.driver_version,
+        fw.file_name().unwrap().to_str().unwrap()
     );
-    symlink_case(&n, "lib/firmware", &rel, &canary, &inside);
+    symlink_cases(&n, "lib/firmware", "fw", &file);
 }
 
 #[test]
@@ -179,6 +170,7 @@ fn library_dir_symlink_through_runc() {
         true,
     );
     std::os::unix::fs::symlink(&canary.dir, b.rootfs.join(LIB_DIR)).unwrap();
+    std::fs::create_dir_all(b.rootfs.join(canary.dir.strip_prefix("/").unwrap())).unwrap();
     b.env("NVIDIA_VISIBLE_DEVICES=all").hook(n.hook());
     let host_before = host_mountinfo();
     let (_, out) = b.run("symrunc");
@@ -324,13 +316,20 @@ fn many_containers_leave_the_host_mount_table_unchanged() {
         let (stdout, stderr) = text(&out);
         assert!(out.status.success() && stdout.contains("OK"), "container {i}: {stdout}\n{stderr}");
     }
+    // Bundles are built first: copying busybox while another thread forks can hit ETXTBSY.
+    let bundles: Vec<Bundle> = (0..10)
+        .map(|_| {
+            let mut b = Bundle::new(script, true);
+            b.env("NVIDIA_VISIBLE_DEVICES=all").hook(n.hook());
+            b
+        })
+        .collect();
     std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..10)
-            .map(|i| {
-                let n = &n;
+        let handles: Vec<_> = bundles
+            .iter()
+            .enumerate()
+            .map(|(i, b)| {
                 scope.spawn(move || {
-                    let mut b = Bundle::new(script, true);
-                    b.env("NVIDIA_VISIBLE_DEVICES=all").hook(n.hook());
                     let (_, out) = b.run("par");
                     let (stdout, stderr) = text(&out);
                     assert!(

@@ -1,4 +1,6 @@
+//! `gpuhook-runtime`: the runc wrapper containerd's shim runs instead of runc; see
+//! [`gpuhook::wrapper`]. Nothing is ever written to stdout (it belongs to runc's caller).
+
 fn main() {
-    eprintln!("gpuhook-runtime: not built yet");
-    std::process::exit(2);
+    gpuhook::wrapper::main()
 }

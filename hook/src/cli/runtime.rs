@@ -1,8 +1,18 @@
 //! `gpuhook runtime configure`: register gpuhook-runtime with containerd.
+//!
+//! A thin layer over [`gpuhook_runtime::configure`]: the summary goes to stdout, and the exit
+//! status tells provisioning scripts whether to restart containerd (0 changed, 3 unchanged,
+//! 1 error with nothing written, 2 usage error).
 
+use std::io::Write;
 use std::path::PathBuf;
 
+use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
+use gpuhook_runtime::{
+    configure, ConfigureOptions, DEFAULT_BINARY, DEFAULT_CONFIG, DEFAULT_DROP_IN,
+    DEFAULT_RUNTIME_NAME, EXIT_UNCHANGED,
+};
 
 use crate::config::Config;
 
@@ -11,12 +21,14 @@ use crate::config::Config;
 pub enum RuntimeCommand {
     /// Add a gpuhook runtime to containerd's config
     #[command(long_about = "Add a gpuhook runtime to containerd's config.\n\n\
-        Adds a runtime (runtime_type io.containerd.runc.v2, options.BinaryName = --runtime-path) to the \
+        Adds a runtime (runtime_type io.containerd.runc.v2, options.BinaryName = --binary) to the \
         CRI plugin table of the config version found (v1, v2 or v3), copying the options of the \
         existing runc runtime (SystemdCgroup included). With --drop-in the change goes to a separate \
-        file that the main config imports. Files are written atomically and only when something \
-        changed; restart containerd afterwards. Select the runtime in Kubernetes with a RuntimeClass \
-        whose handler is --runtime-name.")]
+        file that the main config imports. Files are written atomically, with a backup, and only \
+        when something changed. containerd is never restarted: exit status 0 means a file changed \
+        (restart containerd), 3 means everything was already configured, 1 an error (nothing \
+        written). Select the runtime in Kubernetes with a RuntimeClass whose handler is \
+        --runtime-name.")]
     Configure(ConfigureArgs),
 }
 
@@ -32,46 +44,116 @@ pub struct ConfigureArgs {
     /// Which runtime to configure
     #[arg(long, value_enum, default_value = "containerd")]
     pub runtime: RuntimeKind,
-    /// The runtime's main config file
-    #[arg(
-        long,
-        value_name = "FILE",
-        default_value = "/etc/containerd/config.toml"
-    )]
+    /// containerd's main config file
+    #[arg(long, value_name = "FILE", default_value = DEFAULT_CONFIG)]
     pub config: PathBuf,
-    /// Write the runtime to a drop-in file and add it to the main config's imports
-    #[arg(long)]
-    pub drop_in: bool,
-    /// The drop-in file (with --drop-in)
-    #[arg(
-        long,
-        value_name = "FILE",
-        default_value = "/etc/containerd/conf.d/99-gpuhook.toml"
-    )]
-    pub drop_in_path: PathBuf,
+    /// Write the runtime to a drop-in file (default /etc/containerd/conf.d/99-gpuhook.toml) and
+    /// add it to the main config's imports
+    #[arg(long, value_name = "PATH", num_args = 0..=1, default_missing_value = DEFAULT_DROP_IN)]
+    pub drop_in: Option<PathBuf>,
     /// Name of the runtime entry (the RuntimeClass handler)
-    #[arg(long, value_name = "NAME", default_value = "gpuhook")]
+    #[arg(long, value_name = "NAME", default_value = DEFAULT_RUNTIME_NAME)]
     pub runtime_name: String,
-    /// Path of the gpuhook-runtime binary
-    #[arg(long, value_name = "PATH", default_value = "/usr/bin/gpuhook-runtime")]
-    pub runtime_path: PathBuf,
+    /// Absolute path of the gpuhook-runtime binary (options.BinaryName)
+    #[arg(long, value_name = "PATH", default_value = DEFAULT_BINARY)]
+    pub binary: PathBuf,
     /// Also make it the default runtime
     #[arg(long)]
     pub set_as_default: bool,
     /// Turn on enable_cdi in the CRI plugin (containerd 1.7+)
     #[arg(long)]
     pub enable_cdi: bool,
-    /// Print the resulting file(s) on stdout instead of writing them
+    /// Print the diff instead of writing (exit status as if written)
     #[arg(long)]
     pub dry_run: bool,
 }
 
-pub(super) fn run(command: &RuntimeCommand, config: &Config) -> anyhow::Result<()> {
+impl ConfigureArgs {
+    /// The library's options.
+    pub fn options(&self) -> ConfigureOptions {
+        ConfigureOptions {
+            config: self.config.clone(),
+            drop_in: self.drop_in.clone(),
+            runtime_name: self.runtime_name.clone(),
+            binary: self.binary.clone(),
+            set_as_default: self.set_as_default,
+            enable_cdi: self.enable_cdi,
+        }
+    }
+}
+
+pub(super) fn run(command: &RuntimeCommand, _config: &Config) -> anyhow::Result<()> {
     match command {
         RuntimeCommand::Configure(args) => {
-            // WIRE: toml_edit containerd config update (v1/v2/v3 tables, drop-in, atomic write).
-            tracing::debug!(?args, mode = ?config.runtime.mode, "runtime configure");
-            anyhow::bail!("`gpuhook runtime configure` is not wired yet")
+            let RuntimeKind::Containerd = args.runtime;
+            let outcome = configure(&args.options(), args.dry_run)?;
+            let mut out = std::io::stdout().lock();
+            out.write_all(outcome.summary().as_bytes())
+                .and_then(|()| out.flush())
+                .context("cannot write to stdout")?;
+            tracing::info!(
+                config = %args.config.display(),
+                exit = outcome.exit_code(),
+                "runtime configure"
+            );
+            if outcome.exit_code() == EXIT_UNCHANGED {
+                // Not an error, but scripts need to tell it apart from "changed".
+                std::process::exit(EXIT_UNCHANGED);
+            }
+            Ok(())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::cli::{Cli, Command};
+
+    fn configure_args(args: &[&str]) -> ConfigureArgs {
+        let argv = ["gpuhook", "runtime", "configure"].iter().chain(args);
+        let cli = Cli::try_parse_from(argv).unwrap();
+        let Command::Runtime(RuntimeCommand::Configure(c)) = cli.command else {
+            panic!("not runtime configure")
+        };
+        c
+    }
+
+    #[test]
+    fn defaults_match_the_library() {
+        let c = configure_args(&[]);
+        assert_eq!(c.options(), ConfigureOptions::default());
+        assert!(!c.dry_run);
+    }
+
+    #[test]
+    fn drop_in_takes_an_optional_path() {
+        let c = configure_args(&["--drop-in", "--dry-run"]);
+        assert_eq!(c.drop_in, Some(PathBuf::from(DEFAULT_DROP_IN)));
+        assert!(c.dry_run);
+        let c = configure_args(&["--drop-in", "/etc/containerd/conf.d/50-gpu.toml"]);
+        assert_eq!(
+            c.drop_in,
+            Some(PathBuf::from("/etc/containerd/conf.d/50-gpu.toml"))
+        );
+        let c = configure_args(&[
+            "--drop-in=/x.toml",
+            "--binary",
+            "/opt/bin/gpuhook-runtime",
+            "--runtime-name",
+            "nvidia",
+            "--set-as-default",
+            "--enable-cdi",
+            "--config",
+            "/c.toml",
+        ]);
+        let o = c.options();
+        assert_eq!(o.drop_in, Some(PathBuf::from("/x.toml")));
+        assert_eq!(o.binary, PathBuf::from("/opt/bin/gpuhook-runtime"));
+        assert_eq!(o.runtime_name, "nvidia");
+        assert!(o.set_as_default && o.enable_cdi);
+        assert_eq!(o.config, PathBuf::from("/c.toml"));
     }
 }

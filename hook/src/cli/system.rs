@@ -1,8 +1,11 @@
 //! `gpuhook system ...`: node setup.
 
+use std::io::Write;
 use std::path::PathBuf;
 
+use anyhow::Context;
 use clap::{Args, Subcommand};
+use gpuhook_inject::discover_dev_char_nodes;
 
 use crate::config::Config;
 
@@ -25,10 +28,10 @@ pub struct CreateDevCharSymlinksArgs {
     /// Root of the driver installation [default: driver-root from the config]
     #[arg(long, value_name = "DIR")]
     pub driver_root: Option<PathBuf>,
-    /// Root of /dev/nvidia* [default: dev-root from the config]
+    /// Root under which /dev/nvidia* live [default: dev-root from the config, else the driver root]
     #[arg(long, value_name = "DIR")]
     pub dev_root: Option<PathBuf>,
-    /// Where the links go
+    /// Where the links go, as a path under the dev root; must be `<devices dir>/char`
     #[arg(long, value_name = "DIR", default_value = "/dev/char")]
     pub dev_char_path: PathBuf,
     /// Print what would be created, change nothing
@@ -38,10 +41,69 @@ pub struct CreateDevCharSymlinksArgs {
 
 pub(super) fn run(command: &SystemCommand, config: &Config) -> anyhow::Result<()> {
     match command {
-        SystemCommand::CreateDevCharSymlinks(args) => {
-            // WIRE: gpuhook-node device discovery -> /dev/char/MAJ:MIN links (idempotent).
-            tracing::debug!(?args, dev_root = %config.dev_root().display(), "system create-dev-char-symlinks");
-            anyhow::bail!("`gpuhook system create-dev-char-symlinks` is not wired yet")
-        }
+        SystemCommand::CreateDevCharSymlinks(args) => create_dev_char_symlinks(args, config),
     }
+}
+
+/// The host directory holding the device nodes (`<dev-root>/dev`), from `--dev-char-path`.
+fn devices_dir(args: &CreateDevCharSymlinksArgs, config: &Config) -> anyhow::Result<PathBuf> {
+    let dev_root = match (&args.dev_root, &args.driver_root) {
+        (Some(d), _) => d.clone(),
+        (None, Some(driver)) if config.dev_root.is_none() => driver.clone(),
+        (None, _) => config.dev_root().to_path_buf(),
+    };
+    anyhow::ensure!(
+        dev_root.is_absolute(),
+        "--dev-root {} is not an absolute path",
+        dev_root.display()
+    );
+    let char_dir = &args.dev_char_path;
+    let parent = match (char_dir.file_name(), char_dir.parent()) {
+        (Some(name), Some(parent)) if name == "char" && char_dir.is_absolute() => parent,
+        _ => anyhow::bail!(
+            "--dev-char-path {} must be an absolute path ending in /char (e.g. /dev/char): the \
+             links point at ../<node>",
+            char_dir.display()
+        ),
+    };
+    Ok(gpuhook_node::join_under(&dev_root, parent))
+}
+
+fn create_dev_char_symlinks(
+    args: &CreateDevCharSymlinksArgs,
+    config: &Config,
+) -> anyhow::Result<()> {
+    let dev = devices_dir(args, config)?;
+    let nodes = discover_dev_char_nodes(&dev)
+        .with_context(|| format!("listing NVIDIA device nodes in {}", dev.display()))?;
+    if nodes.is_empty() {
+        tracing::warn!(dev = %dev.display(), "no NVIDIA device nodes found; is the driver loaded?");
+    }
+    let mut out = std::io::stdout().lock();
+    if args.dry_run {
+        for n in &nodes {
+            writeln!(
+                out,
+                "would link {}/char/{}:{} -> ../{}",
+                dev.display(),
+                n.major,
+                n.minor,
+                n.path.display()
+            )?;
+        }
+        return Ok(());
+    }
+    let made = gpuhook_inject::create_dev_char_symlinks(&dev, &nodes)
+        .with_context(|| format!("creating links in {}/char", dev.display()))?;
+    for ((link, outcome), n) in made.iter().zip(&nodes) {
+        writeln!(
+            out,
+            "{outcome:?} {}{} -> ../{}",
+            dev.display(),
+            link.display(),
+            n.path.display()
+        )?;
+    }
+    tracing::info!(dev = %dev.display(), links = made.len(), "dev/char links in place");
+    Ok(())
 }

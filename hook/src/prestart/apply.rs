@@ -11,7 +11,8 @@
 //! `/proc` files that exist, symlinks, the params override, and last the host's ldconfig
 //! (sandboxed) so it sees the mounted libraries.
 
-use std::path::{Path, PathBuf};
+use std::collections::HashSet;
+use std::path::{Component, Path, PathBuf};
 
 use gpuhook_inject::hooks::{create_symlinks_in, disable_device_node_modification};
 use gpuhook_inject::{
@@ -127,8 +128,99 @@ fn refused(path: &Path, reason: String) -> InjectError {
     }
 }
 
+/// Most symlinks followed while checking one path (Linux's limit).
+const MAX_LINKS: u32 = 40;
+
+/// Walks `path` inside the root as openat2 `RESOLVE_IN_ROOT` would (absolute link targets mean
+/// the root, `..` stops at the root), with lstat only. `Some(resolved)` when every component is
+/// a directory, `None` when a plain component is missing (it will be created). A symlink whose
+/// target does not exist inside the root, or a non-directory component, is an error: creating
+/// directories through it fails, and that must be found before anything is changed.
+fn walk_dirs(root: &ContainerRoot, path: &Path, depth: u32) -> Result<Option<PathBuf>, InjectError> {
+    let mut cur = PathBuf::from("/");
+    for c in path.components() {
+        let name = match c {
+            Component::Normal(n) => n,
+            Component::ParentDir => {
+                cur.pop();
+                continue;
+            }
+            _ => continue,
+        };
+        let next = cur.join(name);
+        match root.lstat(&next)? {
+            None => return Ok(None),
+            Some(EntryKind::Directory) => cur = next,
+            Some(EntryKind::Symlink(target)) => {
+                if depth >= MAX_LINKS {
+                    return Err(refused(&next, "too many levels of symlinks".into()));
+                }
+                let abs = if target.is_absolute() {
+                    target.clone()
+                } else {
+                    cur.join(&target)
+                };
+                match walk_dirs(root, &abs, depth + 1)? {
+                    Some(resolved) => cur = resolved,
+                    None => {
+                        return Err(refused(
+                            &next,
+                            format!(
+                                "the image's symlink to {} dangles inside the container root; \
+                                 fix the image (the link is resolved inside the root, never on \
+                                 the host)",
+                                target.display()
+                            ),
+                        ))
+                    }
+                }
+            }
+            Some(other) => {
+                return Err(refused(
+                    &next,
+                    format!("the image has {} there, where a directory is needed", other.describe()),
+                ))
+            }
+        }
+    }
+    Ok(Some(cur))
+}
+
+/// Checks that the parent of every destination can be created or used (memoised per folder).
+fn check_parents<'a>(
+    root: &ContainerRoot,
+    paths: impl Iterator<Item = &'a Path>,
+) -> Result<(), InjectError> {
+    let mut seen = HashSet::new();
+    for p in paths {
+        if let Some(parent) = p.parent() {
+            if seen.insert(parent) {
+                walk_dirs(root, parent, 0)?;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Checks every destination in the root without changing anything.
 fn preflight(root: &ContainerRoot, plan: &Plan) -> Result<Present, InjectError> {
+    let ldconf = Path::new(gpuhook_inject::ldcache::LDSO_CONF_DROPIN);
+    let ldcache_paths = plan
+        .ldcache_folders
+        .iter()
+        .map(|f| f.join("x"))
+        .chain(std::iter::once(ldconf.to_path_buf()))
+        .filter(|_| !plan.ldcache_folders.is_empty())
+        .collect::<Vec<_>>();
+    check_parents(
+        root,
+        plan.devices
+            .iter()
+            .map(|d| d.path.as_path())
+            .chain(plan.mounts.iter().filter(|m| !m.proc_file).map(|m| m.container.as_path()))
+            .chain(plan.symlinks.iter().map(|(_, l)| l.as_path()))
+            .chain(ldcache_paths.iter().map(PathBuf::as_path)),
+    )?;
     for d in &plan.devices {
         match root.lstat(&d.path)? {
             None => {}
@@ -189,4 +281,38 @@ fn preflight(root: &ContainerRoot, plan: &Plan) -> Result<Present, InjectError> 
     let params = plan.params.is_some()
         && root.lstat(Path::new(PARAMS_PATH))? == Some(EntryKind::File);
     Ok(Present { proc_files, params })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn walk_resolves_links_inside_the_root_and_refuses_dangling_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = dir.path();
+        std::fs::create_dir_all(r.join("usr/lib")).unwrap();
+        std::fs::create_dir_all(r.join("etc")).unwrap();
+        std::fs::write(r.join("etc/passwd"), "").unwrap();
+        std::os::unix::fs::symlink("/tmp/canary", r.join("usr/lib/abs")).unwrap();
+        std::os::unix::fs::symlink("../../../../../tmp/canary", r.join("usr/lib/rel")).unwrap();
+        std::os::unix::fs::symlink("loop2", r.join("loop1")).unwrap();
+        std::os::unix::fs::symlink("loop1", r.join("loop2")).unwrap();
+        let root = ContainerRoot::open(r).unwrap();
+        let walk = |p: &str| walk_dirs(&root, Path::new(p), 0);
+
+        for p in ["/usr/lib/abs/x", "/usr/lib/rel"] {
+            let err = walk(p).unwrap_err().to_string();
+            assert!(err.contains("dangles inside the container root"), "{p}: {err}");
+        }
+        std::fs::create_dir_all(r.join("tmp/canary")).unwrap();
+        assert_eq!(walk("/usr/lib/abs").unwrap(), Some("/tmp/canary".into()));
+        assert_eq!(walk("/usr/lib/rel/sub").unwrap(), None, "sub will be created");
+        assert_eq!(walk("/usr/lib/rel").unwrap(), Some("/tmp/canary".into()));
+        assert_eq!(walk("/opt/nvidia").unwrap(), None);
+        let err = walk("/etc/passwd/x").unwrap_err().to_string();
+        assert!(err.contains("where a directory is needed"), "{err}");
+        let err = walk("/loop1/x").unwrap_err().to_string();
+        assert!(err.contains("too many levels of symlinks"), "{err}");
+    }
 }

@@ -44,6 +44,8 @@ pub struct Node {
     pub inventory: PathBuf,
     pub mps_root: PathBuf,
     pub config: PathBuf,
+    /// `mpsDaemon.cdiSpecDir` of [`Node::write_config`].
+    pub cdi_dir: PathBuf,
 }
 
 impl Node {
@@ -92,12 +94,14 @@ impl Node {
         std::fs::write(&inventory, serde_json::to_vec(&inv).unwrap()).unwrap();
         let mps_root = dir.path().join("mps");
         let config = dir.path().join("config.yaml");
+        let cdi_dir = dir.path().join("cdi");
         Node {
             dir,
             driver_root,
             inventory,
             mps_root,
             config,
+            cdi_dir,
         }
     }
 
@@ -118,9 +122,10 @@ impl Node {
     /// Writes a config: `resources` is the YAML list body, `extra` more `mpsDaemon` keys.
     pub fn write_config(&self, resources: &str, extra: &str) {
         let text = format!(
-            "version: v1\nsharing:\n  mps:\n    resources:\n{resources}mpsDaemon:\n  mpsRoot: {}\n  driverRoot: {}\n{extra}",
+            "version: v1\nsharing:\n  mps:\n    resources:\n{resources}mpsDaemon:\n  mpsRoot: {}\n  driverRoot: {}\n  cdiSpecDir: {}\n{extra}",
             self.mps_root.display(),
-            self.driver_root.display()
+            self.driver_root.display(),
+            self.cdi_dir.display()
         );
         std::fs::write(&self.config, text).unwrap();
     }
@@ -354,4 +359,11 @@ pub fn tree(root: &Path) -> Vec<String> {
     walk(root, root, &mut out);
     out.sort();
     out
+}
+
+/// Path of the daemon's CDI spec in [`Node::cdi_dir`].
+impl Node {
+    pub fn cdi_spec(&self) -> PathBuf {
+        self.cdi_dir.join("nvidia.com-gpu-mps.json")
+    }
 }

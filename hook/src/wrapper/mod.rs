@@ -1,0 +1,85 @@
+//! The `gpuhook-runtime` binary's glue: gpuhook's config, request parser and node inventory
+//! plugged into the wrapper core of the `gpuhook-runtime` library crate.
+//!
+//! containerd's runc shim runs this binary instead of runc for every runc command of a container
+//! (`create`, `start`, `state`, `kill`, `delete`, ...). runc's **stdout belongs to the container
+//! or to the shim** (`runc state` prints JSON the shim parses), so nothing here ever writes to
+//! stdout; diagnostics go to the config's `log-file`, else to runc's `--log` file (see [`logs`]).
+//!
+//! The config is `$GPUHOOK_CONFIG`, else `/etc/gpuhook/config.toml` (missing = defaults). Note
+//! for admins: `ctr run --env` and a pod's env reach the *container*, not the wrapper; the
+//! wrapper sees the shim's environment, which is containerd's. So either use the default path or
+//! set `GPUHOOK_CONFIG` in containerd's own environment (systemd `Environment=`).
+//!
+//! A broken config refuses `create`/`run` (the error names the file and line, and reaches the
+//! user through containerd), but every other command still passes through to the default
+//! runtimes: a typo in the config must not make existing containers impossible to stop/delete.
+//!
+//! What is injected ([`request`]): in `cdi` mode (the default) the request becomes CDI names,
+//! resolved from the spec dirs; names no spec file defines are generated in memory from the
+//! node's inventory ([`node`]) when `generate-missing = true` (the default), so a container
+//! started before `gpuhook cdi generate` ran at boot (or naming a device by an alias the spec
+//! file does not list, e.g. a PCI bus id) still works, while a spec file always wins.
+
+mod logs;
+mod node;
+mod request;
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use gpuhook_runtime::{parse_argv, report_error, GenerateMissing, Intercept, EXIT_FAILURE};
+
+pub use node::NodeState;
+pub use request::WrapperRequest;
+
+use crate::config::{Config, CONFIG_ENV};
+
+/// The wrapper's settings from gpuhook's config.
+pub fn runtime_config(config: &Config) -> gpuhook_runtime::RuntimeConfig {
+    gpuhook_runtime::RuntimeConfig {
+        runtimes: config.runtime.runtimes.iter().map(PathBuf::from).collect(),
+        spec_dirs: config.cdi_spec_dirs.clone(),
+        path_env: None,
+        self_exe: None,
+    }
+}
+
+/// Whether runc's argv is a command that creates a container (the only one that needs the config).
+fn creates(argv: &[OsString]) -> bool {
+    // An argv the parser refuses is treated as `create`: the wrapper core fails it anyway.
+    parse_argv(argv).map_or(true, |a| matches!(a.intercept(), Intercept::Bundle { .. }))
+}
+
+/// The whole `gpuhook-runtime` binary.
+pub fn main() -> ! {
+    let argv: Vec<OsString> = std::env::args_os().collect();
+    let path = std::env::var_os(CONFIG_ENV)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from);
+    let config = match Config::load(path.as_deref()) {
+        Ok(c) => c,
+        Err(e) if creates(&argv) => {
+            report_error(&argv, &e);
+            std::process::exit(EXIT_FAILURE)
+        }
+        Err(e) => {
+            // stderr of non-create commands is read by the shim only when the runtime fails.
+            eprintln!(
+                "gpuhook-runtime: warning: {e}; passing the command through to the default runtime"
+            );
+            Config::default()
+        }
+    };
+    logs::init(&config, &argv);
+    let node = NodeState::new(&config);
+    let request = WrapperRequest::new(&config, &node);
+    let generate: Option<&dyn GenerateMissing> = config
+        .runtime
+        .generate_missing
+        .then_some(&node as &dyn GenerateMissing);
+    gpuhook_runtime::main(&argv, &runtime_config(&config), &request, generate)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,218 @@
+//! What the wrapper injects into a container, from its (untrusted) OCI spec.
+//!
+//! - Not a GPU container ([`crate::request::is_gpu_container`] false and no `cdi.k8s.io/*`
+//!   annotation): nothing, decided from `config.json` alone without discovery.
+//! - `cdi` mode: CDI names. `cdi.k8s.io/*` annotations give fully qualified names, used as they
+//!   are, *of any kind* (containerd 1.6 has no CDI: the wrapper is the only CDI consumer, as the
+//!   CRI plugin would be on 1.7+). Ids from `NVIDIA_VISIBLE_DEVICES` (or the volume-mount list)
+//!   become `nvidia.com/gpu=<id>`; a fully qualified name there is kept as it is.
+//!   `NVIDIA_VISIBLE_DEVICES=none` asks for the driver without a GPU: the common edits of the
+//!   spec (driver files, control nodes, hooks), with no device node.
+//!   CDI specs hold every driver file whatever `NVIDIA_DRIVER_CAPABILITIES` says (so does
+//!   NVIDIA's cdi mode): in this mode capabilities select nothing.
+//! - `jit-cdi` mode: the edits for exactly the resolved devices and capabilities, in memory.
+//! - `legacy` mode: the `gpuhook prestart` hook.
+//!
+//! `NVIDIA_REQUIRE_*` constraints are checked against the node's inventory in every mode, when
+//! there are any (only then is the inventory loaded); a failure fails `create` with the message.
+
+use std::collections::BTreeMap;
+
+use gpuhook_cdi::{ContainerEdits, Hook};
+use gpuhook_runtime::{BoxError, DeviceRequest, Injection};
+use serde_json::Value;
+
+use super::node::NodeState;
+use crate::config::{Config, RuntimeMode, CONFIG_ENV};
+use crate::logging::{Decision, Outcome};
+use crate::request::{
+    self, resolve_selection, ContainerRequest, ParseOutcome, QualifiedName, RequestPolicy,
+    RequestSource, CDI_ANNOTATION_PREFIX,
+};
+
+const COMMAND: &str = "runtime create";
+
+/// The wrapper's [`DeviceRequest`].
+#[derive(Debug)]
+pub struct WrapperRequest<'a> {
+    config: &'a Config,
+    policy: RequestPolicy,
+    node: &'a NodeState<'a>,
+}
+
+/// Every name of every `cdi.k8s.io/*` annotation, by annotation key, validated.
+pub fn annotation_names(spec: &Value) -> Result<Vec<QualifiedName>, BoxError> {
+    let Some(map) = spec.get("annotations").and_then(Value::as_object) else {
+        return Ok(Vec::new());
+    };
+    let sorted: BTreeMap<&String, &Value> = map
+        .iter()
+        .filter(|(k, _)| k.starts_with(CDI_ANNOTATION_PREFIX))
+        .collect();
+    let mut out = Vec::new();
+    for (key, value) in sorted {
+        let value = value
+            .as_str()
+            .ok_or_else(|| format!("annotation {key} is not a string"))?;
+        for name in value.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            let q = QualifiedName::parse(name).map_err(|reason| {
+                format!("annotation {key}: {name:?} is not a qualified CDI device name: {reason}")
+            })?;
+            if !out.contains(&q) {
+                out.push(q);
+            }
+        }
+    }
+    Ok(out)
+}
+
+impl<'a> WrapperRequest<'a> {
+    pub fn new(config: &'a Config, node: &'a NodeState<'a>) -> Self {
+        WrapperRequest {
+            config,
+            policy: config.request_policy(),
+            node,
+        }
+    }
+
+    /// Checks `NVIDIA_REQUIRE_*` against the inventory (loaded only when there are constraints).
+    fn check_requirements(&self, req: &ContainerRequest) -> Result<(), BoxError> {
+        if req.requirements.disabled || req.requirements.constraints.is_empty() {
+            return Ok(());
+        }
+        let inv = self.node.inventory()?;
+        // Devices that do not resolve are reported by the CDI resolution (same wording as
+        // every CDI runtime); the requirements are then checked node-wide only.
+        let devices = resolve_selection(&req.devices, inv, req.source, &req.cdi_kind)
+            .map(|r| r.devices)
+            .unwrap_or_default();
+        let report = req.requirements.check(inv, &devices)?;
+        for u in &report.unchecked {
+            tracing::warn!(requirement = %u, "requirement not verifiable on this node; allowed");
+        }
+        Ok(())
+    }
+
+    fn cdi_names(
+        &self,
+        req: &ContainerRequest,
+        annotations: &[QualifiedName],
+    ) -> Result<Vec<String>, BoxError> {
+        let mut names: Vec<String> = if req.source == RequestSource::CdiAnnotations {
+            Vec::new()
+        } else {
+            req.devices.to_cdi_names(&req.cdi_kind, req.source)?
+        };
+        for q in annotations {
+            let n = q.to_string();
+            if !names.contains(&n) {
+                names.push(n);
+            }
+        }
+        Ok(names)
+    }
+
+    fn legacy_hook(&self) -> Result<ContainerEdits, BoxError> {
+        let opts = self.node.edit_options()?;
+        let path = opts
+            .gpuhook_path
+            .to_str()
+            .ok_or("the gpuhook path is not UTF-8")?
+            .to_string();
+        let mut env = opts.hook_env;
+        if !env.iter().any(|e| e.starts_with(&format!("{CONFIG_ENV}="))) {
+            env.push(format!(
+                "{CONFIG_ENV}={}",
+                crate::config::DEFAULT_CONFIG_PATH
+            ));
+        }
+        Ok(ContainerEdits {
+            hooks: vec![Hook {
+                hook_name: "prestart".into(),
+                path,
+                args: vec!["gpuhook".into(), "prestart".into()],
+                env,
+                timeout: None,
+            }],
+            ..Default::default()
+        })
+    }
+
+    fn decide(&self, spec: &Value) -> Result<(Option<Injection>, String), BoxError> {
+        let annotations = annotation_names(spec)?;
+        if !request::is_gpu_container(spec, &self.policy) && annotations.is_empty() {
+            return Ok((None, "no GPU requested".into()));
+        }
+        let req = match request::parse(spec, &self.policy)? {
+            ParseOutcome::Gpu(r) => r,
+            ParseOutcome::NotGpu(reason) if annotations.is_empty() => {
+                return Ok((None, format!("{reason:?}")))
+            }
+            // Only other vendors' CDI devices.
+            ParseOutcome::NotGpu(_) => {
+                let names = annotations.iter().map(ToString::to_string).collect();
+                return Ok((Some(Injection::Cdi(names)), "cdi-annotations".into()));
+            }
+        };
+        self.check_requirements(&req)?;
+        let source = req.source.as_str().to_string();
+        let injection = match self.config.runtime.mode {
+            RuntimeMode::Cdi => {
+                let names = self.cdi_names(&req, &annotations)?;
+                if names.is_empty() {
+                    Injection::Edits(Box::new(self.node.common_edits()?))
+                } else {
+                    Injection::Cdi(names)
+                }
+            }
+            RuntimeMode::JitCdi => {
+                let inv = self.node.inventory()?;
+                let resolved = req.resolve(inv)?;
+                let edits = gpuhook_cdi::edits_for(
+                    inv,
+                    &resolved.devices,
+                    &resolved.capabilities,
+                    &self.node.edit_options()?,
+                )?;
+                Injection::Edits(Box::new(edits))
+            }
+            RuntimeMode::Legacy => Injection::Edits(Box::new(self.legacy_hook()?)),
+        };
+        Ok((Some(injection), source))
+    }
+}
+
+impl DeviceRequest for WrapperRequest<'_> {
+    fn injection(&self, spec: &Value) -> Result<Option<Injection>, BoxError> {
+        let hostname = spec.get("hostname").and_then(Value::as_str);
+        match self.decide(spec) {
+            Ok((None, reason)) => {
+                let mut d = Decision::new(COMMAND, Outcome::Skip);
+                d.container = hostname;
+                d.reason = Some(&reason);
+                d.log();
+                Ok(None)
+            }
+            Ok((Some(injection), source)) => {
+                let devices = match &injection {
+                    Injection::Cdi(names) => names.join(","),
+                    Injection::Edits(_) => format!("{:?} edits", self.config.runtime.mode),
+                };
+                let mut d = Decision::new(COMMAND, Outcome::Inject);
+                d.container = hostname;
+                d.source = Some(&source);
+                d.devices = Some(&devices);
+                d.log();
+                Ok(Some(injection))
+            }
+            Err(e) => {
+                let reason = e.to_string();
+                let mut d = Decision::new(COMMAND, Outcome::Refuse);
+                d.container = hostname;
+                d.reason = Some(&reason);
+                d.log();
+                Err(e)
+            }
+        }
+    }
+}

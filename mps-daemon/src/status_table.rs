@@ -1,0 +1,119 @@
+//! The human table of `gpu-mps-daemon status`: one row per GPU, then its clients per container.
+
+use crate::status::StatusFile;
+
+/// The human table of `gpu-mps-daemon status`.
+pub fn render_table(s: &StatusFile, daemon_alive: bool) -> String {
+    let mut out = String::new();
+    let liveness = if daemon_alive {
+        "running"
+    } else {
+        "NOT RUNNING (stale status file)"
+    };
+    out.push_str(&format!(
+        "gpu-mps-daemon pid {} {liveness}, updated at {}\n",
+        s.pid, s.updated_at
+    ));
+    if let Some(e) = &s.last_reload_error {
+        out.push_str(&format!("last reload refused: {e}\n"));
+    }
+    let header = [
+        "IDX",
+        "UUID",
+        "RESOURCE",
+        "STATE",
+        "PID",
+        "THREADS%",
+        "MEMLIMIT",
+        "RESTARTS",
+        "LAST ERROR",
+    ];
+    let mut rows: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
+    for g in &s.gpus {
+        rows.push(vec![
+            g.index.to_string(),
+            g.uuid.clone(),
+            g.resource.clone(),
+            g.state.as_str().to_string(),
+            g.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
+            g.active_thread_percentage.to_string(),
+            g.pinned_memory_limit_mib
+                .map(|m| format!("{m}M"))
+                .unwrap_or_else(|| "-".into()),
+            g.restarts.to_string(),
+            g.last_error.clone().unwrap_or_else(|| "-".into()),
+        ]);
+    }
+    let widths: Vec<usize> = (0..header.len())
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .collect();
+    for r in rows {
+        let line: Vec<String> = r
+            .iter()
+            .enumerate()
+            .map(|(c, v)| {
+                if c + 1 == r.len() {
+                    v.clone()
+                } else {
+                    format!("{v:<w$}", w = widths[c])
+                }
+            })
+            .collect();
+        out.push_str(line.join("  ").trim_end());
+        out.push('\n');
+    }
+    for g in &s.gpus {
+        let u = &g.usage;
+        if u.servers.is_empty() && u.clients.is_empty() && u.terminations.is_empty() {
+            continue;
+        }
+        let ended: Vec<String> = u
+            .terminations
+            .iter()
+            .map(|(r, n)| format!("{r}={n}"))
+            .collect();
+        out.push_str(&format!(
+            "GPU {}: {} server(s), {} client(s){}\n",
+            g.index,
+            u.servers.len(),
+            u.clients.len(),
+            if ended.is_empty() {
+                String::new()
+            } else {
+                format!(", terminated: {}", ended.join(" "))
+            }
+        ));
+        for (ctr, n) in u.clients_per_container() {
+            let pids: Vec<String> = u
+                .clients
+                .iter()
+                .filter(|c| c.container.as_deref() == Some(ctr.as_str()))
+                .map(|c| c.pid.to_string())
+                .collect();
+            let runtime = u
+                .clients
+                .iter()
+                .find(|c| c.container.as_deref() == Some(ctr.as_str()))
+                .and_then(|c| c.runtime.clone())
+                .unwrap_or_default();
+            out.push_str(&format!(
+                "  container {ctr} ({runtime}): {n} client(s), pids {}\n",
+                pids.join(",")
+            ));
+        }
+        let host: Vec<String> = u
+            .clients
+            .iter()
+            .filter(|c| c.container.is_none())
+            .map(|c| c.pid.to_string())
+            .collect();
+        if !host.is_empty() {
+            out.push_str(&format!(
+                "  host processes: {} client(s), pids {}\n",
+                host.len(),
+                host.join(",")
+            ));
+        }
+    }
+    out
+}

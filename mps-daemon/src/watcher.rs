@@ -1,0 +1,214 @@
+//! The client watcher of one GPU: runs with every health probe while the GPU is ready.
+//!
+//! Each pass, bounded by the command timeout per command, it
+//! 1. gives every MPS server it has not seen yet the per-server limits
+//!    (`set_active_thread_percentage <srv> P`, `set_device_pinned_mem_limit <srv> 0 <M>M`): the
+//!    defaults already reach new servers, this pins them even if a driver did not copy them;
+//! 2. lists each server's clients (`get_client_list <srv>`) and maps each new client pid to its
+//!    container through `<procRoot>/<pid>/cgroup` ([`crate::cgroup`]), remembering the
+//!    container's cgroup directory;
+//! 3. ends clients by [`crate::enforce::decide`] with `terminate_client <srv> <pid>`;
+//! 4. publishes servers, clients per container and terminations on the [`Board`].
+//!
+//! Every action is logged with the container id it concerns.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::cgroup::{owner_of, Owner};
+use crate::control::ControlEnv;
+use crate::enforce::{decide, parse_pids, ClientView, Termination};
+use crate::settings::EnforceSettings;
+use crate::status::{now_secs, Board, ClientStatus};
+
+/// What was learnt about a client when it was first seen.
+#[derive(Debug, Clone)]
+struct Tracked {
+    seq: u64,
+    owner: Option<Owner>,
+    /// The owner's cgroup directory, when it existed at first sight.
+    cgroup_dir: Option<PathBuf>,
+    /// `/proc/<pid>/cgroup` could not be read at first sight.
+    unreadable: bool,
+}
+
+/// Per-GPU watcher state (kept across passes; reset when the control daemon restarts).
+#[derive(Debug)]
+pub struct Watcher {
+    pub uuid: String,
+    pub settings: EnforceSettings,
+    /// Per-server limits: thread percentage and pinned memory (MiB).
+    pub limits: (u32, Option<u64>),
+    limited: BTreeSet<u32>,
+    clients: BTreeMap<(u32, u32), Tracked>,
+    next_seq: u64,
+}
+
+impl Watcher {
+    pub fn new(uuid: &str, settings: EnforceSettings, limits: (u32, Option<u64>)) -> Self {
+        Watcher {
+            uuid: uuid.to_string(),
+            settings,
+            limits,
+            limited: BTreeSet::new(),
+            clients: BTreeMap::new(),
+            next_seq: 0,
+        }
+    }
+
+    /// Forgets everything (a new control daemon has new servers and clients).
+    pub fn reset(&mut self) {
+        self.limited.clear();
+        self.clients.clear();
+    }
+
+    fn pid_alive(&self, pid: u32) -> bool {
+        self.settings.proc_root.join(pid.to_string()).exists()
+    }
+
+    async fn limit_server(&mut self, env: &ControlEnv, srv: u32, to: Duration) {
+        let (pct, mem) = self.limits;
+        let mut cmd = format!("set_active_thread_percentage {srv} {pct}");
+        if let Some(m) = mem {
+            cmd.push_str(&format!("\nset_device_pinned_mem_limit {srv} 0 {m}M"));
+        }
+        match env.send(&cmd, to).await {
+            Ok(_) => {
+                self.limited.insert(srv);
+                tracing::info!(gpu = %self.uuid, server = srv, active_thread_percentage = pct,
+                    pinned_memory_limit_mib = ?mem, "per-server limits applied to new MPS server");
+            }
+            Err(e) => {
+                tracing::warn!(gpu = %self.uuid, server = srv, error = %e, "cannot apply per-server limits; retrying next pass")
+            }
+        }
+    }
+
+    fn track(&mut self, srv: u32, pid: u32) {
+        if self.clients.contains_key(&(srv, pid)) {
+            return;
+        }
+        self.next_seq += 1;
+        let (owner, unreadable) = match owner_of(&self.settings.proc_root, pid) {
+            Ok(o) => (o, false),
+            Err(_) => (None, true),
+        };
+        let cgroup_dir = owner
+            .as_ref()
+            .and_then(|o| o.cgroup_dir(&self.settings.cgroup_root));
+        match &owner {
+            Some(o) => tracing::info!(gpu = %self.uuid, server = srv, client = pid, container = %o.id,
+                runtime = o.runtime.as_str(), cgroup = %o.path, "new MPS client"),
+            None => tracing::info!(gpu = %self.uuid, server = srv, client = pid, unreadable,
+                "new MPS client (host process)"),
+        }
+        self.clients.insert(
+            (srv, pid),
+            Tracked {
+                seq: self.next_seq,
+                owner,
+                cgroup_dir,
+                unreadable,
+            },
+        );
+    }
+
+    /// One pass given the `get_server_list` reply. Errors are recorded, never fatal.
+    pub async fn pass(&mut self, env: &ControlEnv, board: &Board, servers: &str, to: Duration) {
+        let mut errors = Vec::new();
+        let servers = match parse_pids(servers) {
+            Ok(s) => s,
+            Err(e) => {
+                board.update(&self.uuid, |s| s.usage.last_pass_error = Some(e));
+                return;
+            }
+        };
+        let mut listed: BTreeSet<(u32, u32)> = BTreeSet::new();
+        for &srv in &servers {
+            if !self.limited.contains(&srv) {
+                self.limit_server(env, srv, to).await;
+            }
+            match env.send(&format!("get_client_list {srv}"), to).await {
+                Ok(reply) => match parse_pids(&reply) {
+                    Ok(pids) => listed.extend(pids.into_iter().map(|p| (srv, p))),
+                    Err(e) => errors.push(e),
+                },
+                Err(e) => errors.push(e.to_string()),
+            }
+        }
+        self.limited.retain(|s| servers.contains(s));
+        self.clients.retain(|k, _| listed.contains(k));
+        for &(srv, pid) in &listed {
+            self.track(srv, pid);
+        }
+        let views: Vec<ClientView> = self
+            .clients
+            .iter()
+            .map(|(&(server, pid), t)| ClientView {
+                server,
+                pid,
+                seq: t.seq,
+                container: t.owner.as_ref().map(|o| o.id.clone()),
+                container_gone: t.cgroup_dir.as_ref().is_some_and(|d| !d.is_dir()),
+                process_gone: t.unreadable || !self.pid_alive(pid),
+            })
+            .collect();
+        let mut ended = Vec::new();
+        for t in decide(&views, self.settings.max_clients_per_container) {
+            if self.terminate(env, &t, to).await {
+                ended.push(t);
+            } else {
+                errors.push(format!("terminate_client {} {} failed", t.server, t.pid));
+            }
+        }
+        let clients: Vec<ClientStatus> = self
+            .clients
+            .iter()
+            .map(|(&(server, pid), t)| ClientStatus {
+                pid,
+                server,
+                container: t.owner.as_ref().map(|o| o.id.clone()),
+                runtime: t.owner.as_ref().map(|o| o.runtime.as_str().to_string()),
+            })
+            .collect();
+        let limited = self.limited.len() as u64;
+        board.update(&self.uuid, |s| {
+            let u = &mut s.usage;
+            u.servers = servers.clone();
+            u.clients = clients;
+            for t in &ended {
+                *u.terminations.entry(t.reason.as_str().into()).or_insert(0) += 1;
+            }
+            u.servers_limited = u.servers_limited.max(limited);
+            u.last_pass_at = Some(now_secs());
+            u.last_pass_error = (!errors.is_empty()).then(|| errors.join("; "));
+        });
+    }
+
+    async fn terminate(&mut self, env: &ControlEnv, t: &Termination, to: Duration) -> bool {
+        let container = t.container.as_deref().unwrap_or("-");
+        let owner = self.clients.get(&(t.server, t.pid)).and_then(|c| c.owner.clone());
+        let runtime = owner.as_ref().map_or("-", |o| o.runtime.as_str());
+        let cmd = format!("terminate_client {} {}", t.server, t.pid);
+        match env.send(&cmd, to).await {
+            Ok(reply) if reply.trim() == "0" => {
+                tracing::warn!(gpu = %self.uuid, container, runtime, server = t.server, client = t.pid,
+                    reason = t.reason.as_str(), cap = ?self.settings.max_clients_per_container,
+                    "terminated MPS client");
+                self.clients.remove(&(t.server, t.pid));
+                true
+            }
+            Ok(reply) => {
+                tracing::error!(gpu = %self.uuid, container, server = t.server, client = t.pid,
+                    reason = t.reason.as_str(), reply = %reply, "terminate_client refused");
+                false
+            }
+            Err(e) => {
+                tracing::error!(gpu = %self.uuid, container, server = t.server, client = t.pid,
+                    reason = t.reason.as_str(), error = %e, "terminate_client failed");
+                false
+            }
+        }
+    }
+}

@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# Benchmark of the containerd runtime wrapper `gpuhook-runtime` (a benchmark, not a test: it
+# prints numbers and asserts nothing).
+#
+# What it measures: the wall time of `runc create` + `runc start` + `runc delete -f` of a busybox
+# container (`sh -c true`) on a simulated dgx-h100 node (8 GPUs), as containerd's shim runs them,
+# with the runtime binary being either runc itself or gpuhook-runtime (which execs runc), in five
+# variants, interleaved so drift hits all alike:
+#   plain/runc      no GPU request, runc directly
+#   plain/wrapper   no GPU request, through gpuhook-runtime (fast path: no CDI, no discovery)
+#   gpu8/runc       NVIDIA_VISIBLE_DEVICES=all, runc directly (runc ignores it: no GPU)
+#   gpu8/wrapper    NVIDIA_VISIBLE_DEVICES=all through gpuhook-runtime in cdi mode: the spec is
+#                   loaded and applied (8 GPU nodes, control nodes, ~30 driver mounts), and
+#                   `runc create` runs the spec's createContainer hooks (gpuhook hook
+#                   create-symlinks / update-ldcache (host ldconfig in the container) / ...)
+#   gpu8/preinjected  runc directly on the config.json gpuhook-runtime produced (same mounts and
+#                   hooks, no wrapper): splits the wrapper's own cost from the cost of the
+#                   injected content
+# config.json is restored before every run, outside the timed region.
+# Targets: <= 3 ms added p50 without GPUs, <= 10 ms with 8 GPUs (wrapper vs runc directly).
+#
+# Usage: sudo scripts/bench-runtime.sh [RUNS]      (RUNS >= 30, default 40)
+# Env:   CARGO_TARGET_DIR (default: target-rt2), KEEP=1 keeps the work dir.
+set -euo pipefail
+
+RUNS=${1:-40}
+if (( RUNS < 30 )); then echo "RUNS must be >= 30" >&2; exit 2; fi
+[[ $(id -u) == 0 ]] || { echo "run as root (runc, mknod, mounts)" >&2; exit 2; }
+for t in runc python3 busybox; do
+  command -v "$t" >/dev/null || { echo "missing $t" >&2; exit 2; }
+done
+RUNC=$(command -v runc)
+
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$REPO/target-rt2}
+echo "building release binaries in $CARGO_TARGET_DIR ..." >&2
+(cd "$REPO" && cargo build --release -q -p gpuhook -p gpuhook-sim -p gpuhook-mock-nvml)
+BIN=$CARGO_TARGET_DIR/release
+
+WORK=$(mktemp -d /tmp/gpuhook-bench-rt.XXXXXX)
+cleanup() { [[ ${KEEP:-0} == 1 ]] && echo "kept $WORK" >&2 || rm -rf "$WORK"; }
+trap cleanup EXIT
+
+"$BIN/gpuhook-sim" build dgx-h100 "$WORK/node" >/dev/null
+"$BIN/gpuhook" cdi generate --driver-root "$WORK/node" --output "$WORK/cdi/nvidia.com-gpu.json" \
+  --inventory-cache "$WORK/inventory.json" 2>/dev/null
+cat >"$WORK/config.toml" <<EOF
+driver-root = "$WORK/node"
+inventory-cache = "$WORK/inventory.json"
+cdi-spec-dirs = ["$WORK/cdi"]
+log-file = "$WORK/gpuhook.log"
+
+[runtime]
+runtimes = ["$RUNC"]
+EOF
+export GPUHOOK_CONFIG=$WORK/config.toml
+
+make_bundle() { # name gpu(0|1)
+  local b=$WORK/$1
+  mkdir -p "$b/rootfs"/{bin,etc,proc,dev,sys,tmp,usr/lib}
+  cp "$(command -v busybox)" "$b/rootfs/bin/busybox"
+  ln -s busybox "$b/rootfs/bin/sh"; ln -s busybox "$b/rootfs/bin/true"
+  echo 12.0 >"$b/rootfs/etc/debian_version"
+  (cd "$b" && runc spec)
+  python3 - "$b/config.json" "$2" <<'PY'
+import json, sys
+path, gpu = sys.argv[1:]
+c = json.load(open(path))
+c["process"]["terminal"] = False
+c["process"]["args"] = ["sh", "-c", "true"]
+c["root"] = {"path": "rootfs", "readonly": False}
+if gpu == "1":
+    c["process"]["env"] += ["NVIDIA_VISIBLE_DEVICES=all"]
+json.dump(c, open(path, "w"), indent=1)
+PY
+  cp "$b/config.json" "$b/config.json.orig"
+}
+for v in plain-runc plain-wrapper gpu8-runc gpu8-wrapper; do
+  make_bundle "$v" "$([[ $v == gpu8* ]] && echo 1 || echo 0)"
+done
+
+run_once() { # bundle runtime -> prints elapsed ns (create + start + delete)
+  local b=$WORK/$1 rt=$2 id="bench-$1-$$-$RANDOM$RANDOM" t0 t1
+  cp "$b/config.json.orig" "$b/config.json"
+  t0=$(date +%s%N)
+  if ! { "$rt" create --bundle "$b" "$id" && "$rt" start "$id" && "$rt" delete -f "$id"; } \
+      </dev/null >/dev/null 2>"$WORK/err"; then
+    echo "$rt create/start/delete failed for $1:" >&2; cat "$WORK/err" >&2
+    "$RUNC" delete -f "$id" 2>/dev/null; exit 1
+  fi
+  t1=$(date +%s%N)
+  echo $(( t1 - t0 ))
+}
+
+# The config.json the wrapper makes for the 8-GPU container, run by plain runc.
+make_bundle gpu8-preinjected 1
+id="bench-prep-$$"
+"$BIN/gpuhook-runtime" create --bundle "$WORK/gpu8-preinjected" "$id" </dev/null >/dev/null
+"$RUNC" delete -f "$id"
+cp "$WORK/gpu8-preinjected/config.json" "$WORK/gpu8-preinjected/config.json.orig"
+python3 - "$WORK/gpu8-preinjected/config.json.orig" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+nodes = [d["path"] for d in c["linux"].get("devices", [])]
+print(f"8-GPU container after gpuhook-runtime: {len(nodes)} device nodes, {len(c['mounts'])} mounts, "
+      f"{sum(len(v) for v in c.get('hooks', {}).values())} hooks", file=sys.stderr)
+PY
+
+declare -A RT=([plain-runc]=$RUNC [plain-wrapper]=$BIN/gpuhook-runtime [gpu8-runc]=$RUNC
+               [gpu8-wrapper]=$BIN/gpuhook-runtime [gpu8-preinjected]=$RUNC)
+VARIANTS=(plain-runc plain-wrapper gpu8-runc gpu8-wrapper gpu8-preinjected)
+for v in "${VARIANTS[@]}"; do run_once "$v" "${RT[$v]}" >/dev/null; run_once "$v" "${RT[$v]}" >/dev/null; done
+for v in "${VARIANTS[@]}"; do : >"$WORK/$v.times"; done
+for ((i = 0; i < RUNS; i++)); do
+  for v in "${VARIANTS[@]}"; do run_once "$v" "${RT[$v]}" >>"$WORK/$v.times"; done
+done
+
+python3 - "$WORK" "$RUNS" <<'PY'
+import sys, statistics
+work, runs = sys.argv[1], int(sys.argv[2])
+def load(v):
+    return sorted(int(l) / 1e6 for l in open(f"{work}/{v}.times"))
+def pct(xs, p):
+    k = (len(xs) - 1) * p / 100
+    lo = int(k); hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+names = ["plain-runc", "plain-wrapper", "gpu8-runc", "gpu8-wrapper", "gpu8-preinjected"]
+t = {v: load(v) for v in names}
+print(f"runc create+start+delete of busybox `sh -c true`, simulated dgx-h100, {runs} runs per variant (ms)")
+print(f"{'variant':<18}{'p50':>9}{'p95':>9}{'mean':>9}")
+for v in names:
+    xs = t[v]
+    print(f"{v:<18}{pct(xs,50):>9.2f}{pct(xs,95):>9.2f}{statistics.mean(xs):>9.2f}")
+print()
+print(f"{'comparison':<44}{'runc p50':>9}{'gpuhook p50':>12}{'added p50':>11}{'added p95':>11}  target")
+for name, a, b, target in [
+        ("no GPU: wrapper vs runc", "plain-wrapper", "plain-runc", 3),
+        ("8 GPUs: wrapper (CDI + hooks) vs runc", "gpu8-wrapper", "gpu8-runc", 10),
+        ("8 GPUs: wrapper vs runc on the same edits", "gpu8-wrapper", "gpu8-preinjected", None)]:
+    d50 = pct(t[a], 50) - pct(t[b], 50); d95 = pct(t[a], 95) - pct(t[b], 95)
+    tgt = f"<= {target} ms: {'within' if d50 <= target else 'OVER'}" if target else "(wrapper's own cost)"
+    print(f"{name:<44}{pct(t[b],50):>9.2f}{pct(t[a],50):>12.2f}{d50:>11.2f}{d95:>11.2f}  {tgt}")
+PY
