@@ -156,7 +156,8 @@ pub fn all_devices(inv: &Inventory) -> Vec<DeviceRef> {
     out
 }
 
-/// Builds the spec of kind `vendor/class` for `inv`. The result passes [`validate::validate_spec`].
+/// Builds the spec of kind `vendor/class` for `inv`. The result passes [`validate::validate_spec`]
+/// (checked with [`validate::validate_model`]: the schema part in debug builds).
 pub fn generate(inv: &Inventory, opts: &GenerateOptions) -> Result<Spec, CdiError> {
     let bad = |option, message| CdiError::InvalidOption { option, message };
     validate_vendor(&opts.vendor).map_err(|m| bad("vendor", m))?;
@@ -219,7 +220,7 @@ pub fn generate(inv: &Inventory, opts: &GenerateOptions) -> Result<Spec, CdiErro
         container_edits: common_edits(inv, &caps, &opts.edits)?,
     };
     spec.cdi_version = version::minimum_version(&spec).to_string();
-    validate::validate_spec(&spec).map_err(|errors| CdiError::Invalid { errors })?;
+    validate::validate_model(&spec).map_err(|errors| CdiError::Invalid { errors })?;
     Ok(spec)
 }
 

@@ -58,10 +58,11 @@ pub fn is_ours(existing: &Spec, kind: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Validates `spec` and writes it to `path` atomically with mode 0644, creating the directory.
+/// Validates `spec` ([`validate::validate_model`]) and writes it to `path` atomically with mode
+/// 0644, creating the directory.
 /// On any error the previous file (if any) is untouched and no temporary file is left.
 pub fn write_spec(spec: &Spec, path: &Path, format: Format) -> Result<WriteOutcome, CdiError> {
-    validate::validate_spec(spec).map_err(|errors| CdiError::Invalid { errors })?;
+    validate::validate_model(spec).map_err(|errors| CdiError::Invalid { errors })?;
     let bytes = spec.to_bytes(format)?;
     let Some(file_name) = path.file_name() else {
         return Err(CdiError::InvalidOption {

@@ -51,7 +51,10 @@ pub fn device_names(g: &GpuPlan, share: &ShareLimits) -> [String; 2] {
         .as_ref()
         .map(|n| format!("-{n}"))
         .unwrap_or_default();
-    [format!("{}{suffix}", g.index), format!("{}{suffix}", g.uuid)]
+    [
+        format!("{}{suffix}", g.index),
+        format!("{}{suffix}", g.uuid),
+    ]
 }
 
 fn path_str(p: &Path) -> Result<String, CdiError> {

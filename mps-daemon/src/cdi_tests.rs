@@ -70,13 +70,28 @@ fn devices_per_share_with_scaled_limits() {
     assert!(names.contains(&format!("{u0}-quarter").as_str()));
     let dev = |n: &str| spec.devices.iter().find(|d| d.name == n).unwrap();
     let half = env_of(dev("0-half"));
-    assert!(half.contains(&"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50"), "{half:?}");
-    assert!(half.contains(&"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=23034M"), "{half:?}");
-    assert!(half.contains(&"CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps"), "{half:?}");
+    assert!(
+        half.contains(&"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50"),
+        "{half:?}"
+    );
+    assert!(
+        half.contains(&"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=23034M"),
+        "{half:?}"
+    );
+    assert!(
+        half.contains(&"CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps"),
+        "{half:?}"
+    );
     assert!(half.contains(&"NVIDIA_VISIBLE_DEVICES=void"), "{half:?}");
     let quarter = env_of(dev(&format!("{u0}-quarter")));
-    assert!(quarter.contains(&"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25"), "{quarter:?}");
-    assert!(quarter.contains(&"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=11517M"), "{quarter:?}");
+    assert!(
+        quarter.contains(&"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25"),
+        "{quarter:?}"
+    );
+    assert!(
+        quarter.contains(&"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=11517M"),
+        "{quarter:?}"
+    );
     let d1 = dev("1");
     let mounts: Vec<(&str, &str)> = d1
         .container_edits
@@ -85,11 +100,28 @@ fn devices_per_share_with_scaled_limits() {
         .map(|m| (m.host_path.as_str(), m.container_path.as_str()))
         .collect();
     let u1 = "GPU-00000001-1111-2222-3333-444455556666";
-    assert!(mounts.contains(&(&format!("/run/m/{u1}/pipe"), "/tmp/nvidia-mps")), "{mounts:?}");
-    assert!(mounts.contains(&(&format!("/run/m/{u1}/shm"), "/dev/shm")), "{mounts:?}");
-    let nodes: Vec<&str> = d1.container_edits.device_nodes.iter().map(|n| n.path.as_str()).collect();
-    assert!(nodes.contains(&"/dev/nvidia1") && !nodes.contains(&"/dev/nvidia0"), "{nodes:?}");
-    assert!(nodes.contains(&"/dev/nvidiactl") && nodes.contains(&"/dev/nvidia-uvm"), "{nodes:?}");
+    assert!(
+        mounts.contains(&(&format!("/run/m/{u1}/pipe"), "/tmp/nvidia-mps")),
+        "{mounts:?}"
+    );
+    assert!(
+        mounts.contains(&(&format!("/run/m/{u1}/shm"), "/dev/shm")),
+        "{mounts:?}"
+    );
+    let nodes: Vec<&str> = d1
+        .container_edits
+        .device_nodes
+        .iter()
+        .map(|n| n.path.as_str())
+        .collect();
+    assert!(
+        nodes.contains(&"/dev/nvidia1") && !nodes.contains(&"/dev/nvidia0"),
+        "{nodes:?}"
+    );
+    assert!(
+        nodes.contains(&"/dev/nvidiactl") && nodes.contains(&"/dev/nvidia-uvm"),
+        "{nodes:?}"
+    );
 }
 
 #[test]
@@ -101,27 +133,60 @@ fn written_spec_is_applied_like_a_runtime_and_removed() {
     ));
     let only: BTreeSet<String> = [p.gpus[1].uuid.clone()].into();
     let spec = build_spec(&p, &inventory(), Some(&only)).unwrap().unwrap();
-    assert!(spec.devices.iter().all(|d| d.name.starts_with('1') || d.name.contains("00000001")));
+    assert!(spec
+        .devices
+        .iter()
+        .all(|d| d.name.starts_with('1') || d.name.contains("00000001")));
     let path = spec_path(&p.cdi.spec_dir);
     assert_eq!(path, t.path().join("nvidia.com-gpu-mps.json"));
     assert!(publish(&path, Some(&spec)).unwrap());
-    assert!(!publish(&path, Some(&spec)).unwrap(), "unchanged: not rewritten");
+    assert!(
+        !publish(&path, Some(&spec)).unwrap(),
+        "unchanged: not rewritten"
+    );
     let reg = gpuhook_cdi::Registry::load(&[t.path()]);
     assert!(reg.errors.is_empty(), "{:?}", reg.errors);
     let mut oci = serde_json::json!({"process": {"env": ["PATH=/bin", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100"]},
         "mounts": [{"destination": "/dev/shm", "type": "tmpfs", "source": "shm"}]});
     gpuhook_cdi::apply_devices(&mut oci, &reg, &["nvidia.com/gpu-mps=1-half".to_string()]).unwrap();
-    let env: Vec<&str> = oci["process"]["env"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
-    assert!(env.contains(&"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50"), "{env:?}");
-    assert!(!env.contains(&"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100"), "{env:?}");
-    assert!(env.contains(&"CUDA_MPS_PIPE_DIRECTORY=/mps/pipe"), "{env:?}");
-    let shm: Vec<&serde_json::Value> = oci["mounts"].as_array().unwrap().iter().filter(|m| m["destination"] == "/dev/shm").collect();
+    let env: Vec<&str> = oci["process"]["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert!(
+        env.contains(&"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50"),
+        "{env:?}"
+    );
+    assert!(
+        !env.contains(&"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100"),
+        "{env:?}"
+    );
+    assert!(
+        env.contains(&"CUDA_MPS_PIPE_DIRECTORY=/mps/pipe"),
+        "{env:?}"
+    );
+    let shm: Vec<&serde_json::Value> = oci["mounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["destination"] == "/dev/shm")
+        .collect();
     assert_eq!(shm.len(), 1, "the container's /dev/shm is replaced");
-    assert!(shm[0]["source"].as_str().unwrap().ends_with("/shm"), "{shm:?}");
+    assert!(
+        shm[0]["source"].as_str().unwrap().ends_with("/shm"),
+        "{shm:?}"
+    );
     // A share that does not exist: the consumer's error, nothing applied.
     let before = oci.clone();
-    let err = gpuhook_cdi::apply_devices(&mut oci, &reg, &["nvidia.com/gpu-mps=0-eighth".to_string()]).unwrap_err();
-    assert_eq!(err.to_string(), "unresolvable CDI devices nvidia.com/gpu-mps=0-eighth");
+    let err =
+        gpuhook_cdi::apply_devices(&mut oci, &reg, &["nvidia.com/gpu-mps=0-eighth".to_string()])
+            .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "unresolvable CDI devices nvidia.com/gpu-mps=0-eighth"
+    );
     assert_eq!(oci, before);
     assert!(remove_spec(&path).unwrap());
     assert!(!path.exists());
@@ -130,5 +195,7 @@ fn written_spec_is_applied_like_a_runtime_and_removed() {
     std::fs::write(&path, r#"{"cdiVersion":"0.3.0","kind":"acme.com/x","devices":[{"name":"a","containerEdits":{"env":["A=1"]}}]}"#).unwrap();
     assert!(remove_spec(&path).is_err());
     assert!(path.exists());
-    assert!(build_spec(&p, &inventory(), Some(&BTreeSet::new())).unwrap().is_none());
+    assert!(build_spec(&p, &inventory(), Some(&BTreeSet::new()))
+        .unwrap()
+        .is_none());
 }

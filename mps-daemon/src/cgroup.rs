@@ -210,23 +210,50 @@ mod tests {
         assert_eq!(one(&p), c(Runtime::Containerd));
         assert_eq!(one(&format!("/k8s.io/{ID}")), c(Runtime::Containerd));
         assert_eq!(one(&format!("/default/{ID}")), c(Runtime::Containerd));
-        assert_eq!(one(&format!("/kubepods.slice/x.slice/crio-{ID}.scope")), c(Runtime::CriO));
+        assert_eq!(
+            one(&format!("/kubepods.slice/x.slice/crio-{ID}.scope")),
+            c(Runtime::CriO)
+        );
         assert_eq!(one(&format!("/x.slice/crio-conmon-{ID}.scope")), None);
         assert_eq!(
-            one(&format!("/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-{ID}.scope")),
+            one(&format!(
+                "/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-{ID}.scope"
+            )),
             c(Runtime::Podman)
         );
-        assert_eq!(one(&format!("/machine.slice/libpod-conmon-{ID}.scope")), None);
-        assert_eq!(one(&format!("/libpod_parent/libpod-{ID}")), c(Runtime::Podman));
-        assert_eq!(one(&format!("/system.slice/docker-{ID}.scope")), c(Runtime::Docker));
+        assert_eq!(
+            one(&format!("/machine.slice/libpod-conmon-{ID}.scope")),
+            None
+        );
+        assert_eq!(
+            one(&format!("/libpod_parent/libpod-{ID}")),
+            c(Runtime::Podman)
+        );
+        assert_eq!(
+            one(&format!("/system.slice/docker-{ID}.scope")),
+            c(Runtime::Docker)
+        );
         assert_eq!(one(&format!("/docker/{ID}")), c(Runtime::Docker));
-        assert_eq!(one(&format!("/system.slice/runc-{ID}.scope")), c(Runtime::Runc));
-        assert_eq!(one(&format!("/kubepods/besteffort/pod12-34/{ID}")), c(Runtime::Kubernetes));
+        assert_eq!(
+            one(&format!("/system.slice/runc-{ID}.scope")),
+            c(Runtime::Runc)
+        );
+        assert_eq!(
+            one(&format!("/kubepods/besteffort/pod12-34/{ID}")),
+            c(Runtime::Kubernetes)
+        );
         assert_eq!(
             one("/gpuhook-test/my-ctr"),
             Some((Runtime::Cgroup, "/gpuhook-test/my-ctr".into()))
         );
-        for host in ["/", "", "/user.slice/user-0.slice/session-3.scope", "/system.slice/containerd.service", "/init.scope", "/kubepods/burstable"] {
+        for host in [
+            "/",
+            "",
+            "/user.slice/user-0.slice/session-3.scope",
+            "/system.slice/containerd.service",
+            "/init.scope",
+            "/kubepods/burstable",
+        ] {
             assert_eq!(one(host), None, "{host}");
         }
     }
@@ -246,7 +273,10 @@ mod tests {
         let cpu = format!("4:cpu,cpuacct:/libpod_parent/libpod-{ID}\n");
         let o = parse_proc_cgroup(&cpu).unwrap();
         assert_eq!(o.hierarchy, Hierarchy::V1("cpu,cpuacct".into()));
-        assert_eq!(parse_proc_cgroup("0::/\n1:name=systemd:/init.scope\n"), None);
+        assert_eq!(
+            parse_proc_cgroup("0::/\n1:name=systemd:/init.scope\n"),
+            None
+        );
         assert_eq!(parse_proc_cgroup("garbage"), None);
     }
 

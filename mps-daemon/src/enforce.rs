@@ -8,8 +8,8 @@
 //!
 //! - `container_gone`: the container's cgroup directory (recorded when the client was first
 //!   seen) no longer exists: the runtime removed the container;
-//! - `process_gone`: the client's pid no longer exists in `procRoot` while the server still lists
-//!   it (a stale entry);
+//! - `process_gone`: the client's pid has not existed in `procRoot` for two passes in a row while
+//!   the server still lists it (a stale entry);
 //! - `over_cap`: the container has more clients on this GPU than `maxClientsPerContainer`; its
 //!   NEWEST clients (latest first seen, then highest pid) are ended, never older ones, so work
 //!   that was running keeps running.

@@ -72,7 +72,10 @@ pub fn route(board: &Board, request_line: &str) -> Response {
             content_type: "text/plain; version=0.0.4; charset=utf-8",
             body: crate::metrics::render(board),
         },
-        _ => text(404, "not found; try /healthz, /readyz, /status or /metrics\n"),
+        _ => text(
+            404,
+            "not found; try /healthz, /readyz, /status or /metrics\n",
+        ),
     }
 }
 

@@ -78,20 +78,48 @@ pub fn render(board: &Board) -> String {
     };
     type Getter = fn(&crate::status::GpuStatus) -> Option<f64>;
     let simple: [(&str, &str, &str, Getter); 7] = [
-        ("gpuhook_mps_up", "gauge", "1 while the GPU's MPS control daemon process runs.",
-            |g| Some(f64::from(u8::from(g.pid.is_some())))),
-        ("gpuhook_mps_ready", "gauge", "1 while the GPU is ready: limits applied and read back, daemon answering.",
-            |g| Some(f64::from(u8::from(g.state == GpuState::Ready)))),
-        ("gpuhook_mps_restarts_total", "counter", "Restarts of the GPU's control daemon.",
-            |g| Some(f64::from(g.restarts))),
-        ("gpuhook_mps_servers", "gauge", "MPS server processes of the GPU.",
-            |g| Some(g.usage.servers.len() as f64)),
-        ("gpuhook_mps_clients", "gauge", "MPS client processes of the GPU.",
-            |g| Some(g.usage.clients.len() as f64)),
-        ("gpuhook_mps_active_thread_percentage", "gauge", "Configured server active thread percentage (the largest share).",
-            |g| Some(f64::from(g.active_thread_percentage))),
-        ("gpuhook_mps_pinned_memory_limit_bytes", "gauge", "Configured server pinned device memory limit (the largest share).",
-            |g| g.pinned_memory_limit_mib.map(|m| (m << 20) as f64)),
+        (
+            "gpuhook_mps_up",
+            "gauge",
+            "1 while the GPU's MPS control daemon process runs.",
+            |g| Some(f64::from(u8::from(g.pid.is_some()))),
+        ),
+        (
+            "gpuhook_mps_ready",
+            "gauge",
+            "1 while the GPU is ready: limits applied and read back, daemon answering.",
+            |g| Some(f64::from(u8::from(g.state == GpuState::Ready))),
+        ),
+        (
+            "gpuhook_mps_restarts_total",
+            "counter",
+            "Restarts of the GPU's control daemon.",
+            |g| Some(f64::from(g.restarts)),
+        ),
+        (
+            "gpuhook_mps_servers",
+            "gauge",
+            "MPS server processes of the GPU.",
+            |g| Some(g.usage.servers.len() as f64),
+        ),
+        (
+            "gpuhook_mps_clients",
+            "gauge",
+            "MPS client processes of the GPU.",
+            |g| Some(g.usage.clients.len() as f64),
+        ),
+        (
+            "gpuhook_mps_active_thread_percentage",
+            "gauge",
+            "Configured server active thread percentage (the largest share).",
+            |g| Some(f64::from(g.active_thread_percentage)),
+        ),
+        (
+            "gpuhook_mps_pinned_memory_limit_bytes",
+            "gauge",
+            "Configured server pinned device memory limit (the largest share).",
+            |g| g.pinned_memory_limit_mib.map(|m| (m << 20) as f64),
+        ),
     ];
     for (name, kind, help, get) in simple {
         o.head(name, kind, help);
@@ -102,7 +130,11 @@ pub fn render(board: &Board) -> String {
         }
     }
     let name = "gpuhook_mps_clients_per_container";
-    o.head(name, "gauge", "MPS client processes of the GPU per container.");
+    o.head(
+        name,
+        "gauge",
+        "MPS client processes of the GPU per container.",
+    );
     for (i, g) in snap.gpus.iter().enumerate() {
         for (ctr, n) in g.usage.clients_per_container() {
             let runtime = g
@@ -118,7 +150,11 @@ pub fn render(board: &Board) -> String {
         }
     }
     let name = "gpuhook_mps_client_terminations_total";
-    o.head(name, "counter", "MPS clients ended with terminate_client, by reason.");
+    o.head(
+        name,
+        "counter",
+        "MPS clients ended with terminate_client, by reason.",
+    );
     for (i, g) in snap.gpus.iter().enumerate() {
         for r in Reason::ALL {
             let n = g.usage.terminations.get(r.as_str()).copied().unwrap_or(0);
@@ -128,11 +164,20 @@ pub fn render(board: &Board) -> String {
         }
     }
     let name = "gpuhook_mps_command_duration_seconds";
-    o.head(name, "histogram", "Duration of nvidia-cuda-mps-control commands, by command.");
+    o.head(
+        name,
+        "histogram",
+        "Duration of nvidia-cuda-mps-control commands, by command.",
+    );
     for (i, g) in snap.gpus.iter().enumerate() {
         for (cmd, h) in lat.get(&g.uuid).into_iter().flatten() {
             let mut cum = 0;
-            for (b, n) in BUCKETS.iter().map(|b| b.to_string()).chain(["+Inf".to_string()]).zip(h.counts) {
+            for (b, n) in BUCKETS
+                .iter()
+                .map(|b| b.to_string())
+                .chain(["+Inf".to_string()])
+                .zip(h.counts)
+            {
                 cum += n;
                 let mut labels = l(i);
                 labels.extend([("command", cmd.as_str()), ("le", b.as_str())]);

@@ -83,7 +83,10 @@ pub fn parse_text(text: &str) -> Result<Vec<Sample>, String> {
         let (name, labels) = match series.split_once('{') {
             Some((n, l)) => (
                 n,
-                parse_labels(l.strip_suffix('}').ok_or(format!("no closing }} in {line:?}"))?)?,
+                parse_labels(
+                    l.strip_suffix('}')
+                        .ok_or(format!("no closing }} in {line:?}"))?,
+                )?,
             ),
             None => (series, BTreeMap::new()),
         };
@@ -98,7 +101,9 @@ pub fn parse_text(text: &str) -> Result<Vec<Sample>, String> {
             })
             .unwrap_or(name);
         if !help.contains_key(family) || !types.contains_key(family) {
-            return Err(format!("sample of {family} without HELP and TYPE: {line:?}"));
+            return Err(format!(
+                "sample of {family} without HELP and TYPE: {line:?}"
+            ));
         }
         let value = match value {
             "+Inf" => f64::INFINITY,

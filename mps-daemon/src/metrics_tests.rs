@@ -53,7 +53,9 @@ fn exposition_parses_back() {
                 s.name == name
                     && s.labels["uuid"] == "GPU-a\"b"
                     && s.labels["gpu"] == "3"
-                    && extra.iter().all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v))
+                    && extra
+                        .iter()
+                        .all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v))
             })
             .unwrap_or_else(|| panic!("no {name} {extra:?} in\n{text}"))
             .value
@@ -64,12 +66,30 @@ fn exposition_parses_back() {
     assert_eq!(find("gpuhook_mps_servers", &[]), 1.0);
     assert_eq!(find("gpuhook_mps_clients", &[]), 3.0);
     assert_eq!(
-        find("gpuhook_mps_clients_per_container", &[("container", "c1"), ("runtime", "containerd")]),
+        find(
+            "gpuhook_mps_clients_per_container",
+            &[("container", "c1"), ("runtime", "containerd")]
+        ),
         2.0
     );
-    assert_eq!(find("gpuhook_mps_pinned_memory_limit_bytes", &[]), 1073741824.0);
-    assert_eq!(find("gpuhook_mps_client_terminations_total", &[("reason", "over_cap")]), 4.0);
-    assert_eq!(find("gpuhook_mps_client_terminations_total", &[("reason", "container_gone")]), 0.0);
+    assert_eq!(
+        find("gpuhook_mps_pinned_memory_limit_bytes", &[]),
+        1073741824.0
+    );
+    assert_eq!(
+        find(
+            "gpuhook_mps_client_terminations_total",
+            &[("reason", "over_cap")]
+        ),
+        4.0
+    );
+    assert_eq!(
+        find(
+            "gpuhook_mps_client_terminations_total",
+            &[("reason", "container_gone")]
+        ),
+        0.0
+    );
     let h = "gpuhook_mps_command_duration_seconds";
     let cmd = ("command", "get_server_list");
     assert_eq!(find(&format!("{h}_bucket"), &[cmd, ("le", "0.005")]), 1.0);

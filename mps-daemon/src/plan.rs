@@ -207,7 +207,11 @@ pub fn resolve(cfg: &ConfigFile, gpus: &[GpuFacts], ov: &Overrides) -> Result<Pl
             .max()
             .unwrap_or(g.active_thread_percentage);
         if g.pinned_memory_limit_mib.is_some() {
-            g.pinned_memory_limit_mib = g.shares.iter().filter_map(|s| s.pinned_memory_limit_mib).max();
+            g.pinned_memory_limit_mib = g
+                .shares
+                .iter()
+                .filter_map(|s| s.pinned_memory_limit_mib)
+                .max();
         }
     }
     for g in &out {

@@ -262,18 +262,31 @@ mod tests {
             (l[2].active_thread_percentage, l[2].pinned_memory_limit_mib),
             (50, Some(40779))
         );
-        assert_eq!(share_limits(25, None, 0, &s)[2].pinned_memory_limit_mib, None);
+        assert_eq!(
+            share_limits(25, None, 0, &s)[2].pinned_memory_limit_mib,
+            None
+        );
     }
 
     #[test]
     fn bad_shares_name_the_key() {
-        let e = shares("[{name: big, fraction: 5/4}]").unwrap_err().to_string();
-        assert!(e.starts_with("mpsDaemon.shares[0].fraction:") && e.contains("at most `1`"), "{e}");
+        let e = shares("[{name: big, fraction: 5/4}]")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("mpsDaemon.shares[0].fraction:") && e.contains("at most `1`"),
+            "{e}"
+        );
         let e = shares("[{name: a, fraction: 3/4}, {name: b, fraction: 0.5}]")
             .unwrap_err()
             .to_string();
-        assert!(e.starts_with("mpsDaemon.shares:") && e.contains("a=3/4, b=1/2"), "{e}");
-        let e = shares("[{name: a/b, fraction: 1/4}]").unwrap_err().to_string();
+        assert!(
+            e.starts_with("mpsDaemon.shares:") && e.contains("a=3/4, b=1/2"),
+            "{e}"
+        );
+        let e = shares("[{name: a/b, fraction: 1/4}]")
+            .unwrap_err()
+            .to_string();
         assert!(e.starts_with("mpsDaemon.shares[0].name:"), "{e}");
         let e = shares("[{name: a, fraction: 1/4}, {name: a, fraction: 1/8}]")
             .unwrap_err()

@@ -278,7 +278,10 @@ impl Board {
 
     /// A copy of the command latencies.
     pub fn latencies(&self) -> Latencies {
-        self.latency.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.latency
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 }
 

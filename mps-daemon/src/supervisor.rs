@@ -19,9 +19,9 @@ use crate::layout::{self, CreatedDirs, GpuLayout};
 use crate::plan::{GpuPlan, Timing};
 use crate::process;
 use crate::settings::EnforceSettings;
-use crate::watcher::Watcher;
 use crate::shm;
 use crate::status::{now_secs, Board, GpuState, GpuStatus};
+use crate::watcher::Watcher;
 
 /// A ready period at least this long resets the backoff.
 const STABLE_AFTER: Duration = Duration::from_secs(10);

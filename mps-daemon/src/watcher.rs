@@ -22,6 +22,9 @@ use crate::enforce::{decide, parse_pids, ClientView, Termination};
 use crate::settings::EnforceSettings;
 use crate::status::{now_secs, Board, ClientStatus};
 
+/// Passes a pid must be missing before its client counts as `process_gone`.
+const PROCESS_GONE_PASSES: u32 = 2;
+
 /// What was learnt about a client when it was first seen.
 #[derive(Debug, Clone)]
 struct Tracked {
@@ -31,6 +34,8 @@ struct Tracked {
     cgroup_dir: Option<PathBuf>,
     /// `/proc/<pid>/cgroup` could not be read at first sight.
     unreadable: bool,
+    /// Consecutive passes in which the pid did not exist.
+    missing: u32,
 }
 
 /// Per-GPU watcher state (kept across passes; reset when the control daemon restarts).
@@ -61,10 +66,6 @@ impl Watcher {
     pub fn reset(&mut self) {
         self.limited.clear();
         self.clients.clear();
-    }
-
-    fn pid_alive(&self, pid: u32) -> bool {
-        self.settings.proc_root.join(pid.to_string()).exists()
     }
 
     async fn limit_server(&mut self, env: &ControlEnv, srv: u32, to: Duration) {
@@ -98,8 +99,10 @@ impl Watcher {
             .as_ref()
             .and_then(|o| o.cgroup_dir(&self.settings.cgroup_root));
         match &owner {
-            Some(o) => tracing::info!(gpu = %self.uuid, server = srv, client = pid, container = %o.id,
-                runtime = o.runtime.as_str(), cgroup = %o.path, "new MPS client"),
+            Some(o) => {
+                tracing::info!(gpu = %self.uuid, server = srv, client = pid, container = %o.id,
+                runtime = o.runtime.as_str(), cgroup = %o.path, "new MPS client")
+            }
             None => tracing::info!(gpu = %self.uuid, server = srv, client = pid, unreadable,
                 "new MPS client (host process)"),
         }
@@ -110,6 +113,7 @@ impl Watcher {
                 owner,
                 cgroup_dir,
                 unreadable,
+                missing: 0,
             },
         );
     }
@@ -142,6 +146,14 @@ impl Watcher {
         for &(srv, pid) in &listed {
             self.track(srv, pid);
         }
+        let proc_root = self.settings.proc_root.clone();
+        for (&(_, pid), t) in self.clients.iter_mut() {
+            t.missing = if proc_root.join(pid.to_string()).exists() {
+                0
+            } else {
+                t.missing + 1
+            };
+        }
         let views: Vec<ClientView> = self
             .clients
             .iter()
@@ -151,7 +163,9 @@ impl Watcher {
                 seq: t.seq,
                 container: t.owner.as_ref().map(|o| o.id.clone()),
                 container_gone: t.cgroup_dir.as_ref().is_some_and(|d| !d.is_dir()),
-                process_gone: t.unreadable || !self.pid_alive(pid),
+                // Two passes: while a runtime deletes a container its processes die a moment
+                // before its cgroup is removed; that is `container_gone`, not a stale pid.
+                process_gone: t.unreadable || t.missing >= PROCESS_GONE_PASSES,
             })
             .collect();
         let mut ended = Vec::new();
@@ -188,7 +202,10 @@ impl Watcher {
 
     async fn terminate(&mut self, env: &ControlEnv, t: &Termination, to: Duration) -> bool {
         let container = t.container.as_deref().unwrap_or("-");
-        let owner = self.clients.get(&(t.server, t.pid)).and_then(|c| c.owner.clone());
+        let owner = self
+            .clients
+            .get(&(t.server, t.pid))
+            .and_then(|c| c.owner.clone());
         let runtime = owner.as_ref().map_or("-", |o| o.runtime.as_str());
         let cmd = format!("terminate_client {} {}", t.server, t.pid);
         match env.send(&cmd, to).await {

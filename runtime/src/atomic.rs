@@ -10,6 +10,19 @@ use std::path::{Path, PathBuf};
 ///
 /// The new file gets the mode and owner of the file it replaces, or `default_mode` for a new file.
 pub fn write_atomic(path: &Path, bytes: &[u8], default_mode: u32) -> io::Result<()> {
+    write_atomic_with(path, bytes, default_mode, true)
+}
+
+/// [`write_atomic`], with the fsyncs only when `durable`. A bundle's `config.json` needs atomicity
+/// (runc reads it right after) but not durability: the bundle lives only as long as the
+/// container, on a crash it is recreated, and two fsyncs cost several milliseconds on every
+/// GPU container start on a busy disk.
+pub fn write_atomic_with(
+    path: &Path,
+    bytes: &[u8],
+    default_mode: u32,
+    durable: bool,
+) -> io::Result<()> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => PathBuf::from("."),
@@ -50,11 +63,15 @@ pub fn write_atomic(path: &Path, bytes: &[u8], default_mode: u32) -> io::Result<
             let _ = std::os::unix::fs::fchown(&file, Some(m.uid()), Some(m.gid()));
         }
         file.set_permissions(Permissions::from_mode(mode))?;
-        file.sync_all()?;
+        if durable {
+            file.sync_all()?;
+        }
         fs::rename(&tmp_path, path)?;
         // Make the rename durable; a directory that cannot be opened is not an error.
-        if let Ok(d) = File::open(&dir) {
-            let _ = d.sync_all();
+        if durable {
+            if let Ok(d) = File::open(&dir) {
+                let _ = d.sync_all();
+            }
         }
         Ok(())
     })();

@@ -275,9 +275,12 @@ pub fn edit_bundle(
         path: path.clone(),
         source: e.into(),
     })?;
-    atomic::write_atomic(&path, &out, 0o644).map_err(|source| RuntimeError::WriteSpec {
-        path: path.clone(),
-        source,
+    // Atomic, not durable: see `atomic::write_atomic_with`.
+    atomic::write_atomic_with(&path, &out, 0o644, false).map_err(|source| {
+        RuntimeError::WriteSpec {
+            path: path.clone(),
+            source,
+        }
     })?;
     if let Injection::Cdi(names) = &injection {
         tracing::info!(bundle = %bundle.display(), devices = ?names, "injected CDI devices");

@@ -46,6 +46,7 @@ pub fn example_config(dir: &Path, binary: &Path) -> String {
 }
 
 /// A running private containerd.
+#[derive(Debug)]
 pub struct Containerd {
     child: Child,
     pub dir: PathBuf,

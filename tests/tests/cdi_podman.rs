@@ -278,7 +278,7 @@ fn podman_profile(profile: &str) {
     let script = probe_script(&nodes, &libs, &links);
 
     for (i, (name, sel)) in requests(&p, &names).into_iter().enumerate() {
-        let rootfs = gpuhook_e2e::busybox_rootfs(&tmp.path().join(format!("rootfs{i}")), true);
+        let rootfs = cdi_support::busybox_rootfs(&tmp.path().join(format!("rootfs{i}")));
         let stdout = run_container(&vendor, &name, &rootfs, &script);
         eprintln!("{profile} --device {name}:\n{stdout}");
         check_output(&p, &name, sel, &stdout, &libs);

@@ -396,3 +396,23 @@ fn missing_cache_is_rediscovered_and_rewritten() {
     let inv = Inventory::load_json(&n.cache).expect("cache rewritten by the hook");
     assert_eq!(inv.gpus.len(), n.inventory.gpus.len());
 }
+
+#[test]
+fn non_root_container_user_gets_gpus_and_a_fresh_ld_cache() {
+    if !gpuhook_e2e::e2e_ready("prestart_runc::non_root_user", &["runc", "ldconfig"]) {
+        return;
+    }
+    let n = node("l20", "");
+    let mut b = Bundle::new(
+        &format!("id -u; {SCRIPT}"),
+        false,
+    );
+    b.config["process"]["user"] = json!({"uid": 1000, "gid": 1000});
+    b.env("NVIDIA_VISIBLE_DEVICES=0").hook(n.hook());
+    let (_, out) = b.run("nonroot");
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.starts_with("1000\n"), "{stdout}");
+    assert_eq!(gpu_nodes(&stdout).len(), 1, "{stdout}");
+    assert!(stdout.lines().any(|l| l.starts_with("LDCACHE ") && l != "LDCACHE 0"), "{stdout}");
+}

@@ -32,7 +32,6 @@ struct Rig {
     profile: NodeProfile,
     root: PathBuf,
     spec_file: PathBuf,
-    rootfs: PathBuf,
     wrapper: PathBuf,
     gpuhook_log: PathBuf,
     // Dropped first (fields drop in order): containerd dies before the temp dir goes.
@@ -81,12 +80,10 @@ impl Rig {
             &cd_config,
             &[("GPUHOOK_CONFIG", OsString::from(&config))],
         );
-        let rootfs = gpuhook_e2e::busybox_rootfs(&dir.join("rootfs"), true);
         Rig {
             profile: p,
             root,
             spec_file,
-            rootfs,
             wrapper,
             gpuhook_log,
             daemon,
@@ -94,24 +91,24 @@ impl Rig {
         }
     }
 
-    /// `ctr run --rm` through the wrapper; `args` are extra ctr flags.
-    fn run(&self, args: &[String], script: &str) -> Output {
+    /// `ctr run --rm` through the wrapper on a fresh busybox rootfs (runc leaves the mount points
+    /// of file bind mounts in a rootfs dir, so rootfs dirs are never shared); `args` are extra
+    /// ctr flags. Returns ctr's output and the rootfs.
+    fn run(&self, args: &[String], script: &str) -> (Output, PathBuf) {
         static N: AtomicU32 = AtomicU32::new(0);
-        let id = format!(
-            "gpuhook-rt-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        );
+        let n = N.fetch_add(1, Ordering::Relaxed);
+        let id = format!("gpuhook-rt-{}-{n}", std::process::id());
+        let rootfs = gpuhook_e2e::busybox_rootfs(&self.tmp.path().join(format!("rootfs{n}")), true);
         let mut argv: Vec<OsString> = vec!["run".into(), "--rm".into(), "--runc-binary".into()];
         argv.push(self.wrapper.clone().into());
         argv.extend(args.iter().map(OsString::from));
-        argv.extend(["--rootfs".into(), self.rootfs.clone().into(), id.into()]);
+        argv.extend(["--rootfs".into(), rootfs.clone().into(), id.into()]);
         argv.extend(["/bin/sh".into(), "-c".into(), script.into()]);
-        self.daemon.ctr(&argv)
+        (self.daemon.ctr(&argv), rootfs)
     }
 
-    fn run_ok(&self, args: &[String], script: &str) -> String {
-        let out = self.run(args, script);
+    fn run_ok(&self, args: &[String], script: &str) -> (String, PathBuf) {
+        let (out, rootfs) = self.run(args, script);
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         assert!(
             out.status.success() && stdout.contains("DONE"),
@@ -120,7 +117,18 @@ impl Rig {
             String::from_utf8_lossy(&out.stderr),
             std::fs::read_to_string(&self.gpuhook_log).unwrap_or_default()
         );
-        stdout
+        (stdout, rootfs)
+    }
+
+    /// ctr's stderr of a run that must fail, and whether the container printed STARTED.
+    fn run_err(&self, args: &[String]) -> String {
+        let (out, _) = self.run(args, "echo STARTED");
+        assert!(!out.status.success(), "ctr run {args:?} must fail");
+        assert!(
+            !String::from_utf8_lossy(&out.stdout).contains("STARTED"),
+            "ctr run {args:?}: the container must not start"
+        );
+        String::from_utf8_lossy(&out.stderr).into_owned()
     }
 
     fn gpu_node(&self, g: usize) -> (String, (u32, u32)) {
@@ -233,9 +241,10 @@ impl Rig {
         }
     }
 
-    /// The createContainer `update-ldcache` hook wrote the container's ld.so.cache.
-    fn ldcache_lists_libcuda(&self) -> bool {
-        let cache = self.rootfs.join("etc/ld.so.cache");
+    /// The createContainer `update-ldcache` hook wrote the container's ld.so.cache (with
+    /// `--rootfs` the container's files land in the rootfs dir on the host).
+    fn ldcache_lists_libcuda(rootfs: &Path) -> bool {
+        let cache = rootfs.join("etc/ld.so.cache");
         if !cache.exists() {
             return false;
         }
@@ -244,17 +253,12 @@ impl Rig {
             .any(|l| l.trim_start().starts_with("libcuda.so.1 "))
     }
 
-    fn reset_ldcache(&self) {
-        let _ = std::fs::remove_file(self.rootfs.join("etc/ld.so.cache"));
-    }
-
     fn check_request(&self, ctx: &str, args: &[String], want: &Nodes) {
-        self.reset_ldcache();
-        let stdout = self.run_ok(args, &self.probe_script());
+        let (stdout, rootfs) = self.run_ok(args, &self.probe_script());
         eprintln!("{}: {ctx}:\n{stdout}", self.profile.name);
         self.check(&format!("{} {ctx}", self.profile.name), want, &stdout);
         assert!(
-            self.ldcache_lists_libcuda(),
+            Rig::ldcache_lists_libcuda(&rootfs),
             "{} {ctx}: the container's ld.so.cache lacks libcuda.so.1: the update-ldcache hook did not run",
             self.profile.name
         );
@@ -268,6 +272,14 @@ fn lookup(stdout: &str, kind: &str, path: &str) -> Option<String> {
             .filter(|rest| rest.is_empty() || rest.starts_with(' '))
             .map(|rest| rest.trim_start().to_string())
     })
+}
+
+/// How many `/dev` entries named `*nvidia*` the probe saw.
+fn nvidia_entries_in_dev(stdout: &str) -> Option<u32> {
+    stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("NVDEV "))
+        .and_then(|n| n.trim().parse().ok())
 }
 
 fn env(v: &str) -> Vec<String> {
@@ -300,7 +312,11 @@ fn dgx_h100_through_containerd() {
     let p = rig.profile.clone();
     assert!(p.gpus.len() >= 8 && p.gpus.iter().all(|g| !g.mig_mode));
     // Positions are NVML indexes here (minors are not: device 2 is /dev/nvidia0).
-    assert!(p.gpus.iter().enumerate().all(|(g, gpu)| gpu.index as usize == g));
+    assert!(p
+        .gpus
+        .iter()
+        .enumerate()
+        .all(|(g, gpu)| gpu.index as usize == g));
     let one = |g: usize| -> Nodes { [rig.gpu_node(g)].into_iter().collect() };
 
     // By index, by UUID, by CDI annotation.
@@ -337,7 +353,7 @@ fn dgx_h100_through_containerd() {
     let mut args = env("0");
     let (path1, _) = rig.gpu_node(1);
     args.extend(bind(&rig.root.join(path1.trim_start_matches('/')), &path1));
-    let stdout = rig.run_ok(&args, &rig.probe_script());
+    let (stdout, _) = rig.run_ok(&args, &rig.probe_script());
     let open1 = lookup(&stdout, "OPEN", &path1).unwrap_or_default();
     assert!(
         open1.contains("Operation not permitted"),
@@ -351,12 +367,8 @@ fn dgx_h100_through_containerd() {
     );
 
     // Not a GPU container: untouched.
-    rig.reset_ldcache();
-    let stdout = rig.run_ok(&[], &rig.probe_script());
-    assert!(
-        lookup(&stdout, "NVDEV", "").is_some_and(|n| n == "0"),
-        "{stdout}"
-    );
+    let (stdout, rootfs) = rig.run_ok(&[], &rig.probe_script());
+    assert!(nvidia_entries_in_dev(&stdout) == Some(0), "{stdout}");
     for lib in rig.libs() {
         assert_eq!(
             lookup(&stdout, "LIB", &lib).as_deref(),
@@ -364,21 +376,12 @@ fn dgx_h100_through_containerd() {
             "{stdout}"
         );
     }
-    assert!(!rig.ldcache_lists_libcuda());
-    let stdout = rig.run_ok(&env("void"), &rig.probe_script());
-    assert!(
-        lookup(&stdout, "NVDEV", "").is_some_and(|n| n == "0"),
-        "{stdout}"
-    );
+    assert!(!Rig::ldcache_lists_libcuda(&rootfs));
+    let (stdout, _) = rig.run_ok(&env("void"), &rig.probe_script());
+    assert!(nvidia_entries_in_dev(&stdout) == Some(0), "{stdout}");
 
     // An unknown device fails the start with the CDI wording, shown by ctr.
-    let out = rig.run(&env("99"), "echo STARTED");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "NVIDIA_VISIBLE_DEVICES=99 must fail");
-    assert!(
-        !String::from_utf8_lossy(&out.stdout).contains("STARTED"),
-        "the container must not start"
-    );
+    let stderr = rig.run_err(&env("99"));
     assert!(
         stderr.contains("unresolvable CDI devices nvidia.com/gpu=99"),
         "ctr's error must carry the wrapper's message: {stderr}"
@@ -386,12 +389,8 @@ fn dgx_h100_through_containerd() {
     // An unsatisfiable requirement fails the start too, naming the constraint.
     let mut args = env("0");
     args.extend(["--env".into(), "NVIDIA_REQUIRE_CUDA=cuda>=99.0".into()]);
-    let out = rig.run(&args, "echo STARTED");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success() && stderr.contains("cuda>=99.0"),
-        "{stderr}"
-    );
+    let stderr = rig.run_err(&args);
+    assert!(stderr.contains("cuda>=99.0"), "{stderr}");
 }
 
 #[test]
@@ -422,10 +421,9 @@ fn a100_mig_through_containerd_with_and_without_spec_file() {
     want.extend(rig.mig_nodes(1, 0));
     rig.check_request("NVIDIA_VISIBLE_DEVICES=0:0,1:0", &env("0:0,1:0"), &want);
     // A MIG-enabled GPU as a whole is no device.
-    let out = rig.run(&env("0"), "echo STARTED");
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = rig.run_err(&env("0"));
     assert!(
-        !out.status.success() && stderr.contains("unresolvable CDI devices nvidia.com/gpu=0"),
+        stderr.contains("unresolvable CDI devices nvidia.com/gpu=0"),
         "{stderr}"
     );
 
@@ -434,14 +432,9 @@ fn a100_mig_through_containerd_with_and_without_spec_file() {
     let saved = rig.tmp.path().join("saved-spec.json");
     std::fs::rename(&rig.spec_file, &saved).unwrap();
     rig.check_request("0:1 without a spec file", &env("0:1"), &rig.mig_nodes(0, 1));
-    // A PCI bus id is not a device name of the spec, but resolves on the node.
+    // GPU 1 is MIG-enabled: its PCI bus id does not resolve to a whole GPU, spec or not.
     let pci = p.gpus[1].pci_bus_id.clone();
-    let out = rig.run(&env(&pci), "echo STARTED");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success(),
-        "GPU 1 is MIG-enabled; {pci} must not resolve as a whole GPU"
-    );
+    let stderr = rig.run_err(&env(&pci));
     assert!(
         stderr.to_lowercase().contains(&format!(
             "unresolvable cdi devices nvidia.com/gpu={}",

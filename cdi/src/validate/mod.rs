@@ -67,6 +67,26 @@ pub fn validate_spec(spec: &Spec) -> Result<(), Vec<ValidationError>> {
     }
 }
 
+/// Checks a spec built with this crate's typed model (the generator's output, what
+/// [`crate::write_spec`] is given): the CDI rules always, the JSON schema in debug builds only.
+///
+/// The model already fixes what the schema checks (types, required fields, value ranges), and
+/// compiling the schema costs milliseconds per process — most of a `gpuhook cdi generate` run. So
+/// release builds skip it here while every debug build, every unit test and the end-to-end tests
+/// (an independent validator on the schema files) still check it. Specs read from disk always go
+/// through [`validate_bytes`], schema included.
+pub fn validate_model(spec: &Spec) -> Result<(), Vec<ValidationError>> {
+    if cfg!(debug_assertions) {
+        return validate_spec(spec);
+    }
+    let errors = rules::check(spec);
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors)
+    }
+}
+
 /// Parses and checks a spec file's bytes (`format` `None`: sniffed). Returns the parsed spec.
 /// Fields unknown to the CDI model are errors, as in the runtimes.
 pub fn validate_bytes(bytes: &[u8], format: Option<Format>) -> Result<Spec, Vec<ValidationError>> {

@@ -99,6 +99,15 @@ fn good_spec_passes() {
     validate_spec(&good()).unwrap();
 }
 
+#[test]
+fn model_validation_checks_the_rules_in_every_build() {
+    super::validate_model(&good()).unwrap();
+    let mut s = good();
+    s.devices[0].name = "a/b".into();
+    let errs = super::validate_model(&s).expect_err("rules apply in release builds too");
+    assert_eq!(errs[0].path, "devices[0].name", "{errs:?}");
+}
+
 type Mutation = Box<dyn FnOnce(&mut Spec)>;
 
 fn dn(s: &mut Spec) -> &mut DeviceNode {

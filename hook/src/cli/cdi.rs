@@ -16,6 +16,8 @@ use crate::config::Config;
 use crate::request::{validate_class, validate_vendor};
 
 /// `gpuhook cdi ...`.
+// Parsed once per process: the size of the generate variant does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, Subcommand)]
 pub enum CdiCommand {
     /// Generate a CDI spec for this node's GPUs

@@ -69,6 +69,7 @@ fn apply_in_namespace(t: &Target<'_>, plan: &Plan) -> Result<Applied, PrestartEr
     };
     let root = ContainerRoot::open(t.rootfs).map_err(pre)?;
     let present = preflight(&root, plan).map_err(pre)?;
+    tracing::debug!(container = t.container, "preflight passed");
 
     let step = |step: &'static str| {
         move |source| PrestartError::Inject {
@@ -90,6 +91,7 @@ fn apply_in_namespace(t: &Target<'_>, plan: &Plan) -> Result<Applied, PrestartEr
             .map_err(step("creating device nodes"))?;
         done.devices += 1;
     }
+    tracing::debug!(container = t.container, nodes = done.devices, "device nodes created");
     for (m, present) in plan.mounts.iter().zip(&present.proc_files) {
         if !present {
             done.proc_files_absent.push(m.container.clone());

@@ -186,6 +186,7 @@ fn run_for(
         source,
     };
     let cgroup = locate_device_cgroup(pid).map_err(before)?;
+    tracing::debug!(container, devices = plan.devices.len(), mounts = plan.mounts.len(), "plan validated");
     let ldconfig = config.ldconfig_path(|p| p.exists());
 
     let target = Target {
@@ -193,9 +194,13 @@ fn run_for(
         pid,
         rootfs: &bundle_cfg.rootfs,
         ldconfig: &ldconfig,
-        uid: bundle_cfg.uid,
-        gid: bundle_cfg.gid,
+        // ldconfig writes the image's root-owned /etc/ld.so.cache: it runs as the container's
+        // root (uid 0 without a single capability, chrooted), whatever user the process runs as
+        // (libnvc does the same); as the process user it could not write the cache.
+        uid: 0,
+        gid: 0,
     };
+    tracing::debug!(container, user = bundle_cfg.uid, "process user (ldconfig runs as uid 0 without capabilities)");
     let applied = apply::apply(&target, &plan)?;
     let rules = plan.cgroup_rules();
     match &cgroup {

@@ -26,6 +26,22 @@ pub fn build_node(profile: &str, dir: &Path) -> NodeProfile {
     p
 }
 
+/// `gpuhook_e2e::busybox_rootfs(dir, true)`, retried: it copies busybox into the rootfs and then
+/// executes the copy, which fails with ETXTBSY when another test thread forks while the copy's
+/// write descriptor is still open (the child holds it until it execs). A retry after that window
+/// succeeds. (The race disappears if `busybox_rootfs` runs the host busybox for `--list`.)
+pub fn busybox_rootfs(dir: &Path) -> PathBuf {
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match std::panic::catch_unwind(|| gpuhook_e2e::busybox_rootfs(dir, true)) {
+            Ok(p) => return p,
+            Err(e) if attempt >= 5 => std::panic::resume_unwind(e),
+            Err(_) => std::thread::sleep(std::time::Duration::from_millis(50 * attempt)),
+        }
+    }
+}
+
 /// Runs `gpuhook ARGS` with `GPUHOOK_CONFIG` pointing at no file and an empty stdin.
 pub fn gpuhook(args: &[&str]) -> Output {
     gpuhook_cmd(args)

@@ -96,7 +96,13 @@ fn cache_path<'a>(args: &'a GenerateArgs, config: &'a Config) -> Option<&'a Path
 }
 
 /// Saves the inventory for the prestart hook; a failure is a warning (the spec is what matters).
+/// An identical cache is left alone: rewriting it (with its fsync) would cost more than the rest
+/// of a refresh.
 fn save_cache(inv: &Inventory, path: &Path) {
+    if Inventory::load_json(path).is_ok_and(|cached| &cached == inv) {
+        tracing::debug!(path = %path.display(), "inventory cache unchanged");
+        return;
+    }
     let result = match path.parent().filter(|d| !d.as_os_str().is_empty()) {
         Some(dir) => std::fs::create_dir_all(dir)
             .map_err(|e| format!("cannot create {}: {e}", dir.display())),

@@ -1,0 +1,171 @@
+//! `gpuhook hook create-symlinks|update-ldcache|disable-device-node-modification` as a runtime
+//! runs them: the OCI state on stdin, the rootfs from `<bundle>/config.json`, nothing on stdout.
+//! The spec-driven path (podman running the hooks of a generated spec) is covered by
+//! `cdi_podman`; these tests pin the argument handling and the failure modes.
+
+mod cdi_support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use cdi_support::{build_node, gpuhook, gpuhook_cmd, texts};
+
+fn tmp(tag: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("gpuhook-cdi-{tag}-"))
+        .tempdir()
+        .expect("tempdir")
+}
+
+fn write(path: &Path, text: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+/// A bundle dir with `config.json` (`root.path` relative) and a rootfs; returns (bundle, rootfs).
+fn bundle(dir: &Path) -> (PathBuf, PathBuf) {
+    let bundle = dir.join("bundle");
+    let rootfs = bundle.join("rootfs");
+    std::fs::create_dir_all(rootfs.join("usr/lib")).unwrap();
+    std::fs::create_dir_all(rootfs.join("etc")).unwrap();
+    write(
+        &bundle.join("config.json"),
+        r#"{"ociVersion":"1.0.2","root":{"path":"rootfs"},"process":{"user":{"uid":0,"gid":0}}}"#,
+    );
+    (bundle, rootfs)
+}
+
+fn hook_with_state(args: &[&str], bundle: &Path) -> std::process::Output {
+    use std::io::Write;
+    let state = format!(
+        r#"{{"ociVersion":"1.0.2","id":"cdi-cli","status":"creating","pid":1,"bundle":"{}"}}"#,
+        bundle.display()
+    );
+    let mut child = gpuhook_cmd(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn gpuhook hook");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(state.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn hook_create_symlinks_reads_the_state_and_stays_in_the_root() {
+    let t = tmp("symlinks");
+    let (bundle, rootfs) = bundle(t.path());
+    let outside = t.path().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    // An image symlink pointing out of the root: must be resolved inside it.
+    std::os::unix::fs::symlink(&outside, rootfs.join("usr/lib64")).unwrap();
+    let out = hook_with_state(
+        &[
+            "hook",
+            "create-symlinks",
+            "--link",
+            "libcuda.so.1::/usr/lib/libcuda.so",
+            "--link",
+            "/usr/lib/libcuda.so.1::/usr/lib64/evil.so",
+        ],
+        &bundle,
+    );
+    let (stdout, stderr) = texts(&out);
+    assert!(stdout.is_empty(), "hooks never write to stdout: {stdout}");
+    assert!(
+        std::fs::read_dir(&outside).unwrap().next().is_none(),
+        "a link was created outside the container root ({stderr})"
+    );
+    assert_eq!(
+        std::fs::read_link(rootfs.join("usr/lib/libcuda.so")).ok(),
+        Some(PathBuf::from("libcuda.so.1")),
+        "status {} stderr {stderr}",
+        out.status
+    );
+
+    // Idempotent.
+    let out = hook_with_state(
+        &[
+            "hook",
+            "create-symlinks",
+            "--link",
+            "libcuda.so.1::/usr/lib/libcuda.so",
+        ],
+        &bundle,
+    );
+    assert!(out.status.success(), "{}", texts(&out).1);
+
+    // Not a state on stdin: a clear error.
+    let out = gpuhook(&["hook", "create-symlinks", "--link", "a::/b"]);
+    let (_, stderr) = texts(&out);
+    assert!(!out.status.success());
+    assert!(stderr.contains("stdin"), "{stderr}");
+
+    // A bundle without config.json.
+    let out = hook_with_state(
+        &["hook", "create-symlinks", "--link", "a::/b"],
+        &t.path().join("no-bundle"),
+    );
+    let (_, stderr) = texts(&out);
+    assert!(!out.status.success());
+    assert!(stderr.contains("config.json"), "{stderr}");
+}
+
+#[test]
+fn hook_disable_device_node_modification_without_proc_is_a_no_op() {
+    let t = tmp("params");
+    let (bundle, rootfs) = bundle(t.path());
+    let out = hook_with_state(&["hook", "disable-device-node-modification"], &bundle);
+    assert!(out.status.success(), "{}", texts(&out).1);
+    assert!(!rootfs.join("proc").exists());
+}
+
+#[test]
+fn hook_update_ldcache_runs_the_host_ldconfig_in_the_root() {
+    if !gpuhook_e2e::e2e_ready("cdi_hooks::update_ldcache", &["ldconfig"]) {
+        return;
+    }
+    let t = tmp("ldcache");
+    let node = t.path().join("driver");
+    let p = build_node("t4", &node);
+    let (bundle, rootfs) = bundle(t.path());
+    let lib_dir = p.lib_dir.trim_start_matches('/');
+    std::fs::create_dir_all(rootfs.join(lib_dir)).unwrap();
+    let lib = format!("libcuda.so.{}", p.driver_version);
+    std::fs::copy(
+        node.join(lib_dir).join(&lib),
+        rootfs.join(lib_dir).join(&lib),
+    )
+    .unwrap();
+    let out = hook_with_state(
+        &[
+            "hook",
+            "update-ldcache",
+            "--ldconfig-path",
+            "/sbin/ldconfig",
+            "--folder",
+            &p.lib_dir,
+        ],
+        &bundle,
+    );
+    assert!(out.status.success(), "{}", texts(&out).1);
+    let conf = std::fs::read_to_string(rootfs.join("etc/ld.so.conf.d/00-gpuhook.conf")).unwrap();
+    assert!(conf.lines().any(|l| l == p.lib_dir), "{conf}");
+    let listing = gpuhook_e2e::run_ok(
+        Command::new("ldconfig")
+            .arg("-p")
+            .arg("-C")
+            .arg(rootfs.join("etc/ld.so.cache")),
+    );
+    assert!(
+        listing
+            .lines()
+            .any(|l| l.trim_start().starts_with("libcuda.so.1 ")),
+        "{listing}"
+    );
+}

@@ -1,0 +1,349 @@
+//! gpu-mps-daemon end to end with real runc on a simulated L20 node.
+//!
+//! The daemon discovers the node (mock NVML), starts one simulated control daemon per GPU and
+//! writes its `nvidia.com/gpu-mps` CDI spec. A busybox container gets the device
+//! `nvidia.com/gpu-mps=0-half` applied to its config.json with gpuhook_cdi's Registry +
+//! apply_devices (what gpuhook-runtime does; through gpuhook-runtime itself once it is wired),
+//! is run by runc, and we check inside it: the pipe directory is mounted (the control socket is
+//! there), `/dev/shm` is the daemon's shared tmpfs (a file written inside appears on the host),
+//! and the env has `CUDA_MPS_PIPE_DIRECTORY` and the half share's limits. An MPS client started
+//! in the container (`runc exec` of the node's control binary, which the spec mounts, with the
+//! host's glibc bind-mounted read-only) gets the share's limits and shows up in
+//! `gpu-mps-daemon status` attributed to the container's cgroup; when the container is deleted,
+//! a client still registered for it is ended by the daemon (`terminate_client`).
+//!
+//! The container shares the host pid namespace: the simulator registers a client under the pid
+//! the client reports for itself, whereas the real MPS daemon sees host pids.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use gpu_mps_daemon::gpuhook_cdi::{apply_devices, Registry};
+use gpuhook_e2e::{built, busybox_rootfs, e2e_ready, run_ok};
+use serde_json::{json, Value};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(start.elapsed() < WAIT, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The daemon; SIGTERM and wait on drop.
+struct Daemon(Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) of our own child.
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+        let start = Instant::now();
+        while self.0.try_wait().ok().flatten().is_none() && start.elapsed() < WAIT {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `runc delete -f` and removal of the container's cgroup parent on drop.
+struct Container {
+    id: String,
+    cgroup_parent: String,
+}
+
+impl Drop for Container {
+    fn drop(&mut self) {
+        let _ = Command::new("runc")
+            .args(["delete", "-f", &self.id])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        if let Ok(entries) = std::fs::read_dir("/sys/fs/cgroup") {
+            for e in entries.flatten() {
+                let _ =
+                    std::fs::remove_dir(e.path().join(self.cgroup_parent.trim_start_matches('/')));
+            }
+        }
+    }
+}
+
+fn status_json(mps: &Path) -> Option<Value> {
+    serde_json::from_slice(&std::fs::read(mps.join("status.json")).ok()?).ok()
+}
+
+fn runc_exec(id: &str, script: &str) -> String {
+    run_ok(Command::new("runc").args(["exec", id, "sh", "-c", script]))
+}
+
+#[test]
+fn runc_container_gets_the_mps_share_and_its_clients_are_watched() {
+    if !e2e_ready("mps_runc", &["runc"]) {
+        return;
+    }
+    let tmp = tempfile::Builder::new()
+        .prefix("gpuhook-mps-e2e-")
+        .tempdir()
+        .unwrap();
+    let node = tmp.path().join("node");
+    run_ok(
+        Command::new(built("gpuhook-sim"))
+            .args(["build", "l20"])
+            .arg(&node),
+    );
+    let (mps, cdi) = (tmp.path().join("mps"), tmp.path().join("cdi"));
+    let config = tmp.path().join("mps.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "version: v1\nsharing:\n  mps:\n    resources:\n      - {{name: nvidia.com/gpu, replicas: 4, devices: all}}\nmpsDaemon:\n  mpsRoot: {}\n  driverRoot: {}\n  cdiSpecDir: {}\n  gpuhookPath: {}\n  shmSize: 16Mi\n  probeInterval: 300ms\n  shares: [{{name: half, fraction: 1/2}}]\n",
+            mps.display(),
+            node.display(),
+            cdi.display(),
+            built("gpuhook").display()
+        ),
+    )
+    .unwrap();
+    let log = tmp.path().join("daemon.log");
+    let _daemon = Daemon(
+        Command::new(built("gpu-mps-daemon"))
+            .arg("--config")
+            .arg(&config)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let logtext = || std::fs::read_to_string(&log).unwrap_or_default();
+    let spec_file = cdi.join("nvidia.com-gpu-mps.json");
+    let status = wait_for("GPU 0 ready and its CDI devices written", || {
+        let s = status_json(&mps)?;
+        let ready = s["gpus"]
+            .as_array()?
+            .iter()
+            .any(|g| g["index"] == 0 && g["state"] == "ready");
+        let listed = s["cdi"]["devices"]
+            .as_array()?
+            .iter()
+            .any(|d| d == "nvidia.com/gpu-mps=0-half");
+        (ready && listed && spec_file.exists()).then_some(s)
+    });
+    let gpu0 = status["gpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["index"] == 0)
+        .unwrap()
+        .clone();
+    let uuid = gpu0["uuid"].as_str().unwrap().to_string();
+    let half_mem = gpu0["pinnedMemoryLimitMiB"].as_u64().unwrap();
+    let host_shm = mps.join(&uuid).join("shm");
+
+    // The bundle: busybox, host pid namespace, a plain cgroupsPath, host glibc read-only.
+    let bundle = tmp.path().join("bundle");
+    busybox_rootfs(&bundle.join("rootfs"), false);
+    run_ok(Command::new("runc").arg("spec").current_dir(&bundle));
+    let mut oci: Value =
+        serde_json::from_slice(&std::fs::read(bundle.join("config.json")).unwrap()).unwrap();
+    let id = format!("gpuhook-mps-{}", std::process::id());
+    let cgroup_parent = format!("/gpuhook-mps-e2e-{}", std::process::id());
+    let cgroups_path = format!("{cgroup_parent}/{id}");
+    oci["process"]["terminal"] = json!(false);
+    oci["process"]["args"] = json!(["sleep", "1000"]);
+    oci["root"] = json!({"path": "rootfs", "readonly": false});
+    oci["linux"]["cgroupsPath"] = json!(cgroups_path);
+    let ns = oci["linux"]["namespaces"].as_array_mut().unwrap();
+    ns.retain(|n| n["type"] != "pid");
+    for lib in ["/lib/x86_64-linux-gnu", "/lib64"] {
+        oci["mounts"].as_array_mut().unwrap().push(json!({
+            "destination": lib, "type": "bind", "source": lib, "options": ["rbind", "ro"]
+        }));
+    }
+    let device = "nvidia.com/gpu-mps=0-half".to_string();
+    let reg = Registry::load(&[&cdi]);
+    assert!(reg.errors.is_empty(), "{:?}", reg.errors);
+    apply_devices(&mut oci, &reg, std::slice::from_ref(&device)).unwrap();
+    std::fs::write(
+        bundle.join("config.json"),
+        serde_json::to_vec_pretty(&oci).unwrap(),
+    )
+    .unwrap();
+    let container = Container {
+        id: id.clone(),
+        cgroup_parent,
+    };
+    let out = Command::new("runc")
+        .args(["run", "--detach", "--bundle"])
+        .arg(&bundle)
+        .arg(&id)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "runc run: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // Inside: env, pipe directory, shared /dev/shm.
+    let env = runc_exec(&id, "env");
+    assert!(
+        env.lines()
+            .any(|l| l == "CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps"),
+        "{env}"
+    );
+    assert!(
+        env.lines()
+            .any(|l| l == "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50"),
+        "{env}"
+    );
+    let mem_env = format!("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0={half_mem}M");
+    assert!(env.lines().any(|l| l == mem_env), "{env}");
+    let pipe = runc_exec(&id, "ls /tmp/nvidia-mps");
+    assert!(
+        pipe.lines().any(|l| l == "control"),
+        "control socket visible: {pipe}"
+    );
+    let mounts = runc_exec(&id, "cat /proc/mounts");
+    assert!(
+        mounts
+            .lines()
+            .any(|l| l.split_whitespace().nth(1) == Some("/dev/shm") && l.contains("tmpfs")),
+        "{mounts}"
+    );
+    runc_exec(&id, "echo from-container > /dev/shm/gpuhook-e2e");
+    assert_eq!(
+        std::fs::read_to_string(host_shm.join("gpuhook-e2e")).unwrap(),
+        "from-container\n"
+    );
+    assert!(
+        runc_exec(&id, "ls /dev").lines().any(|l| l == "nvidia0"),
+        "the GPU's device node is injected"
+    );
+
+    // An MPS client in the container: the node's control binary, mounted by the spec.
+    let pid_file = tmp.path().join("client.pid");
+    run_ok(
+        Command::new("runc")
+            .args(["exec", "--detach", "--pid-file"])
+            .arg(&pid_file)
+            .args([
+                &id,
+                "/usr/bin/nvidia-cuda-mps-control",
+                "--sim-client",
+                "--uid",
+                "0",
+            ]),
+    );
+    let client: u32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let want_ctr = format!("/gpuhook-mps-e2e-{}/{id}", std::process::id());
+    let seen = wait_for("client attributed to the container", || {
+        let s = status_json(&mps)?;
+        let g = s["gpus"]
+            .as_array()?
+            .iter()
+            .find(|g| g["index"] == 0)?
+            .clone();
+        g["usage"]["clients"]
+            .as_array()?
+            .iter()
+            .find(|c| c["pid"] == client && c["container"] == want_ctr.as_str())
+            .cloned()
+    });
+    assert_eq!(seen["runtime"], "cgroup", "{seen}; log:\n{}", logtext());
+    let table = run_ok(
+        Command::new(built("gpu-mps-daemon"))
+            .args(["status", "--mps-root"])
+            .arg(&mps),
+    );
+    assert!(
+        table.contains(&format!(
+            "container {want_ctr} (cgroup): 1 client(s), pids {client}"
+        )),
+        "{table}"
+    );
+    let limits = {
+        use std::io::Write;
+        let mut c = Command::new(node.join("usr/bin/nvidia-cuda-mps-control"))
+            .env_clear()
+            .env("CUDA_MPS_PIPE_DIRECTORY", mps.join(&uuid).join("pipe"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        writeln!(c.stdin.take().unwrap(), "sim_get_client_limits {client}").unwrap();
+        String::from_utf8(c.wait_with_output().unwrap().stdout).unwrap()
+    };
+    assert_eq!(
+        limits.trim(),
+        format!("active_thread_percentage=50.0 pinned_mem_limit=0={half_mem}M")
+    );
+
+    // A client registered for the container's init process but living elsewhere (a stale entry):
+    // once the container is deleted the daemon must end it.
+    let state: Value =
+        serde_json::from_str(&run_ok(Command::new("runc").args(["state", &id]))).unwrap();
+    let init = state["pid"].as_u64().unwrap();
+    let mut stale = Command::new(node.join("usr/bin/nvidia-cuda-mps-control"))
+        .env_clear()
+        .env("CUDA_MPS_PIPE_DIRECTORY", mps.join(&uuid).join("pipe"))
+        .args(["--sim-client", "--uid", "0", "--pid", &init.to_string()])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for("stale client attributed", || {
+        let s = status_json(&mps)?;
+        let g = s["gpus"]
+            .as_array()?
+            .iter()
+            .find(|g| g["index"] == 0)?
+            .clone();
+        g["usage"]["clients"]
+            .as_array()?
+            .iter()
+            .any(|c| c["pid"] == init && c["container"] == want_ctr.as_str())
+            .then_some(())
+    });
+    run_ok(Command::new("runc").args(["delete", "-f", &id]));
+    let code = wait_for("stale client ended", || {
+        stale.try_wait().unwrap().map(|s| s.code())
+    });
+    assert_eq!(
+        code,
+        Some(2),
+        "terminated by the daemon; log:\n{}",
+        logtext()
+    );
+    let g = wait_for("no clients left", || {
+        let s = status_json(&mps)?;
+        let g = s["gpus"]
+            .as_array()?
+            .iter()
+            .find(|g| g["index"] == 0)?
+            .clone();
+        g["usage"]["clients"].as_array()?.is_empty().then_some(g)
+    });
+    assert_eq!(g["usage"]["terminations"]["container_gone"], 1, "{g}");
+    let log = logtext();
+    assert!(
+        log.lines().any(|l| l.contains("terminated MPS client")
+            && l.contains(&want_ctr)
+            && l.contains("container_gone")),
+        "{log}"
+    );
+    drop(container);
+    drop(_daemon);
+    assert!(!spec_file.exists(), "spec removed when the daemon stops");
+    let _: PathBuf = node;
+}
