@@ -111,7 +111,9 @@ pub fn busybox_rootfs(dir: &Path, debian: bool) -> PathBuf {
         std::fs::create_dir_all(dir.join(sub)).expect("mkdir rootfs dir");
     }
     std::fs::copy(&busybox, dir.join("bin/busybox")).expect("copy busybox");
-    let out = run_ok(Command::new(dir.join("bin/busybox")).arg("--list"));
+    // Ask the host's busybox, not the fresh copy: executing a file this process just wrote races
+    // with other test threads forking (ETXTBSY while they still hold the write fd).
+    let out = run_ok(Command::new(&busybox).arg("--list"));
     for applet in out.lines().filter(|l| !l.is_empty() && *l != "busybox") {
         let link = dir.join("bin").join(applet);
         if !link.exists() {

@@ -76,7 +76,11 @@ fn cases(inv: &Inventory) -> Vec<(String, Vec<Sel>, bool)> {
         out.push((g.index.to_string(), vec![Sel::Gpu(i)], true));
         out.push((g.uuid.to_ascii_lowercase(), vec![Sel::Gpu(i)], true));
         // The kernel's short-domain form; the hook normalises it to NVML's.
-        let pci = g.pci_bus_id.strip_prefix("0000").unwrap_or(&g.pci_bus_id).to_ascii_uppercase();
+        let pci = g
+            .pci_bus_id
+            .strip_prefix("0000")
+            .unwrap_or(&g.pci_bus_id)
+            .to_ascii_uppercase();
         out.push((pci, vec![Sel::Gpu(i)], true));
     }
     let mig = inv
@@ -135,14 +139,20 @@ fn check_profile(profile: &str) {
         let mut bundle = Bundle::new(SCRIPT, true);
         // Host nodes that are not injected: modeset (display only) and, when one GPU is
         // selected, another GPU.
-        let mut denied = vec![("/dev/gpuhook-denied-modeset".to_string(), "nvidia-modeset".to_string())];
+        let mut denied = vec![(
+            "/dev/gpuhook-denied-modeset".to_string(),
+            "nvidia-modeset".to_string(),
+        )];
         let selected: BTreeSet<String> = want.iter().map(|(p, _, _)| p.clone()).collect();
         if let Some(other) = inv
             .gpus
             .iter()
             .find(|g| !selected.contains(&format!("/dev/nvidia{}", g.minor)))
         {
-            denied.push(("/dev/gpuhook-denied-gpu".into(), format!("nvidia{}", other.minor)));
+            denied.push((
+                "/dev/gpuhook-denied-gpu".into(),
+                format!("nvidia{}", other.minor),
+            ));
         }
         for (dest, host) in &denied {
             bundle.bind(&n.root.join("dev").join(host), dest);
@@ -159,7 +169,10 @@ fn check_profile(profile: &str) {
             .hook(n.hook());
         let (id, out) = bundle.run("runc");
         let (stdout, stderr) = text(&out);
-        assert!(out.status.success(), "{ctx}: runc failed\n{stdout}\n{stderr}");
+        assert!(
+            out.status.success(),
+            "{ctx}: runc failed\n{stdout}\n{stderr}"
+        );
 
         let got: BTreeSet<NodeSpec> = stdout
             .lines()
@@ -183,7 +196,10 @@ fn check_profile(profile: &str) {
             } else {
                 "No such device or address"
             };
-            assert!(result.contains(expect), "{ctx}: open {path}: {result:?}, want {expect}");
+            assert!(
+                result.contains(expect),
+                "{ctx}: open {path}: {result:?}, want {expect}"
+            );
         }
         assert_eq!(
             stdout.lines().filter(|l| l.starts_with("OPEN ")).count(),
@@ -194,7 +210,9 @@ fn check_profile(profile: &str) {
         if gpu {
             assert_eq!(got_libs, libs.len(), "{ctx}: libraries\n{stdout}");
             assert!(
-                stdout.lines().any(|l| l.starts_with("LDCACHE ") && l != "LDCACHE 0"),
+                stdout
+                    .lines()
+                    .any(|l| l.starts_with("LDCACHE ") && l != "LDCACHE 0"),
                 "{ctx}: ld.so.cache lacks libnvidia-ml.so.1\n{stdout}"
             );
         } else {
@@ -237,7 +255,14 @@ fn every_reference_profile_is_covered() {
     names.sort_unstable();
     assert_eq!(
         names,
-        ["a100-mig-mixed", "dgx-h100", "h100-mig", "h20-mig", "l20", "t4"],
+        [
+            "a100-mig-mixed",
+            "dgx-h100",
+            "h100-mig",
+            "h20-mig",
+            "l20",
+            "t4"
+        ],
         "a profile was added: add it to profile_tests!"
     );
 }
@@ -312,7 +337,10 @@ fn failed_requirement_stops_the_container_with_our_message() {
         "runc's error must carry our message:\n{stderr}"
     );
     let d = n.decisions(&id);
-    assert!(d.iter().any(|l| l["fields"]["outcome"] == "refuse"), "{d:?}");
+    assert!(
+        d.iter().any(|l| l["fields"]["outcome"] == "refuse"),
+        "{d:?}"
+    );
     // Refused before anything was injected: no mountpoint was created in the rootfs.
     assert!(!b.rootfs.join("usr/lib/x86_64-linux-gnu").exists());
     assert!(!b.rootfs.join("etc/ld.so.conf.d").exists());
@@ -375,7 +403,10 @@ fn non_gpu_container_is_untouched() {
     assert!(out.status.success(), "{stdout}\n{stderr}");
     assert!(!stdout.contains("NODE"), "{stdout}");
     // The fast path ran no discovery: the removed cache was not rewritten.
-    assert!(!n.cache.exists(), "a non-GPU container must not trigger discovery");
+    assert!(
+        !n.cache.exists(),
+        "a non-GPU container must not trigger discovery"
+    );
     assert_eq!(prestart_support::snapshot(&n.root), before);
     assert_eq!(prestart_support::snapshot(&b.rootfs), rootfs_before);
 }
@@ -403,10 +434,7 @@ fn non_root_container_user_gets_gpus_and_a_fresh_ld_cache() {
         return;
     }
     let n = node("l20", "");
-    let mut b = Bundle::new(
-        &format!("id -u; {SCRIPT}"),
-        false,
-    );
+    let mut b = Bundle::new(&format!("id -u; {SCRIPT}"), false);
     b.config["process"]["user"] = json!({"uid": 1000, "gid": 1000});
     b.env("NVIDIA_VISIBLE_DEVICES=0").hook(n.hook());
     let (_, out) = b.run("nonroot");
@@ -414,5 +442,10 @@ fn non_root_container_user_gets_gpus_and_a_fresh_ld_cache() {
     assert!(out.status.success(), "{stdout}\n{stderr}");
     assert!(stdout.starts_with("1000\n"), "{stdout}");
     assert_eq!(gpu_nodes(&stdout).len(), 1, "{stdout}");
-    assert!(stdout.lines().any(|l| l.starts_with("LDCACHE ") && l != "LDCACHE 0"), "{stdout}");
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.starts_with("LDCACHE ") && l != "LDCACHE 0"),
+        "{stdout}"
+    );
 }

@@ -37,7 +37,12 @@ impl Canary {
     }
 
     fn assert_untouched(&self, ctx: &str) {
-        assert_eq!(snapshot(&self.dir), self.before, "{ctx}: host dir {} changed", self.dir.display());
+        assert_eq!(
+            snapshot(&self.dir),
+            self.before,
+            "{ctx}: host dir {} changed",
+            self.dir.display()
+        );
     }
 }
 
@@ -90,16 +95,33 @@ fn symlink_case(n: &Node, link: &str, target: &str, canary: &Canary, inside: Opt
     let host_before = host_mountinfo();
     let out = invoke_prestart(&n.config, &unique_id("sym"), sleeper.pid(), b.dir.path());
     let (stdout, stderr) = text(&out);
-    assert!(stdout.is_empty(), "{ctx}: the hook wrote to stdout: {stdout}");
+    assert!(
+        stdout.is_empty(),
+        "{ctx}: the hook wrote to stdout: {stdout}"
+    );
     canary.assert_untouched(&ctx);
-    assert_eq!(host_mountinfo(), host_before, "{ctx}: host mount table changed");
+    assert_eq!(
+        host_mountinfo(),
+        host_before,
+        "{ctx}: host mount table changed"
+    );
     let new = assert_new_mounts_inside(&sleeper, &mounts_before, &b.rootfs, &ctx);
     match inside {
         None => {
-            assert!(!out.status.success(), "{ctx}: a dangling link must be refused");
-            assert!(stderr.contains("dangles inside the container root"), "{ctx}: {stderr}");
+            assert!(
+                !out.status.success(),
+                "{ctx}: a dangling link must be refused"
+            );
+            assert!(
+                stderr.contains("dangles inside the container root"),
+                "{ctx}: {stderr}"
+            );
             assert_eq!(new, 0, "{ctx}: refused, yet something was mounted");
-            assert_eq!(snapshot(&b.rootfs), rootfs_before, "{ctx}: refused, yet the rootfs changed");
+            assert_eq!(
+                snapshot(&b.rootfs),
+                rootfs_before,
+                "{ctx}: refused, yet the rootfs changed"
+            );
         }
         Some(file) => {
             // Followed *inside* the rootfs (RESOLVE_IN_ROOT): what was made is under it.
@@ -149,7 +171,12 @@ fn firmware_dir_symlink_to_host_path_stays_in_rootfs() {
         return;
     }
     let n = node("dgx-h100", "");
-    let fw = n.inventory.files.firmware.first().expect("dgx-h100 has GSP firmware");
+    let fw = n
+        .inventory
+        .files
+        .firmware
+        .first()
+        .expect("dgx-h100 has GSP firmware");
     let file = format!(
         "nvidia/{}/{}",
         n.inventory.driver_version,
@@ -176,7 +203,10 @@ fn library_dir_symlink_through_runc() {
     let (_, out) = b.run("symrunc");
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stdout}\n{stderr}");
-    assert!(stdout.contains(&format!("libcuda.so.{}", n.inventory.driver_version)), "{stdout}");
+    assert!(
+        stdout.contains(&format!("libcuda.so.{}", n.inventory.driver_version)),
+        "{stdout}"
+    );
     canary.assert_untouched("runc");
     assert_eq!(host_mountinfo(), host_before, "host mount table changed");
 }
@@ -194,7 +224,12 @@ fn marker_lib(dir: &Path, marker: &Path) -> PathBuf {
     )
     .unwrap();
     let lib = dir.join("marker.so");
-    gpuhook_e2e::run_ok(Command::new("gcc").args(["-shared", "-fPIC", "-o"]).arg(&lib).arg(&src));
+    gpuhook_e2e::run_ok(
+        Command::new("gcc")
+            .args(["-shared", "-fPIC", "-o"])
+            .arg(&lib)
+            .arg(&src),
+    );
     lib
 }
 
@@ -219,7 +254,10 @@ fn container_ld_preload_never_reaches_processes_the_hook_starts() {
     std::fs::copy(&lib, &in_root).unwrap();
     b.env("NVIDIA_VISIBLE_DEVICES=0")
         .env(&format!("LD_PRELOAD={}", lib.display()))
-        .env(&format!("LD_LIBRARY_PATH={}", lib.parent().unwrap().display()))
+        .env(&format!(
+            "LD_LIBRARY_PATH={}",
+            lib.parent().unwrap().display()
+        ))
         .hook(n.hook());
     let (_, out) = b.run("preload");
     let (stdout, stderr) = text(&out);
@@ -233,7 +271,10 @@ fn container_ld_preload_never_reaches_processes_the_hook_starts() {
     // ... and the container's LD_PRELOAD reached none of the processes the hook started.
     assert!(!marker.exists(), "LD_PRELOAD reached a host process");
     let marker_in_root = b.rootfs.join(marker.strip_prefix("/").unwrap());
-    assert!(!marker_in_root.exists(), "LD_PRELOAD reached the sandboxed ldconfig");
+    assert!(
+        !marker_in_root.exists(),
+        "LD_PRELOAD reached the sandboxed ldconfig"
+    );
 }
 
 /// Invokes the hook for hostile env entries; it must fail with `want` and change nothing.
@@ -248,7 +289,12 @@ fn hostile(n: &Node, entries: &[String], want: &str) {
     let sleeper = Sleeper::start("hostile");
     let mounts_before = sleeper.mountinfo();
     let host_before = host_mountinfo();
-    let out: Output = invoke_prestart(&n.config, &unique_id("hostile"), sleeper.pid(), b.dir.path());
+    let out: Output = invoke_prestart(
+        &n.config,
+        &unique_id("hostile"),
+        sleeper.pid(),
+        b.dir.path(),
+    );
     let (stdout, stderr) = text(&out);
     assert!(!out.status.success(), "{ctx}: must be refused");
     assert!(stdout.is_empty(), "{ctx}: stdout {stdout}");
@@ -257,10 +303,26 @@ fn hostile(n: &Node, entries: &[String], want: &str) {
         "{ctx}: want {want:?} in {stderr}"
     );
     assert_eq!(stderr.lines().count(), 1, "{ctx}: one clear line: {stderr}");
-    assert!(stderr.len() < 1024, "{ctx}: the error must not echo the input: {} bytes", stderr.len());
-    assert_eq!(sleeper.mountinfo(), mounts_before, "{ctx}: something was mounted");
-    assert_eq!(snapshot(&b.rootfs), rootfs_before, "{ctx}: the rootfs changed (nodes, mountpoints)");
-    assert_eq!(host_mountinfo(), host_before, "{ctx}: host mount table changed");
+    assert!(
+        stderr.len() < 1024,
+        "{ctx}: the error must not echo the input: {} bytes",
+        stderr.len()
+    );
+    assert_eq!(
+        sleeper.mountinfo(),
+        mounts_before,
+        "{ctx}: something was mounted"
+    );
+    assert_eq!(
+        snapshot(&b.rootfs),
+        rootfs_before,
+        "{ctx}: the rootfs changed (nodes, mountpoints)"
+    );
+    assert_eq!(
+        host_mountinfo(),
+        host_before,
+        "{ctx}: host mount table changed"
+    );
 }
 
 #[test]
@@ -270,10 +332,26 @@ fn hostile_env_values_are_clear_errors_and_inject_nothing() {
     }
     let n = node("dgx-h100", "");
     let s = |v: &str| vec![v.to_string()];
-    hostile(&n, &s("NVIDIA_VISIBLE_DEVICES=../../../etc/passwd"), "invalid device id");
-    hostile(&n, &s("NVIDIA_VISIBLE_DEVICES=0,/dev/sda"), "invalid device id");
-    hostile(&n, &s("NVIDIA_VISIBLE_DEVICES=0\u{1}1"), "invalid device id");
-    hostile(&n, &s("NVIDIA_VISIBLE_DEVICES=0\n1"), "NVIDIA_VISIBLE_DEVICES");
+    hostile(
+        &n,
+        &s("NVIDIA_VISIBLE_DEVICES=../../../etc/passwd"),
+        "invalid device id",
+    );
+    hostile(
+        &n,
+        &s("NVIDIA_VISIBLE_DEVICES=0,/dev/sda"),
+        "invalid device id",
+    );
+    hostile(
+        &n,
+        &s("NVIDIA_VISIBLE_DEVICES=0\u{1}1"),
+        "invalid device id",
+    );
+    hostile(
+        &n,
+        &s("NVIDIA_VISIBLE_DEVICES=0\n1"),
+        "NVIDIA_VISIBLE_DEVICES",
+    );
     hostile(&n, &s("NVIDIA_VISIBLE_DEVICES=42"), "unknown device \"42\"");
     hostile(
         &n,
@@ -294,7 +372,9 @@ fn hostile_env_values_are_clear_errors_and_inject_nothing() {
     let huge = format!("NVIDIA_VISIBLE_DEVICES={}", "0,".repeat(1 << 19));
     assert!(huge.len() >= 1 << 20);
     hostile(&n, &[huge], "exceeds the limit");
-    let mut many: Vec<String> = (0..10_000).map(|i| format!("GPUHOOK_FILLER_{i}=x")).collect();
+    let mut many: Vec<String> = (0..10_000)
+        .map(|i| format!("GPUHOOK_FILLER_{i}=x"))
+        .collect();
     many.push("NVIDIA_VISIBLE_DEVICES=0".into());
     hostile(&n, &many, "exceeds the limit of 10000 entries");
 }
@@ -314,7 +394,10 @@ fn many_containers_leave_the_host_mount_table_unchanged() {
         b.env("NVIDIA_VISIBLE_DEVICES=all").hook(n.hook());
         let (_, out) = b.run("seq");
         let (stdout, stderr) = text(&out);
-        assert!(out.status.success() && stdout.contains("OK"), "container {i}: {stdout}\n{stderr}");
+        assert!(
+            out.status.success() && stdout.contains("OK"),
+            "container {i}: {stdout}\n{stderr}"
+        );
     }
     // Bundles are built first: copying busybox while another thread forks can hit ETXTBSY.
     let bundles: Vec<Bundle> = (0..10)

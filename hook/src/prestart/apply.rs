@@ -91,7 +91,11 @@ fn apply_in_namespace(t: &Target<'_>, plan: &Plan) -> Result<Applied, PrestartEr
             .map_err(step("creating device nodes"))?;
         done.devices += 1;
     }
-    tracing::debug!(container = t.container, nodes = done.devices, "device nodes created");
+    tracing::debug!(
+        container = t.container,
+        nodes = done.devices,
+        "device nodes created"
+    );
     for (m, present) in plan.mounts.iter().zip(&present.proc_files) {
         if !present {
             done.proc_files_absent.push(m.container.clone());
@@ -138,7 +142,11 @@ const MAX_LINKS: u32 = 40;
 /// a directory, `None` when a plain component is missing (it will be created). A symlink whose
 /// target does not exist inside the root, or a non-directory component, is an error: creating
 /// directories through it fails, and that must be found before anything is changed.
-fn walk_dirs(root: &ContainerRoot, path: &Path, depth: u32) -> Result<Option<PathBuf>, InjectError> {
+fn walk_dirs(
+    root: &ContainerRoot,
+    path: &Path,
+    depth: u32,
+) -> Result<Option<PathBuf>, InjectError> {
     let mut cur = PathBuf::from("/");
     for c in path.components() {
         let name = match c {
@@ -180,7 +188,10 @@ fn walk_dirs(root: &ContainerRoot, path: &Path, depth: u32) -> Result<Option<Pat
             Some(other) => {
                 return Err(refused(
                     &next,
-                    format!("the image has {} there, where a directory is needed", other.describe()),
+                    format!(
+                        "the image has {} there, where a directory is needed",
+                        other.describe()
+                    ),
                 ))
             }
         }
@@ -219,15 +230,20 @@ fn preflight(root: &ContainerRoot, plan: &Plan) -> Result<Present, InjectError> 
         plan.devices
             .iter()
             .map(|d| d.path.as_path())
-            .chain(plan.mounts.iter().filter(|m| !m.proc_file).map(|m| m.container.as_path()))
+            .chain(
+                plan.mounts
+                    .iter()
+                    .filter(|m| !m.proc_file)
+                    .map(|m| m.container.as_path()),
+            )
             .chain(plan.symlinks.iter().map(|(_, l)| l.as_path()))
             .chain(ldcache_paths.iter().map(PathBuf::as_path)),
     )?;
     for d in &plan.devices {
         match root.lstat(&d.path)? {
             None => {}
-            Some(EntryKind::CharDevice { major, minor }) if (major, minor) == (d.major, d.minor) => {
-            }
+            Some(EntryKind::CharDevice { major, minor })
+                if (major, minor) == (d.major, d.minor) => {}
             Some(other) => {
                 return Err(refused(
                     &d.path,
@@ -280,8 +296,8 @@ fn preflight(root: &ContainerRoot, plan: &Plan) -> Result<Present, InjectError> 
             }
         }
     }
-    let params = plan.params.is_some()
-        && root.lstat(Path::new(PARAMS_PATH))? == Some(EntryKind::File);
+    let params =
+        plan.params.is_some() && root.lstat(Path::new(PARAMS_PATH))? == Some(EntryKind::File);
     Ok(Present { proc_files, params })
 }
 
@@ -305,11 +321,18 @@ mod tests {
 
         for p in ["/usr/lib/abs/x", "/usr/lib/rel"] {
             let err = walk(p).unwrap_err().to_string();
-            assert!(err.contains("dangles inside the container root"), "{p}: {err}");
+            assert!(
+                err.contains("dangles inside the container root"),
+                "{p}: {err}"
+            );
         }
         std::fs::create_dir_all(r.join("tmp/canary")).unwrap();
         assert_eq!(walk("/usr/lib/abs").unwrap(), Some("/tmp/canary".into()));
-        assert_eq!(walk("/usr/lib/rel/sub").unwrap(), None, "sub will be created");
+        assert_eq!(
+            walk("/usr/lib/rel/sub").unwrap(),
+            None,
+            "sub will be created"
+        );
         assert_eq!(walk("/usr/lib/rel").unwrap(), Some("/tmp/canary".into()));
         assert_eq!(walk("/opt/nvidia").unwrap(), None);
         let err = walk("/etc/passwd/x").unwrap_err().to_string();

@@ -83,14 +83,18 @@ mod tests {
 
     #[test]
     fn state_is_capped_and_checked() {
-        let ok = br#"{"ociVersion":"1.0.2","id":"c","status":"creating","pid":7,"bundle":"/b","x":{}}"#;
+        let ok =
+            br#"{"ociVersion":"1.0.2","id":"c","status":"creating","pid":7,"bundle":"/b","x":{}}"#;
         let s = read_state(&ok[..]).unwrap();
         assert_eq!((s.id.as_str(), s.pid), ("c", Some(7)));
         let big = vec![b' '; MAX_STATE_BYTES as usize + 1];
         let err = read_state(&big[..]).unwrap_err().to_string();
         assert!(err.contains("larger than"), "{err}");
         let rel = br#"{"ociVersion":"1","id":"c","status":"creating","bundle":"b"}"#;
-        assert!(read_state(&rel[..]).unwrap_err().to_string().contains("absolute"));
+        assert!(read_state(&rel[..])
+            .unwrap_err()
+            .to_string()
+            .contains("absolute"));
         let err = read_state(&b"{"[..]).unwrap_err().to_string();
         assert!(err.contains("invalid OCI state on stdin"), "{err}");
     }
@@ -105,10 +109,7 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("not a JSON object"));
-        let big = format!(
-            "{{\"a\":\"{}\"}}",
-            "x".repeat(MAX_CONFIG_BYTES as usize)
-        );
+        let big = format!("{{\"a\":\"{}\"}}", "x".repeat(MAX_CONFIG_BYTES as usize));
         std::fs::write(dir.path().join("config.json"), big).unwrap();
         assert!(read_bundle_config(dir.path())
             .unwrap_err()

@@ -68,6 +68,8 @@ fn save(inv: &Inventory, cache: &Path) {
     }
     match inv.save_json(cache) {
         Ok(()) => tracing::info!(cache = %cache.display(), "inventory cache rewritten"),
-        Err(e) => tracing::warn!(cache = %cache.display(), error = %e, "cannot write the inventory cache"),
+        Err(e) => {
+            tracing::warn!(cache = %cache.display(), error = %e, "cannot write the inventory cache")
+        }
     }
 }

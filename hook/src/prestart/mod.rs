@@ -178,15 +178,20 @@ fn run_for(
             reason: e.to_string(),
         }
     })?;
-    let pid = state
-        .require_pid()
-        .map_err(|e| PrestartError::State { reason: e.to_string() })?;
+    let pid = state.require_pid().map_err(|e| PrestartError::State {
+        reason: e.to_string(),
+    })?;
     let before = |source| PrestartError::Preflight {
         container: container.to_string(),
         source,
     };
     let cgroup = locate_device_cgroup(pid).map_err(before)?;
-    tracing::debug!(container, devices = plan.devices.len(), mounts = plan.mounts.len(), "plan validated");
+    tracing::debug!(
+        container,
+        devices = plan.devices.len(),
+        mounts = plan.mounts.len(),
+        "plan validated"
+    );
     let ldconfig = config.ldconfig_path(|p| p.exists());
 
     let target = Target {
@@ -200,12 +205,20 @@ fn run_for(
         uid: 0,
         gid: 0,
     };
-    tracing::debug!(container, user = bundle_cfg.uid, "process user (ldconfig runs as uid 0 without capabilities)");
+    tracing::debug!(
+        container,
+        user = bundle_cfg.uid,
+        "process user (ldconfig runs as uid 0 without capabilities)"
+    );
     let applied = apply::apply(&target, &plan)?;
     let rules = plan.cgroup_rules();
     match &cgroup {
-        DeviceCgroup::V1(dir) => V1Devices::new(pid, dir.clone()).apply(&bundle_cfg.device_rules, &rules),
-        DeviceCgroup::V2(dir) => V2Devices::new(pid, dir.clone()).apply(&bundle_cfg.device_rules, &rules),
+        DeviceCgroup::V1(dir) => {
+            V1Devices::new(pid, dir.clone()).apply(&bundle_cfg.device_rules, &rules)
+        }
+        DeviceCgroup::V2(dir) => {
+            V2Devices::new(pid, dir.clone()).apply(&bundle_cfg.device_rules, &rules)
+        }
     }
     .map_err(|source| PrestartError::Inject {
         container: container.to_string(),
@@ -218,8 +231,16 @@ fn run_for(
         applied.devices,
         applied.mounts,
         applied.symlinks,
-        if applied.ldcache_updated { "updated" } else { "untouched" },
-        if applied.params_overridden { "mounted" } else { "not needed (no driver params in the container's /proc)" },
+        if applied.ldcache_updated {
+            "updated"
+        } else {
+            "untouched"
+        },
+        if applied.params_overridden {
+            "mounted"
+        } else {
+            "not needed (no driver params in the container's /proc)"
+        },
         if applied.proc_files_absent.is_empty() {
             String::new()
         } else {

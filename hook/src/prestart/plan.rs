@@ -84,7 +84,9 @@ pub fn mount_options(options: &[String], dst: &str) -> Result<MountOptions, Stri
     }
     // Driver files never need device nodes or setuid binaries; refuse an edit that would allow it.
     if !(o.nosuid && o.nodev) {
-        return Err(format!("mount {dst}: options {options:?} lack nosuid,nodev"));
+        return Err(format!(
+            "mount {dst}: options {options:?} lack nosuid,nodev"
+        ));
     }
     Ok(o)
 }
@@ -215,7 +217,9 @@ impl Plan {
                 .mig_devices
                 .iter()
                 .find(|m| m.index == index)
-                .ok_or_else(|| format!("MIG device {parent_index}:{index} is not in the inventory"))?;
+                .ok_or_else(|| {
+                    format!("MIG device {parent_index}:{index} is not in the inventory")
+                })?;
             let gi = format!(
                 "/proc/driver/nvidia/capabilities/gpu{}/mig/gi{}",
                 gpu.minor, mig.gi_id

@@ -97,7 +97,13 @@ fn caps(c: &[Capability]) -> BTreeSet<Capability> {
 
 fn plan_for(devices: &[DeviceRef], c: &[Capability]) -> Plan {
     let inv = inventory();
-    let edits = edits_for(&inv, devices, &caps(c), &EditOptions::new("/usr/bin/gpuhook")).unwrap();
+    let edits = edits_for(
+        &inv,
+        devices,
+        &caps(c),
+        &EditOptions::new("/usr/bin/gpuhook"),
+    )
+    .unwrap();
     Plan::from_edits(&inv, &edits).unwrap()
 }
 
@@ -150,7 +156,10 @@ fn edits_become_nodes_mounts_links_and_ldcache_folders() {
         .expect("libcuda mounted");
     assert_eq!(libcuda.host, Path::new("/drv/usr/lib64/libcuda.so.570.1"));
     assert!(libcuda.options.read_only && libcuda.options.nosuid && libcuda.options.nodev);
-    assert!(!plan.mounts.iter().any(|m| m.container.ends_with("libGLX_nvidia.so.570.1")));
+    assert!(!plan
+        .mounts
+        .iter()
+        .any(|m| m.container.ends_with("libGLX_nvidia.so.570.1")));
     let socket = plan
         .mounts
         .iter()
@@ -185,7 +194,11 @@ fn mig_device_gets_caps_parent_node_and_access_files() {
     };
     let mut plan = plan_for(&[mig], &[Capability::Compute]);
     plan.add_extras(&inv, &resolved(vec![mig])).unwrap();
-    let paths: Vec<&str> = plan.devices.iter().map(|d| d.path.to_str().unwrap()).collect();
+    let paths: Vec<&str> = plan
+        .devices
+        .iter()
+        .map(|d| d.path.to_str().unwrap())
+        .collect();
     assert!(paths.starts_with(&[
         "/dev/nvidia0",
         "/dev/nvidia-caps/nvidia-cap21",
@@ -211,7 +224,11 @@ fn mig_device_gets_caps_parent_node_and_access_files() {
             ),
         ]
     );
-    assert!(plan.mounts.iter().filter(|m| m.proc_file).all(|m| m.options.read_only));
+    assert!(plan
+        .mounts
+        .iter()
+        .filter(|m| m.proc_file)
+        .all(|m| m.options.read_only));
 }
 
 #[test]
@@ -241,7 +258,10 @@ fn mig_config_monitor_and_imex_channels() {
 
     inv.mig_caps = None;
     let err = Plan::default().add_extras(&inv, &req).unwrap_err();
-    assert!(err.contains("NVIDIA_MIG_CONFIG_DEVICES=all") && err.contains("drop the variable"), "{err}");
+    assert!(
+        err.contains("NVIDIA_MIG_CONFIG_DEVICES=all") && err.contains("drop the variable"),
+        "{err}"
+    );
     inv.majors.nvidia_caps_imex_channels = None;
     req.mig_config = false;
     req.mig_monitor = false;
@@ -279,7 +299,9 @@ fn bad_edits_are_refused() {
     assert!(Plan::from_edits(&inv, &edits).is_err());
     let mut edits = good.clone();
     edits.device_nodes[0].major = Some(-1);
-    assert!(Plan::from_edits(&inv, &edits).unwrap_err().contains("major"));
+    assert!(Plan::from_edits(&inv, &edits)
+        .unwrap_err()
+        .contains("major"));
 
     let mut edits = good.clone();
     edits.hooks[0].args = vec!["sh".into(), "-c".into(), "id".into()];
@@ -302,5 +324,8 @@ fn bad_edits_are_refused() {
 fn missing_host_sources_are_caught_before_anything_is_done() {
     let mut plan = plan_for(&[DeviceRef::Gpu { index: 0 }], &[Capability::Utility]);
     let (what, path, _) = plan.check_host().unwrap_err();
-    assert_eq!((what, path.to_str().unwrap()), ("device node", "/drv/dev/nvidia3"));
+    assert_eq!(
+        (what, path.to_str().unwrap()),
+        ("device node", "/drv/dev/nvidia3")
+    );
 }

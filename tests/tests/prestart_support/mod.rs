@@ -39,7 +39,8 @@ pub fn node(profile: &str, extra_config: &str) -> Node {
         bin_dir: Some(gpuhook_e2e::bin_dir()),
         ldconfig: None,
     };
-    materialise(&profile, &root, &opts).unwrap_or_else(|e| panic!("materialise {}: {e}", profile.name));
+    materialise(&profile, &root, &opts)
+        .unwrap_or_else(|e| panic!("materialise {}: {e}", profile.name));
     let cache = dir.path().join("inv.json");
     write_cache(&root, dir.path(), &cache);
     let inventory = Inventory::load_json(&cache).expect("inventory cache");
