@@ -44,7 +44,10 @@ pub fn mock_nvml_lib() -> PathBuf {
 
 /// Root of the workspace checkout.
 pub fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ has a parent").to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ has a parent")
+        .to_path_buf()
 }
 
 /// True when `GPUHOOK_REQUIRE_E2E=1`: end-to-end tests must run, a skip is a failure.
@@ -88,7 +91,9 @@ pub fn which(tool: &str) -> Option<PathBuf> {
 
 /// Runs a command, panicking with its stdout/stderr when it fails. Returns stdout.
 pub fn run_ok(cmd: &mut Command) -> String {
-    let out = cmd.output().unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
@@ -107,7 +112,9 @@ pub fn busybox_rootfs(dir: &Path, debian: bool) -> PathBuf {
         .map(PathBuf::from)
         .find(|p| p.exists())
         .expect("static busybox (apt-get install busybox-static)");
-    for sub in ["bin", "etc", "tmp", "proc", "dev", "sys", "usr/bin", "usr/lib", "lib", "var/run"] {
+    for sub in [
+        "bin", "etc", "tmp", "proc", "dev", "sys", "usr/bin", "usr/lib", "lib", "var/run",
+    ] {
         std::fs::create_dir_all(dir.join(sub)).expect("mkdir rootfs dir");
     }
     std::fs::copy(&busybox, dir.join("bin/busybox")).expect("copy busybox");
