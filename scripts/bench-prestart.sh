@@ -9,11 +9,16 @@
 #   gpu-nohook  same config.json without the hook
 #   plain+hook  no GPU request, hook installed (the fast path: exits before any discovery)
 #   plain-nohook
+#   plain+true  no GPU request, hook = /bin/true: the fixed cost of *any* runc hook (runc's hook
+#               machinery + one fork/exec), the floor under the plain+hook number
 # and prints p50/p95 per variant plus the hook's added cost (p50/p95 difference, ratio).
 # Targets: <= 15 ms added p50 for the GPU container (ldconfig included), <= 2 ms for the plain one.
 #
 # Usage: sudo scripts/bench-prestart.sh [RUNS]      (RUNS >= 30, default 40)
-# Env:   CARGO_TARGET_DIR (default: target-prestart), KEEP=1 keeps the work dir.
+# Env:   CARGO_TARGET_DIR (default: target-prestart), KEEP=1 keeps the work dir,
+#        GPUHOOK_BIN=/path/to/gpuhook benchmarks another build of the hook (e.g. a static one:
+#        RUSTFLAGS="-C target-feature=+crt-static -C relocation-model=static" cargo build --release
+#        -p gpuhook --target x86_64-unknown-linux-gnu).
 set -euo pipefail
 
 RUNS=${1:-40}
@@ -28,6 +33,8 @@ export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$REPO/target-prestart}
 echo "building release binaries in $CARGO_TARGET_DIR ..." >&2
 (cd "$REPO" && cargo build --release -q -p gpuhook -p gpuhook-sim -p gpuhook-mock-nvml)
 BIN=$CARGO_TARGET_DIR/release
+HOOK=${GPUHOOK_BIN:-$BIN/gpuhook}
+echo "hook binary: $HOOK" >&2
 
 WORK=$(mktemp -d /tmp/gpuhook-bench.XXXXXX)
 cleanup() { [[ ${KEEP:-0} == 1 ]] && echo "kept $WORK" >&2 || rm -rf "$WORK"; }
@@ -41,14 +48,15 @@ log-file = "$WORK/hook.log"
 EOF
 
 # Busybox rootfs (Debian-like), one per variant so no run sees another's files.
-make_bundle() { # name gpu(0|1) hook(0|1)
+make_bundle() { # name gpu(0|1) hook(0|1|true)
   local b=$WORK/$1
   mkdir -p "$b/rootfs"/{bin,etc,proc,dev,sys,tmp,usr/lib}
   cp "$(command -v busybox)" "$b/rootfs/bin/busybox"
   ln -s busybox "$b/rootfs/bin/sh"; ln -s busybox "$b/rootfs/bin/true"
   echo 12.0 >"$b/rootfs/etc/debian_version"
+  cp -a "$b/rootfs" "$b/rootfs.template"
   (cd "$b" && runc spec)
-  python3 - "$b/config.json" "$2" "$3" "$BIN/gpuhook" "$WORK/config.toml" <<'PY'
+  python3 - "$b/config.json" "$2" "$3" "$HOOK" "$WORK/config.toml" <<'PY'
 import json, sys
 path, gpu, hook, gpuhook, cfg = sys.argv[1:]
 c = json.load(open(path))
@@ -60,6 +68,8 @@ if gpu == "1":
 if hook == "1":
     c["hooks"] = {"prestart": [{"path": gpuhook, "args": ["gpuhook", "prestart", "--config", cfg],
                                 "env": ["PATH=/usr/sbin:/usr/bin:/sbin:/bin"]}]}
+elif hook == "true":
+    c["hooks"] = {"prestart": [{"path": "/bin/true", "args": ["true"], "env": ["PATH=/bin"]}]}
 json.dump(c, open(path, "w"), indent=1)
 PY
 }
@@ -67,9 +77,13 @@ make_bundle gpu-hook 1 1
 make_bundle gpu-nohook 1 0
 make_bundle plain-hook 0 1
 make_bundle plain-nohook 0 0
+make_bundle plain-true 0 true
 
 run_once() { # bundle -> prints elapsed ns
   local id="bench-$1-$$-$RANDOM$RANDOM" t0 t1
+  # A fresh rootfs per start (untimed), as in production: mountpoints, the ld.so.conf drop-in and
+  # the cache are created every time, not found from the previous run.
+  rm -rf "$WORK/$1/rootfs" && cp -a "$WORK/$1/rootfs.template" "$WORK/$1/rootfs"
   t0=$(date +%s%N)
   if ! runc run --bundle "$WORK/$1" "$id" </dev/null >/dev/null 2>"$WORK/err"; then
     echo "runc run failed for $1:" >&2; cat "$WORK/err" >&2; runc delete -f "$id" 2>/dev/null; exit 1
@@ -79,7 +93,7 @@ run_once() { # bundle -> prints elapsed ns
   echo $(( t1 - t0 ))
 }
 
-VARIANTS=(gpu-hook gpu-nohook plain-hook plain-nohook)
+VARIANTS=(gpu-hook gpu-nohook plain-hook plain-nohook plain-true)
 # Warm-up: fills the inventory cache (first GPU start discovers and writes it) and page cache.
 for v in "${VARIANTS[@]}"; do run_once "$v" >/dev/null; run_once "$v" >/dev/null; done
 [[ -f $WORK/inventory.json ]] || { echo "inventory cache was not written" >&2; exit 1; }
@@ -98,13 +112,14 @@ def pct(xs, p):
     k = (len(xs) - 1) * p / 100
     lo = int(k); hi = min(lo + 1, len(xs) - 1)
     return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
-t = {v: load(v) for v in ["gpu-hook", "gpu-nohook", "plain-hook", "plain-nohook"]}
+t = {v: load(v) for v in ["gpu-hook", "gpu-nohook", "plain-hook", "plain-nohook", "plain-true"]}
 print(f"runc run of busybox `sh -c true` on simulated dgx-h100, {runs} runs per variant (ms)")
 print(f"{'variant':<14}{'p50':>9}{'p95':>9}{'mean':>9}")
 for v, xs in t.items():
     print(f"{v:<14}{pct(xs,50):>9.2f}{pct(xs,95):>9.2f}{statistics.mean(xs):>9.2f}")
 for name, a, b, target in [("GPU container (all 8 GPUs, compute,utility)", "gpu-hook", "gpu-nohook", 15),
-                           ("non-GPU container", "plain-hook", "plain-nohook", 2)]:
+                           ("non-GPU container", "plain-hook", "plain-nohook", 2),
+                           ("any hook (/bin/true), for reference", "plain-true", "plain-nohook", 2)]:
     d50 = pct(t[a], 50) - pct(t[b], 50); d95 = pct(t[a], 95) - pct(t[b], 95)
     ratio = pct(t[a], 50) / pct(t[b], 50)
     verdict = "within" if d50 <= target else "OVER"

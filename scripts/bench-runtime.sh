@@ -20,7 +20,8 @@
 # Targets: <= 3 ms added p50 without GPUs, <= 10 ms with 8 GPUs (wrapper vs runc directly).
 #
 # Usage: sudo scripts/bench-runtime.sh [RUNS]      (RUNS >= 30, default 40)
-# Env:   CARGO_TARGET_DIR (default: target-rt2), KEEP=1 keeps the work dir.
+# Env:   CARGO_TARGET_DIR (default: target-rt2), KEEP=1 keeps the work dir, TMPDIR=/dev/shm puts
+#        the bundles on tmpfs like containerd's /run/containerd on real nodes (default /tmp).
 set -euo pipefail
 
 RUNS=${1:-40}
@@ -37,7 +38,7 @@ echo "building release binaries in $CARGO_TARGET_DIR ..." >&2
 (cd "$REPO" && cargo build --release -q -p gpuhook -p gpuhook-sim -p gpuhook-mock-nvml)
 BIN=$CARGO_TARGET_DIR/release
 
-WORK=$(mktemp -d /tmp/gpuhook-bench-rt.XXXXXX)
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/gpuhook-bench-rt.XXXXXX")
 cleanup() { [[ ${KEEP:-0} == 1 ]] && echo "kept $WORK" >&2 || rm -rf "$WORK"; }
 trap cleanup EXIT
 

@@ -6,4 +6,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # The e2e tests run the workspace's binaries and the mock NVML cdylib, so build them all first.
 cargo build --workspace --bins --lib
-cargo test --workspace "$@"
+cargo test --workspace --no-fail-fast "$@"

@@ -47,7 +47,7 @@ pub use registry::{Registry, RegistryDevice, RegistryError, DEFAULT_SPEC_DIRS};
 pub use spec::{
     ContainerEdits, Device, DeviceNode, Format, Hook, IntelRdt, Mount, NetDevice, Spec,
 };
-pub use validate::{validate_bytes, validate_model, validate_spec, ValidationError};
+pub use validate::{load_bytes, validate_bytes, validate_model, validate_spec, ValidationError};
 pub use version::minimum_version;
 pub use write::{default_file_name, is_ours, write_spec, WriteOutcome};
 

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::spec::{Device, Format, Spec};
-use crate::validate::{join_errors, validate_bytes};
+use crate::validate::{join_errors, load_bytes};
 use crate::CdiError;
 
 /// Spec directories in priority order (later wins).
@@ -155,7 +155,7 @@ impl Registry {
                 return None;
             }
         };
-        match validate_bytes(&bytes, Format::from_path(path)) {
+        match load_bytes(&bytes, Format::from_path(path)) {
             Ok(spec) => Some(LoadedSpec {
                 path: path.into(),
                 priority,

@@ -56,7 +56,7 @@ fn help_of_every_command() {
         ),
         (
             &["hook", "update-ldcache", "--help"],
-            &["--folder <DIR>", "--ldconfig <PATH>"],
+            &["--folder <DIR>", "--ldconfig-path <PATH>"],
         ),
         (
             &["hook", "disable-device-node-modification", "--help"],
@@ -171,7 +171,7 @@ fn log_file_gets_the_error_too() {
         v["fields"]["error"]
             .as_str()
             .unwrap()
-            .contains("update-ldcache"),
+            .contains("invalid OCI state"),
         "{line}"
     );
 }

@@ -16,6 +16,10 @@
 //! `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=<M>M` and the mounts. A container uses ONE device of this
 //! kind (one pipe directory per container).
 //!
+//! Host paths in the spec are the runtime's view: `mpsRoot` must be the same path on the host
+//! (mount it at the same path when this daemon runs in a container), and `hostDriverRoot` names
+//! the driver root as the host sees it when it is mounted elsewhere here (e.g. `/driver-root`).
+//!
 //! A GPU's devices appear in the file only once its daemon has been ready (limits applied) since
 //! this daemon started or the GPU's settings last changed, so no container is created against a
 //! daemon that is not limited yet; a later restart of its control daemon keeps them (the pipe
@@ -123,6 +127,13 @@ pub fn build_spec(
     inv: &Inventory,
     uuids: Option<&BTreeSet<String>>,
 ) -> Result<Option<Spec>, CdiError> {
+    let host_view = plan.cdi.host_driver_root.as_ref().map(|root| {
+        let mut v = inv.clone();
+        v.driver_root = root.clone();
+        v.dev_root = root.clone();
+        v
+    });
+    let inv = host_view.as_ref().unwrap_or(inv);
     let mut devices = Vec::new();
     for g in &plan.gpus {
         if uuids.is_none_or(|u| u.contains(&g.uuid)) {

@@ -199,3 +199,19 @@ fn written_spec_is_applied_like_a_runtime_and_removed() {
         .unwrap()
         .is_none());
 }
+
+#[test]
+fn host_driver_root_gives_the_hosts_paths() {
+    let p = plan("  hostDriverRoot: /host\n");
+    let spec = build_spec(&p, &inventory(), None).unwrap().unwrap();
+    let n = &spec.devices[0].container_edits.device_nodes[0];
+    assert_eq!(
+        (n.path.as_str(), n.host_path.as_deref()),
+        ("/dev/nvidia0", Some("/host/dev/nvidia0"))
+    );
+    let spec = build_spec(&plan(""), &inventory(), None).unwrap().unwrap();
+    assert_eq!(
+        spec.devices[0].container_edits.device_nodes[0].host_path,
+        None
+    );
+}

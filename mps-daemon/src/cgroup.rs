@@ -180,6 +180,10 @@ impl Owner {
     /// `<root>/<path>` for v2 when `<root>` is the unified mount, else `<root>/unified/<path>`
     /// (hybrid). `None` when no such directory exists (cgroup file system not visible).
     pub fn cgroup_dir(&self, cgroup_root: &Path) -> Option<PathBuf> {
+        // `/../..` paths come from a private cgroup namespace: not resolvable from here.
+        if self.path.split('/').any(|c| c == "..") {
+            return None;
+        }
         let rel = self.path.trim_start_matches('/');
         let candidates = match &self.hierarchy {
             Hierarchy::V2 => vec![cgroup_root.join(rel), cgroup_root.join("unified").join(rel)],
@@ -295,5 +299,11 @@ mod tests {
         std::fs::write(p.join("cgroup"), "0::/c\n").unwrap();
         assert_eq!(owner_of(&t.path().join("proc"), 42).unwrap(), Some(o));
         assert!(owner_of(&t.path().join("proc"), 43).is_err());
+        let ns = parse_proc_cgroup(&format!(
+            "0::/../../kubepods.slice/cri-containerd-{ID}.scope\n"
+        ))
+        .unwrap();
+        assert_eq!((ns.runtime, ns.id.as_str()), (Runtime::Containerd, ID));
+        assert_eq!(ns.cgroup_dir(t.path()), None);
     }
 }

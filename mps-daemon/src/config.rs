@@ -157,6 +157,9 @@ pub struct DaemonSection {
     pub shares: Vec<ShareConfig>,
     /// Directory of our CDI spec (`nvidia.com-gpu-mps.json`); default `/var/run/cdi`.
     pub cdi_spec_dir: Option<PathBuf>,
+    /// The driver root as the container runtime reading the CDI spec sees it (when this daemon
+    /// runs in a container with the host's driver root mounted elsewhere); default `driverRoot`.
+    pub host_driver_root: Option<PathBuf>,
     /// Host path of the `gpuhook` binary that the CDI spec's hooks run; default `/usr/bin/gpuhook`.
     pub gpuhook_path: Option<PathBuf>,
     /// Where containers see the GPU's pipe directory; default `/tmp/nvidia-mps` (CUDA's default).
@@ -248,42 +251,6 @@ pub fn parse_size(s: &str) -> Option<u64> {
     n.checked_mul(mult)
 }
 
-/// Parses `1/4`, `0.25`, `25%`, `1` into a reduced positive (numerator, denominator).
-pub fn parse_fraction(s: &str) -> Option<(u64, u64)> {
-    let s = s.trim();
-    let (num, den) = if let Some((n, d)) = s.split_once('/') {
-        (n.trim().parse::<u64>().ok()?, d.trim().parse::<u64>().ok()?)
-    } else {
-        let (text, scale) = match s.strip_suffix('%') {
-            Some(p) => (p.trim(), 100u64),
-            None => (s, 1u64),
-        };
-        let (int, frac) = text.split_once('.').unwrap_or((text, ""));
-        if int.is_empty() && frac.is_empty()
-            || !int.bytes().chain(frac.bytes()).all(|b| b.is_ascii_digit())
-            || frac.len() > 6
-        {
-            return None;
-        }
-        let den = 10u64.pow(frac.len() as u32);
-        let num = format!("{int}{frac}").parse::<u64>().ok()?;
-        (num, den.checked_mul(scale)?)
-    };
-    if num == 0 || den == 0 {
-        return None;
-    }
-    let g = gcd(num, den);
-    Some((num / g, den / g))
-}
-
-fn gcd(a: u64, b: u64) -> u64 {
-    if b == 0 {
-        a
-    } else {
-        gcd(b, a % b)
-    }
-}
-
 /// Parses `250ms`, `5s`, `2m`, `1h` or a plain number of seconds.
 pub fn parse_duration(s: &str) -> Option<Duration> {
     let s = s.trim();
@@ -365,7 +332,7 @@ impl<'de> Deserialize<'de> for DeviceId {
 }
 
 macro_rules! string_value {
-    ($ty:ident, $parse:ident, $wrap:expr, $what:literal) => {
+    ($ty:ident, $parse:path, $wrap:expr, $what:literal) => {
         impl<'de> Deserialize<'de> for $ty {
             fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
                 let v = serde_yaml::Value::deserialize(d)?;
@@ -390,7 +357,7 @@ string_value!(
 );
 string_value!(
     FractionValue,
-    parse_fraction,
+    crate::settings::parse_fraction,
     |(num, den)| FractionValue { num, den },
     "fraction (use e.g. `1/4`, `0.5` or `25%`)"
 );

@@ -47,6 +47,8 @@ pub struct CdiSettings {
     pub spec_dir: PathBuf,
     pub gpuhook_path: PathBuf,
     pub container_pipe_directory: PathBuf,
+    /// Replaces the inventory's driver and dev roots in the spec's host paths.
+    pub host_driver_root: Option<PathBuf>,
 }
 
 /// How clients are watched.
@@ -85,6 +87,42 @@ pub(crate) fn resolve_timing(cfg: &ConfigFile, ov: &Overrides) -> Result<Timing,
             "maxRestartBackoff",
         )?,
     })
+}
+
+/// Parses `1/4`, `0.25`, `25%`, `1` into a reduced positive (numerator, denominator).
+pub fn parse_fraction(s: &str) -> Option<(u64, u64)> {
+    let s = s.trim();
+    let (num, den) = if let Some((n, d)) = s.split_once('/') {
+        (n.trim().parse::<u64>().ok()?, d.trim().parse::<u64>().ok()?)
+    } else {
+        let (text, scale) = match s.strip_suffix('%') {
+            Some(p) => (p.trim(), 100u64),
+            None => (s, 1u64),
+        };
+        let (int, frac) = text.split_once('.').unwrap_or((text, ""));
+        if int.is_empty() && frac.is_empty()
+            || !int.bytes().chain(frac.bytes()).all(|b| b.is_ascii_digit())
+            || frac.len() > 6
+        {
+            return None;
+        }
+        let den = 10u64.pow(frac.len() as u32);
+        let num = format!("{int}{frac}").parse::<u64>().ok()?;
+        (num, den.checked_mul(scale)?)
+    };
+    if num == 0 || den == 0 {
+        return None;
+    }
+    let g = gcd(num, den);
+    Some((num / g, den / g))
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
 }
 
 fn valid_share_name(n: &str) -> bool {
@@ -213,6 +251,11 @@ pub fn resolve_cdi(cfg: &ConfigFile, ov: &Overrides) -> Result<CdiSettings, Conf
                 .unwrap_or_else(|| DEFAULT_CONTAINER_PIPE_DIRECTORY.into()),
             "containerPipeDirectory",
         )?,
+        host_driver_root: d
+            .host_driver_root
+            .clone()
+            .map(|p| abs(p, "hostDriverRoot"))
+            .transpose()?,
     })
 }
 

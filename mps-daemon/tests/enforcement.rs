@@ -208,6 +208,19 @@ fn spec_lists_ready_gpus_and_is_removed_at_sigterm() {
         node.status()
             .filter(|s| s["cdi"]["devices"].as_array().map(Vec::len) == Some(12))
     });
+    // A reload that drops the half share rewrites the spec without it.
+    node.write_config(
+        "      - {name: nvidia.com/gpu, replicas: 4, devices: all}\n",
+        &format!("{FAST}  shares: [{{name: quarter, fraction: 1/4}}]\n"),
+    );
+    d.signal(libc::SIGHUP);
+    let spec = wait_for("spec without the half share", || {
+        let s = Spec::from_slice(&std::fs::read(node.cdi_spec()).ok()?, None).ok()?;
+        (s.devices.len() == 8).then_some(s)
+    });
+    assert!(spec.devices.iter().all(|d| !d.name.ends_with("-half")));
+    let env: BTreeMap<String, String> = device_env(&node, "1-quarter").into_iter().collect();
+    assert_eq!(env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"], "25");
     d.signal(libc::SIGTERM);
     assert_eq!(d.wait_exit(), Some(0), "{}", d.log_text());
     assert!(!node.cdi_spec().exists(), "spec removed at shutdown");
@@ -428,4 +441,94 @@ fn clients_are_attributed_capped_and_ended_with_their_container() {
     assert!(c1.try_wait().unwrap().is_none(), "container a is untouched");
     drop(cg_a);
     let _ = (c1.wait(), c2.wait());
+}
+
+/// A fake proc tree and cgroup root: clients registered under made-up pids whose
+/// `<procRoot>/<pid>/cgroup` name CRI-O and podman containers (no root needed).
+#[test]
+fn fake_proc_root_attributes_and_ends_clients_of_every_reason() {
+    let node = Node::new(1, 16384);
+    let (proc_root, cg_root) = (node.dir.path().join("proc"), node.dir.path().join("cgroup"));
+    node.write_config(
+        "      - {name: nvidia.com/gpu, replicas: 2, devices: all}\n",
+        &format!(
+            "{FAST}  maxClientsPerContainer: 1\n  procRoot: {}\n  cgroupRoot: {}\n",
+            proc_root.display(),
+            cg_root.display()
+        ),
+    );
+    let d = node.start();
+    node.wait_ready(0);
+    wait_for("spec", || node.cdi_spec().exists().then_some(()));
+    let (crio, podman) = (ctr_id(0xc1), ctr_id(0xd2));
+    let crio_path = format!("/kubepods.slice/kubepods-pod1.slice/crio-{crio}.scope");
+    let podman_path = format!("/machine.slice/libpod-{podman}.scope");
+    let fake = |pid: u32, line: &str, cgroup: &str| {
+        std::fs::create_dir_all(proc_root.join(pid.to_string())).unwrap();
+        std::fs::write(proc_root.join(pid.to_string()).join("cgroup"), line).unwrap();
+        std::fs::create_dir_all(cg_root.join(cgroup.trim_start_matches('/'))).unwrap();
+    };
+    fake(3_999_001, &format!("0::{crio_path}\n"), &crio_path);
+    fake(
+        3_999_002,
+        &format!("3:pids:{podman_path}\n0::/\n"),
+        &format!("pids{podman_path}"),
+    );
+    fake(
+        3_999_003,
+        &format!("3:pids:{podman_path}\n0::/\n"),
+        &format!("pids{podman_path}"),
+    );
+    let env = host_env(&node, "0", 0);
+    let spawn = |pid: u32| {
+        Command::new(sim_bin())
+            .env_clear()
+            .envs(env.iter().cloned())
+            .args(["--sim-client", "--uid", "0", "--pid", &pid.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let mut a = spawn(3_999_001);
+    wait_client(&node, 3_999_001, &crio);
+    let mut b = spawn(3_999_002);
+    wait_client(&node, 3_999_002, &podman);
+    let runtimes: Vec<String> = usage(&node, 0)["clients"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["runtime"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(runtimes, ["cri-o", "podman"]);
+    // over_cap: a second client of the podman container (cap 1) is the newest: ended.
+    let mut c = spawn(3_999_003);
+    assert_eq!(wait_exit_code(&mut c), Some(2), "log:\n{}", d.log_text());
+    // container_gone: the CRI-O container's cgroup directory disappears.
+    std::fs::remove_dir(cg_root.join(crio_path.trim_start_matches('/'))).unwrap();
+    assert_eq!(wait_exit_code(&mut a), Some(2), "log:\n{}", d.log_text());
+    // process_gone: the podman client's pid disappears while its container stays.
+    std::fs::remove_dir_all(proc_root.join("3999002")).unwrap();
+    assert_eq!(wait_exit_code(&mut b), Some(2), "log:\n{}", d.log_text());
+    let u = wait_for("all three counted", || {
+        Some(usage(&node, 0)).filter(|u| {
+            u["terminations"]["process_gone"] == 1
+                && u["clients"].as_array().is_some_and(Vec::is_empty)
+        })
+    });
+    assert_eq!(u["terminations"]["over_cap"], 1, "{u}");
+    assert_eq!(u["terminations"]["container_gone"], 1, "{u}");
+    let log = d.log_text();
+    for (id, reason) in [
+        (&podman, "over_cap"),
+        (&crio, "container_gone"),
+        (&podman, "process_gone"),
+    ] {
+        assert!(
+            log.lines().any(|l| l.contains("terminated MPS client")
+                && l.contains(id.as_str())
+                && l.contains(reason)),
+            "{reason} for {id} logged:\n{log}"
+        );
+    }
 }

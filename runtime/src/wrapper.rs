@@ -224,6 +224,7 @@ pub fn edit_bundle(
     request: &dyn DeviceRequest,
     generate: Option<&dyn GenerateMissing>,
 ) -> Result<bool, RuntimeError> {
+    let start = std::time::Instant::now();
     let path = bundle.join("config.json");
     let bytes = std::fs::read(&path).map_err(|source| RuntimeError::ReadSpec {
         path: path.clone(),
@@ -246,10 +247,12 @@ pub fn edit_bundle(
         return Ok(false);
     };
     // Resolve before touching anything: an unresolvable name leaves the spec as it was.
+    let requested = start.elapsed();
     let registry = match &injection {
         Injection::Cdi(names) => Some(resolve(names, config, generate)?),
         Injection::Edits(_) => None,
     };
+    let resolved = start.elapsed();
     let removed = legacy::remove_legacy_hooks(&mut spec);
     if !removed.is_empty() {
         tracing::info!(hooks = ?removed, "removed legacy GPU prestart hooks");
@@ -271,6 +274,7 @@ pub fn edit_bundle(
             "devices were already applied; skipped their hooks and cgroup rules"
         );
     }
+    let edited = start.elapsed();
     let out = serde_json::to_vec(&spec).map_err(|e| RuntimeError::WriteSpec {
         path: path.clone(),
         source: e.into(),
@@ -285,6 +289,13 @@ pub fn edit_bundle(
     if let Injection::Cdi(names) = &injection {
         tracing::info!(bundle = %bundle.display(), devices = ?names, "injected CDI devices");
     }
+    tracing::debug!(
+        request_us = requested.as_micros() as u64,
+        resolve_us = (resolved - requested).as_micros() as u64,
+        apply_us = (edited - resolved).as_micros() as u64,
+        write_us = (start.elapsed() - edited).as_micros() as u64,
+        "edit_bundle timings"
+    );
     Ok(true)
 }
 

@@ -2,9 +2,9 @@
 //!
 //! The daemon discovers the node (mock NVML), starts one simulated control daemon per GPU and
 //! writes its `nvidia.com/gpu-mps` CDI spec. A busybox container gets the device
-//! `nvidia.com/gpu-mps=0-half` applied to its config.json with gpuhook_cdi's Registry +
-//! apply_devices (what gpuhook-runtime does; through gpuhook-runtime itself once it is wired),
-//! is run by runc, and we check inside it: the pipe directory is mounted (the control socket is
+//! `nvidia.com/gpu-mps=0-half` through `gpuhook-runtime` (a `cdi.k8s.io/*` annotation, as a
+//! device plugin sets it; while that binary is still a placeholder, the device is applied to
+//! config.json with gpuhook_cdi's Registry + apply_devices, the code it uses), is run by runc, and we check inside it: the pipe directory is mounted (the control socket is
 //! there), `/dev/shm` is the daemon's shared tmpfs (a file written inside appears on the host),
 //! and the env has `CUDA_MPS_PIPE_DIRECTORY` and the half share's limits. An MPS client started
 //! in the container (`runc exec` of the node's control binary, which the spec mounts, with the
@@ -72,6 +72,22 @@ impl Drop for Container {
             }
         }
     }
+}
+
+/// `gpuhook-runtime` when it is more than the placeholder that says "not built yet".
+fn wired_runtime() -> Option<PathBuf> {
+    let bin = built("gpuhook-runtime");
+    let out = Command::new(&bin)
+        .env("GPUHOOK_CONFIG", "/nonexistent/gpuhook-mps-e2e.toml")
+        .arg("--version")
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stderr);
+    if text.contains("not built yet") {
+        eprintln!("gpuhook-runtime is not wired yet: applying the CDI device with gpuhook_cdi");
+        return None;
+    }
+    Some(bin)
 }
 
 fn status_json(mps: &Path) -> Option<Value> {
@@ -166,9 +182,24 @@ fn runc_container_gets_the_mps_share_and_its_clients_are_watched() {
         }));
     }
     let device = "nvidia.com/gpu-mps=0-half".to_string();
-    let reg = Registry::load(&[&cdi]);
-    assert!(reg.errors.is_empty(), "{:?}", reg.errors);
-    apply_devices(&mut oci, &reg, std::slice::from_ref(&device)).unwrap();
+    let runtime = wired_runtime();
+    let runtime_config = tmp.path().join("gpuhook.toml");
+    if runtime.is_some() {
+        // The device plugin's way: a CDI annotation that gpuhook-runtime resolves.
+        oci["annotations"] = json!({ "cdi.k8s.io/gpuhook-mps_0-half": device });
+        std::fs::write(
+            &runtime_config,
+            format!(
+                "cdi-spec-dirs = [\"{}\"]\n[runtime]\nruntimes = [\"runc\"]\ngenerate-missing = false\n",
+                cdi.display()
+            ),
+        )
+        .unwrap();
+    } else {
+        let reg = Registry::load(&[&cdi]);
+        assert!(reg.errors.is_empty(), "{:?}", reg.errors);
+        apply_devices(&mut oci, &reg, std::slice::from_ref(&device)).unwrap();
+    }
     std::fs::write(
         bundle.join("config.json"),
         serde_json::to_vec_pretty(&oci).unwrap(),
@@ -178,18 +209,22 @@ fn runc_container_gets_the_mps_share_and_its_clients_are_watched() {
         id: id.clone(),
         cgroup_parent,
     };
-    let out = Command::new("runc")
+    // Detached: the container inherits runc's stdio, so no pipes (they would never close).
+    let runc_err = tmp.path().join("runc-run.err");
+    let st = Command::new(runtime.clone().unwrap_or_else(|| PathBuf::from("runc")))
+        .env("GPUHOOK_CONFIG", &runtime_config)
         .args(["run", "--detach", "--bundle"])
         .arg(&bundle)
         .arg(&id)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .output()
+        .stderr(std::fs::File::create(&runc_err).unwrap())
+        .status()
         .unwrap();
     assert!(
-        out.status.success(),
+        st.success(),
         "runc run: {}",
-        String::from_utf8_lossy(&out.stderr)
+        std::fs::read_to_string(&runc_err).unwrap_or_default()
     );
 
     // Inside: env, pipe directory, shared /dev/shm.
@@ -230,17 +265,25 @@ fn runc_container_gets_the_mps_share_and_its_clients_are_watched() {
 
     // An MPS client in the container: the node's control binary, mounted by the spec.
     let pid_file = tmp.path().join("client.pid");
-    run_ok(
-        Command::new("runc")
-            .args(["exec", "--detach", "--pid-file"])
-            .arg(&pid_file)
-            .args([
-                &id,
-                "/usr/bin/nvidia-cuda-mps-control",
-                "--sim-client",
-                "--uid",
-                "0",
-            ]),
+    let st = Command::new("runc")
+        .args(["exec", "--detach", "--pid-file"])
+        .arg(&pid_file)
+        .args([
+            &id,
+            "/usr/bin/nvidia-cuda-mps-control",
+            "--sim-client",
+            "--uid",
+            "0",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&runc_err).unwrap())
+        .status()
+        .unwrap();
+    assert!(
+        st.success(),
+        "runc exec: {}",
+        std::fs::read_to_string(&runc_err).unwrap_or_default()
     );
     let client: u32 = std::fs::read_to_string(&pid_file)
         .unwrap()

@@ -449,3 +449,33 @@ fn non_root_container_user_gets_gpus_and_a_fresh_ld_cache() {
         "{stdout}"
     );
 }
+
+#[test]
+fn works_as_a_create_runtime_hook() {
+    if !gpuhook_e2e::e2e_ready("prestart_runc::create_runtime", &["runc", "ldconfig"]) {
+        return;
+    }
+    let n = node("t4", "");
+    let mut b = Bundle::new(SCRIPT, true);
+    b.env("NVIDIA_VISIBLE_DEVICES=0");
+    b.config["hooks"] = json!({ "createRuntime": [n.hook()] });
+    let (id, out) = b.run("createruntime");
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let g = &n.inventory.gpus[0];
+    assert_eq!(
+        gpu_nodes(&stdout),
+        vec![format!("/dev/nvidia{} c3:{:x}", g.minor, g.minor)],
+        "{stdout}"
+    );
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.starts_with("LDCACHE ") && l != "LDCACHE 0"),
+        "{stdout}"
+    );
+    assert!(n
+        .decisions(&id)
+        .iter()
+        .any(|d| d["fields"]["outcome"] == "inject"));
+}

@@ -115,6 +115,21 @@ pub fn validate_bytes(bytes: &[u8], format: Option<Format>) -> Result<Spec, Vec<
     }
 }
 
+/// Parses a spec file's bytes for *use* (the registry on a container's start path): typed parsing
+/// (unknown fields rejected) plus [`validate_model`]. Unlike [`validate_bytes`], a release build
+/// skips the JSON schema, whose compilation costs milliseconds per process; `gpuhook cdi
+/// validate` still applies it.
+pub fn load_bytes(bytes: &[u8], format: Option<Format>) -> Result<Spec, Vec<ValidationError>> {
+    if cfg!(debug_assertions) {
+        return validate_bytes(bytes, format);
+    }
+    let format = format.unwrap_or_else(|| Format::sniff(bytes));
+    let spec = Spec::from_slice(bytes, Some(format))
+        .map_err(|e| vec![ValidationError::new("", e.to_string())])?;
+    validate_model(&spec)?;
+    Ok(spec)
+}
+
 #[cfg(test)]
 #[path = "tests.rs"]
 mod tests;

@@ -1,0 +1,154 @@
+//! The `gpuhook-runtime` binary with a fake runc: pass-through, stdout untouched, config errors.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+struct Fake {
+    tmp: tempfile::TempDir,
+}
+
+impl Fake {
+    /// A temp dir with `bin/runc` that records its argv and prints a marker on stdout.
+    fn new() -> Fake {
+        let tmp = tempfile::tempdir().unwrap();
+        let bin = tmp.path().join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        let runc = bin.join("runc");
+        std::fs::write(
+            &runc,
+            format!(
+                "#!/bin/sh\necho \"$@\" > {}\necho FAKE-RUNC-STDOUT\n",
+                tmp.path().join("argv").display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&runc, std::fs::Permissions::from_mode(0o755)).unwrap();
+        Fake { tmp }
+    }
+
+    fn path(&self, p: &str) -> PathBuf {
+        self.tmp.path().join(p)
+    }
+
+    fn run(&self, config: &Path, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_gpuhook-runtime"))
+            .args(args)
+            .env("PATH", self.path("bin"))
+            .env("GPUHOOK_CONFIG", config)
+            .output()
+            .unwrap()
+    }
+
+    fn argv(&self) -> Option<String> {
+        std::fs::read_to_string(self.path("argv")).ok()
+    }
+
+    fn bundle(&self, env: &str) -> PathBuf {
+        let b = self.path("bundle");
+        std::fs::create_dir_all(&b).unwrap();
+        let spec = format!(
+            "{{\"ociVersion\":\"1.0.2\",\"process\":{{\"env\":[\"{env}\"]}},\"linux\":{{}}}}"
+        );
+        std::fs::write(b.join("config.json"), spec).unwrap();
+        b
+    }
+
+    fn config(&self, text: &str) -> PathBuf {
+        let c = self.path("gpuhook.toml");
+        // Top-level keys first: `text` may open a table.
+        let text = format!(
+            "cdi-spec-dirs = [\"{}\"]\ninventory-cache = \"{}\"\n{text}\n",
+            self.path("cdi").display(),
+            self.path("inv.json").display()
+        );
+        std::fs::write(&c, text).unwrap();
+        c
+    }
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn pass_through_keeps_stdout_and_argv() {
+    let f = Fake::new();
+    let c = f.config("");
+    let out = f.run(
+        &c,
+        &["--root", "/r", "--log", "/dev/null", "state", "ctr-1"],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "FAKE-RUNC-STDOUT\n");
+    assert_eq!(f.argv().unwrap(), "--root /r --log /dev/null state ctr-1\n");
+}
+
+#[test]
+fn non_gpu_create_leaves_the_bundle_untouched() {
+    let f = Fake::new();
+    let c = f.config("");
+    let b = f.bundle("PATH=/bin");
+    let before = std::fs::read(b.join("config.json")).unwrap();
+    let out = f.run(&c, &["create", "--bundle", b.to_str().unwrap(), "ctr-2"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "FAKE-RUNC-STDOUT\n");
+    assert_eq!(std::fs::read(b.join("config.json")).unwrap(), before);
+    assert!(f.argv().unwrap().starts_with("create --bundle"));
+}
+
+#[test]
+fn unknown_device_fails_create_into_the_runc_log() {
+    let f = Fake::new();
+    let c = f.config("[runtime]\ngenerate-missing = false");
+    let b = f.bundle("NVIDIA_VISIBLE_DEVICES=99");
+    let log = f.path("log.json");
+    let out = f.run(
+        &c,
+        &[
+            "--log",
+            log.to_str().unwrap(),
+            "--log-format",
+            "json",
+            "create",
+            "--bundle",
+            b.to_str().unwrap(),
+            "ctr-3",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty(), "{}", text(&out.stdout));
+    assert!(f.argv().is_none(), "runc must not run");
+    // The shim shows the last `"level":"error"` line of the log; every line must be JSON.
+    let lines = std::fs::read_to_string(&log).unwrap();
+    let mut last_error = None;
+    for l in lines.lines() {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}"));
+        if v["level"] == "error" {
+            last_error = v["msg"].as_str().map(str::to_string);
+        }
+    }
+    let msg = last_error.expect("an error line");
+    assert!(
+        msg.contains("unresolvable CDI devices nvidia.com/gpu=99"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn broken_config_refuses_create_but_passes_other_commands_through() {
+    let f = Fake::new();
+    let c = f.path("broken.toml");
+    std::fs::write(&c, "log-level = \"loud\"\n").unwrap();
+    let b = f.bundle("NVIDIA_VISIBLE_DEVICES=0");
+    let out = f.run(&c, &["create", "--bundle", b.to_str().unwrap(), "ctr-4"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains(c.to_str().unwrap()), "{stderr}");
+    assert!(f.argv().is_none(), "runc must not run");
+
+    let out = f.run(&c, &["delete", "--force", "ctr-4"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "FAKE-RUNC-STDOUT\n");
+    assert_eq!(f.argv().unwrap(), "delete --force ctr-4\n");
+}
