@@ -311,10 +311,12 @@ impl Syscalls for PathrsSyscalls {
             .root
             .create_file(&tmp, flags, &Permissions::from_mode(mode))
             .map_err(|e| self.perr("create temp file", path, e))?;
+        // No fsync: these are files in a container root (ld.so.conf drop-ins), which does not
+        // outlive a host crash in any useful way; temp + rename already keeps readers from ever
+        // seeing half a file, and an fsync costs milliseconds on every container start.
         let written = file
             .write_all(contents)
-            .and_then(|()| file.set_permissions(Permissions::from_mode(mode)))
-            .and_then(|()| file.sync_all());
+            .and_then(|()| file.set_permissions(Permissions::from_mode(mode)));
         drop(file);
         if let Err(e) = written {
             let _ = self.root.remove_file(&tmp);

@@ -100,7 +100,8 @@ pub trait Syscalls {
     fn chmod_chown(&self, path: &Path, mode: u32, uid: u32, gid: u32) -> Result<()>;
     /// Atomically create or replace the *symlink* at `link` (create a temp link, rename over).
     fn symlink(&self, target: &Path, link: &Path) -> Result<()>;
-    /// Atomically write a file (temp file + fsync + rename); parent must exist.
+    /// Atomically write a file (temp file + rename, no fsync: container-root files are not worth
+    /// an fsync per container start); parent must exist.
     fn write_file(&self, path: &Path, contents: &[u8], mode: u32) -> Result<()>;
     /// Read a regular file inside the root (used for idempotence checks; limited size).
     fn read_file(&self, path: &Path) -> Result<Vec<u8>>;

@@ -6,28 +6,30 @@
 //! `kubernetes-validate` tool, offline, with Kubernetes' own OpenAPI schemas) this test parses the
 //! container args and the unit's `ExecStart` with the daemon's real command-line parser, resolves
 //! every embedded config with the daemon's real config parser and planner against the simulated
-//! L20 and T4, and checks the documented limits against what the planner computes.
+//! L20 and T4, and checks the documented limits against what the planner computes. The CDI spec
+//! the daemon would write from inside the DaemonSet is built with the daemon's own code and must
+//! name host paths and the installed gpuhook (`deploy_support/cdi.rs`); the shipped L20 config is
+//! run for real (`deploy_support/live.rs`: `/readyz`, `/metrics`, the spec file).
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use clap::Parser;
 use gpu_mps_daemon::cli::Cli;
 use gpu_mps_daemon::config::{self, DEFAULT_MPS_ROOT};
 use gpu_mps_daemon::inventory::GpuFacts;
-use gpu_mps_daemon::plan::{self, GpuPlan, Overrides, Timing};
+use gpu_mps_daemon::plan::{self, GpuPlan, Overrides, Plan, Timing};
 use gpuhook_sim::NodeProfile;
 use serde::Deserialize;
 use serde_yaml::Value;
 
+#[path = "deploy_support/cdi.rs"]
+mod cdi;
 #[path = "deploy_support/live.rs"]
 mod live;
+#[path = "deploy_support/schema.rs"]
+mod schema;
 #[path = "deploy_support/systemd.rs"]
 mod systemd;
-
-/// Oldest and newest Kubernetes versions the manifests are validated against. The newest is the
-/// newest schema bundled by the pinned validator (`kubernetes-validate==1.37.0` in `.ci/run`).
-const K8S_VERSIONS: [&str; 2] = ["1.30.0", "1.37.0"];
 
 fn root() -> PathBuf {
     gpuhook_e2e::workspace_root()
@@ -44,25 +46,6 @@ fn yaml_docs(path: &Path) -> Vec<Value> {
         .map(|d| Value::deserialize(d).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
         .filter(|v| !v.is_null())
         .collect()
-}
-
-/// Every Kubernetes manifest we ship: all YAML under `deploy/kubernetes` plus the RuntimeClass.
-fn k8s_manifests() -> Vec<PathBuf> {
-    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
-        for e in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
-            let p = e.expect("dir entry").path();
-            if p.is_dir() {
-                walk(&p, out);
-            } else if p.extension().is_some_and(|x| x == "yaml" || x == "yml") {
-                out.push(p);
-            }
-        }
-    }
-    let mut out = Vec::new();
-    walk(&root().join("deploy/kubernetes"), &mut out);
-    out.sort();
-    out.push(root().join("containerd/runtimeclass.yaml"));
-    out
 }
 
 /// `v[a][b]...` as a string (panics with the path when absent).
@@ -113,15 +96,21 @@ fn facts(profile: &str) -> Vec<GpuFacts> {
         .collect()
 }
 
-/// Parses `text` with the daemon's parser and resolves it against `profile`'s GPUs.
-fn resolve(text: &str, profile: &str) -> Vec<GpuPlan> {
+/// Parses `text` with the daemon's parser and resolves it against `profile`'s GPUs, with the
+/// command-line overrides `ov`, as the daemon does at start.
+fn resolve_plan(text: &str, profile: &str, ov: &Overrides) -> Plan {
     let cfg =
         config::parse(text).unwrap_or_else(|e| panic!("daemon refuses the config: {e}\n{text}"));
-    let plan = plan::resolve(&cfg, &facts(profile), &Overrides::default())
+    let plan = plan::resolve(&cfg, &facts(profile), ov)
         .unwrap_or_else(|e| panic!("config does not fit the {profile} node: {e}\n{text}"));
     assert!(plan.warnings.is_empty(), "{:?}", plan.warnings);
     assert_eq!(plan.mps_root, Path::new(DEFAULT_MPS_ROOT));
-    plan.gpus
+    plan
+}
+
+/// The GPUs of [`resolve_plan`] without overrides.
+fn resolve(text: &str, profile: &str) -> Vec<GpuPlan> {
+    resolve_plan(text, profile, &Overrides::default()).gpus
 }
 
 /// Checks one embedded config is the device-plugin shape with one resource of `replicas`.
@@ -133,50 +122,6 @@ fn check_device_plugin_shape(text: &str, replicas: u64) {
     assert_eq!(s(&res[0], &["name"]), "nvidia.com/gpu");
     assert_eq!(get(&res[0], &["replicas"]).as_u64(), Some(replicas));
     assert_eq!(s(&res[0], &["devices"]), "all");
-}
-
-#[test]
-fn kubernetes_manifests_pass_schema_validation() {
-    if !gpuhook_e2e::e2e_ready("deploy_manifests", &["kubernetes-validate"]) {
-        return;
-    }
-    let files = k8s_manifests();
-    let docs: usize = files.iter().map(|f| yaml_docs(f).len()).sum();
-    assert!(
-        docs >= 6,
-        "expected the ConfigMap, Namespace, ServiceAccount, 2 DaemonSets, RuntimeClass"
-    );
-    for version in K8S_VERSIONS {
-        let out = Command::new("kubernetes-validate")
-            .args(["--strict", "-k", version])
-            .args(&files)
-            .output()
-            .expect("run kubernetes-validate");
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(
-            out.status.success(),
-            "kubernetes-validate {version} failed:\n{text}"
-        );
-        // Unknown kinds are only a WARN with exit status 0: every resource we ship must have a
-        // schema and pass it.
-        let bad: Vec<&str> = text
-            .lines()
-            .filter(|l| l.starts_with("ERROR") || l.starts_with("WARN"))
-            .collect();
-        assert!(bad.is_empty(), "kubernetes-validate {version}:\n{text}");
-        let passed = text
-            .lines()
-            .filter(|l| l.contains(" passed for resource "))
-            .count();
-        assert_eq!(
-            passed, docs,
-            "every document must be validated against {version}:\n{text}"
-        );
-    }
 }
 
 #[test]
@@ -210,6 +155,13 @@ fn configmap_embeds_device_plugin_configs_the_daemon_accepts() {
             Some(1 << 30),
             "{key}: clients in pods need the shared shm tmpfs"
         );
+        cdi::check_configmap_settings(key, text, profile);
+        // deploy/README.md's worked example: the env its CDI devices carry.
+        let readme = read(&root().join("deploy/README.md"));
+        let env = format!(
+            "`CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={pct}`, `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0={limit}M`"
+        );
+        assert!(readme.contains(&env), "deploy/README.md must show {env}");
         // The comments an admin reads state the limits the daemon really applies.
         for want in [
             format!("{pct} % of the SMs and {limit} MiB"),
@@ -320,7 +272,7 @@ fn daemonsets_agree_with_the_daemon_and_the_configmap() {
         let volumes = seq(pod, &["volumes"]);
 
         // --config points at the ConfigMap key selected by the node label.
-        let cfg_path = args.config.expect("--config");
+        let cfg_path = args.config.clone().expect("--config");
         let cfg_mount = named(mounts, "config");
         assert_eq!(
             Path::new(s(cfg_mount, &["mountPath"])),
@@ -392,6 +344,9 @@ fn daemonsets_agree_with_the_daemon_and_the_configmap() {
             "/var/run/cdi",
             "{name}"
         );
+        // What the daemon writes from inside this pod must make sense on the host.
+        let text = s(cm, &["data", key]);
+        cdi::check_daemonset_host_view(name, text, &args, mounts, volumes);
 
         // Probes hit the daemon's listener, on paths the daemon serves.
         let listen = args.listen.expect("--listen");
@@ -408,6 +363,12 @@ fn daemonsets_agree_with_the_daemon_and_the_configmap() {
             "{name}"
         );
         let board = gpu_mps_daemon::status::Board::default();
+        let path = s(annotations, &["prometheus.io/path"]);
+        let resp = gpu_mps_daemon::http::route(&board, &format!("GET {path} HTTP/1.1"));
+        assert_eq!(
+            resp.code, 200,
+            "{name}: the scrape path {path} must be served"
+        );
         for (probe, path) in [("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")] {
             let get_ = get(c, &[probe, "httpGet"]);
             assert_eq!(s(get_, &["path"]), path, "{name} {probe}");

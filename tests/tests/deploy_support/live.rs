@@ -18,13 +18,16 @@ use gpuhook_node::{
 use gpuhook_sim::NodeProfile;
 use serde_json::Value as Json;
 
+use super::cdi::{hook_paths, installed_gpuhook, strings_at};
 use super::{by_kind, read, root, s, yaml_docs};
+
+const L20_UUID: &str = "GPU-e6c1ce30-955f-10af-95b1-0a37b420ba76";
 
 /// Bound on waiting for the daemon (the machine is small and shared); not a timing assertion.
 const WAIT: Duration = Duration::from_secs(60);
 
 /// A serialised inventory of the simulated L20 node whose driver root is `driver_root`.
-fn l20_inventory(driver_root: &Path) -> Inventory {
+pub fn l20_inventory(driver_root: &Path) -> Inventory {
     let p = NodeProfile::builtin("l20").expect("l20 profile");
     let gpus = p
         .gpus
@@ -125,6 +128,9 @@ fn configmap_l20_config_brings_up_the_simulated_l20_with_its_limits() {
         .unwrap()
         .port();
     let log = dir.path().join("daemon.log");
+    // The DaemonSet's /var/run/cdi; the daemon creates it.
+    let cdi_dir = dir.path().join("cdi");
+    let spec_file = cdi_dir.join("nvidia.com-gpu-mps.json");
 
     let child = Command::new(&daemon_bin)
         .arg("--config")
@@ -137,6 +143,8 @@ fn configmap_l20_config_brings_up_the_simulated_l20_with_its_limits() {
         .arg(&inv)
         .arg("--listen")
         .arg(format!("127.0.0.1:{port}"))
+        .arg("--cdi-spec-dir")
+        .arg(&cdi_dir)
         .env("RUST_LOG", "info")
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).unwrap())
@@ -161,6 +169,74 @@ fn configmap_l20_config_brings_up_the_simulated_l20_with_its_limits() {
     assert_eq!(ready, "ready: 1 GPU(s)\n");
     assert_eq!(http_get(port, "/healthz").map(|r| r.0), Some(200));
 
+    // /metrics, the DaemonSet's scrape target: the control daemon is up and the GPU ready.
+    let (code, metrics) = http_get(port, "/metrics").expect("GET /metrics");
+    assert_eq!(code, 200, "{metrics}");
+    let labels = format!("{{gpu=\"0\",uuid=\"{L20_UUID}\"}}");
+    for want in [
+        format!("gpuhook_mps_up{labels} 1"),
+        format!("gpuhook_mps_ready{labels} 1"),
+        format!("gpuhook_mps_active_thread_percentage{labels} 12"),
+        format!(
+            "gpuhook_mps_pinned_memory_limit_bytes{labels} {}",
+            5758u64 << 20
+        ),
+    ] {
+        assert!(
+            metrics.lines().any(|l| l == want),
+            "/metrics lacks {want:?}:\n{metrics}"
+        );
+    }
+
+    // The CDI spec, written once the GPU is ready (the writer may trail /readyz a little).
+    let start = Instant::now();
+    while !spec_file.exists() {
+        assert!(start.elapsed() < WAIT, "no CDI spec; log:\n{}", log_text());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let spec: Json = serde_json::from_str(&read(&spec_file)).expect("spec JSON");
+    assert_eq!(spec["kind"], "nvidia.com/gpu-mps");
+    let devices = spec["devices"].as_array().expect("devices");
+    let names: Vec<&str> = devices.iter().filter_map(|d| d["name"].as_str()).collect();
+    assert_eq!(
+        names,
+        ["0", L20_UUID],
+        "one slot per GPU, by index and UUID"
+    );
+    for d in devices {
+        let env: Vec<&str> = d["containerEdits"]["env"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Json::as_str)
+            .collect();
+        for want in [
+            "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=12",
+            "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=5758M",
+            "CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps",
+        ] {
+            assert!(env.contains(&want), "{}: no {want} in {env:?}", d["name"]);
+        }
+        let host_paths = strings_at(d, "hostPath");
+        let uuid_dir = mps_root.join(L20_UUID);
+        for sub in ["pipe", "shm"] {
+            let p = uuid_dir.join(sub).display().to_string();
+            assert!(host_paths.contains(&p), "{}: no mount of {p}", d["name"]);
+        }
+    }
+    // hostDriverRoot: / in the ConfigMap: host paths, never the daemon's --driver-root view.
+    let text_all = spec.to_string();
+    assert!(
+        !text_all.contains(driver_root.to_str().unwrap()),
+        "the spec names the daemon's driver root instead of the host's:\n{spec:#}"
+    );
+    assert!(strings_at(&spec, "path")
+        .iter()
+        .any(|p| p == "/dev/nvidia0"));
+    assert!(hook_paths(&spec)
+        .iter()
+        .all(|p| Path::new(p) == installed_gpuhook()));
+
     let status = |args: &[&str]| {
         let mut c = Command::new(&daemon_bin);
         c.arg("status").arg("--mps-root").arg(&mps_root).args(args);
@@ -168,7 +244,7 @@ fn configmap_l20_config_brings_up_the_simulated_l20_with_its_limits() {
     };
     let json: Json = serde_json::from_str(&status(&["--json"])).expect("status --json");
     let g = &json["gpus"][0];
-    assert_eq!(g["uuid"], "GPU-e6c1ce30-955f-10af-95b1-0a37b420ba76");
+    assert_eq!(g["uuid"], L20_UUID);
     assert_eq!(g["state"], "ready");
     assert_eq!(g["resource"], "nvidia.com/gpu");
     assert_eq!(g["replicas"], 8);
@@ -179,7 +255,7 @@ fn configmap_l20_config_brings_up_the_simulated_l20_with_its_limits() {
         "{g}"
     );
     assert_eq!(g["appliedPinnedMemoryLimitMiB"], 5758, "{g}");
-    let uuid_dir = mps_root.join("GPU-e6c1ce30-955f-10af-95b1-0a37b420ba76");
+    let uuid_dir = mps_root.join(L20_UUID);
     assert!(uuid_dir.join("ready").exists());
     // shmSize: 1Gi in the config: the per-GPU tmpfs clients share as /dev/shm is mounted.
     assert!(gpu_mps_daemon::shm::is_mount_point(&uuid_dir.join("shm")));
@@ -241,5 +317,9 @@ fn configmap_l20_config_brings_up_the_simulated_l20_with_its_limits() {
         left.iter().all(|n| n == ".lock"),
         "MPS root not cleaned: {left:?}\n{}",
         log_text()
+    );
+    assert!(
+        !spec_file.exists(),
+        "the CDI spec must go with the daemon: no container may be created against it"
     );
 }

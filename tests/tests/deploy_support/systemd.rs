@@ -9,7 +9,10 @@ use gpu_mps_daemon::cli::Cli;
 use gpu_mps_daemon::config::{self, DEFAULT_MPS_ROOT};
 use gpu_mps_daemon::plan::Timing;
 
-use super::{check_device_plugin_shape, read, resolve, root};
+use gpu_mps_daemon::plan::Overrides;
+
+use super::cdi::installed_gpuhook;
+use super::{check_device_plugin_shape, read, resolve, resolve_plan, root};
 
 /// `[Section]` -> list of (key, value), as systemd reads a unit file (comments, blank lines and
 /// backslash continuations handled; repeated keys kept in order).
@@ -165,6 +168,16 @@ fn systemd_example_config_resolves_on_the_simulated_nodes() {
         assert_eq!(gpus[0].driver_root, Path::new("/"));
     }
     assert!(text.contains("25 %"));
+    // The CDI spec it writes: host paths (the daemon runs on the host), hooks running the
+    // gpuhook that containerd/README.md installs, clients watched through the host's /proc and
+    // cgroup file system.
+    let plan = resolve_plan(&text, "l20", &Overrides::default());
+    assert_eq!(plan.cdi.gpuhook_path, installed_gpuhook());
+    assert_eq!(plan.cdi.host_driver_root.as_deref(), Some(Path::new("/")));
+    assert_eq!(plan.cdi.spec_dir, Path::new("/var/run/cdi"));
+    assert_eq!(plan.enforce.proc_root, Path::new("/proc"));
+    assert_eq!(plan.enforce.cgroup_root, Path::new("/sys/fs/cgroup"));
+    assert_eq!(plan.enforce.max_clients_per_container, None);
 }
 
 #[test]
