@@ -11,19 +11,14 @@
 #
 # Run as root (materialising a node needs mknod):
 #   sudo scripts/bench-cdi-generate.sh [RUNS]
-# Builds the release binaries first unless GPUHOOK_BIN_DIR points at already built ones.
+# Builds the release binaries first unless GPUHOOK_BIN_DIR points at already built ones. KEEP=1
+# keeps the work dir.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/bench-lib.sh
 
 RUNS=${1:-30}
-if [ "$RUNS" -lt 20 ]; then
-    echo "bench-cdi-generate: use at least 20 runs" >&2
-    exit 1
-fi
-if [ "$(id -u)" != 0 ]; then
-    echo "bench-cdi-generate: run as root (materialising a simulated node needs mknod)" >&2
-    exit 1
-fi
+bench_preflight "$RUNS" 20 "materialising a simulated node needs mknod" perl
 if [ -z "${GPUHOOK_BIN_DIR:-}" ]; then
     cargo build --release -p gpuhook --bin gpuhook >&2
     cargo build --release -p gpuhook-sim -p gpuhook-mock-nvml -p gpuhook-sim-mps-control >&2
@@ -33,13 +28,7 @@ else
 fi
 GPUHOOK=$BIN_DIR/gpuhook
 
-WORK=$(mktemp -d /tmp/gpuhook-bench-cdi.XXXXXX)
-trap 'rm -rf "$WORK"' EXIT
-
-# percentile P (0-100) of the numbers on stdin (nearest rank)
-pct() {
-    sort -g | awk -v p="$1" '{ v[NR] = $1 } END { i = int((p * NR + 99) / 100); if (i < 1) i = 1; print v[i] }'
-}
+bench_work_dir gpuhook-bench-cdi
 
 printf '%-16s %-8s %5s %9s %9s %9s   %s\n' node mode runs p50_ms p95_ms max_ms \
     'median phases (us): discover generate write cache'

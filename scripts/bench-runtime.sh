@@ -23,24 +23,19 @@
 # Env:   CARGO_TARGET_DIR (default: target-rt2), KEEP=1 keeps the work dir, TMPDIR=/dev/shm puts
 #        the bundles on tmpfs like containerd's /run/containerd on real nodes (default /tmp).
 set -euo pipefail
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+source "$REPO/scripts/bench-lib.sh"
 
 RUNS=${1:-40}
-if (( RUNS < 30 )); then echo "RUNS must be >= 30" >&2; exit 2; fi
-[[ $(id -u) == 0 ]] || { echo "run as root (runc, mknod, mounts)" >&2; exit 2; }
-for t in runc python3 busybox; do
-  command -v "$t" >/dev/null || { echo "missing $t" >&2; exit 2; }
-done
+bench_preflight "$RUNS" 30 "runc, mknod, mounts" runc python3 busybox
 RUNC=$(command -v runc)
 
-REPO=$(cd "$(dirname "$0")/.." && pwd)
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$REPO/target-rt2}
 echo "building release binaries in $CARGO_TARGET_DIR ..." >&2
 (cd "$REPO" && cargo build --release -q -p gpuhook -p gpuhook-sim -p gpuhook-mock-nvml)
 BIN=$CARGO_TARGET_DIR/release
 
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/gpuhook-bench-rt.XXXXXX")
-cleanup() { [[ ${KEEP:-0} == 1 ]] && echo "kept $WORK" >&2 || rm -rf "$WORK"; }
-trap cleanup EXIT
+bench_work_dir gpuhook-bench-rt
 
 "$BIN/gpuhook-sim" build dgx-h100 "$WORK/node" >/dev/null
 "$BIN/gpuhook" cdi generate --driver-root "$WORK/node" --output "$WORK/cdi/nvidia.com-gpu.json" \
@@ -58,10 +53,7 @@ export GPUHOOK_CONFIG=$WORK/config.toml
 
 make_bundle() { # name gpu(0|1)
   local b=$WORK/$1
-  mkdir -p "$b/rootfs"/{bin,etc,proc,dev,sys,tmp,usr/lib}
-  cp "$(command -v busybox)" "$b/rootfs/bin/busybox"
-  ln -s busybox "$b/rootfs/bin/sh"; ln -s busybox "$b/rootfs/bin/true"
-  echo 12.0 >"$b/rootfs/etc/debian_version"
+  bench_busybox_rootfs "$b/rootfs"
   (cd "$b" && runc spec)
   python3 - "$b/config.json" "$2" <<'PY'
 import json, sys
@@ -116,15 +108,7 @@ for ((i = 0; i < RUNS; i++)); do
   for v in "${VARIANTS[@]}"; do run_once "$v" "${RT[$v]}" >>"$WORK/$v.times"; done
 done
 
-python3 - "$WORK" "$RUNS" <<'PY'
-import sys, statistics
-work, runs = sys.argv[1], int(sys.argv[2])
-def load(v):
-    return sorted(int(l) / 1e6 for l in open(f"{work}/{v}.times"))
-def pct(xs, p):
-    k = (len(xs) - 1) * p / 100
-    lo = int(k); hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+{ echo "$BENCH_PY_STATS"; cat <<'PY'
 names = ["plain-runc", "plain-wrapper", "gpu8-runc", "gpu8-wrapper", "gpu8-preinjected"]
 t = {v: load(v) for v in names}
 print(f"runc create+start+delete of busybox `sh -c true`, simulated dgx-h100, {runs} runs per variant (ms)")
@@ -142,3 +126,4 @@ for name, a, b, target in [
     tgt = f"<= {target} ms: {'within' if d50 <= target else 'OVER'}" if target else "(wrapper's own cost)"
     print(f"{name:<44}{pct(t[b],50):>9.2f}{pct(t[a],50):>12.2f}{d50:>11.2f}{d95:>11.2f}  {tgt}")
 PY
+} | python3 - "$WORK" "$RUNS"

@@ -51,8 +51,10 @@ pub fn validate_vendor(vendor: &str) -> Result<(), String> {
         "letters, digits, '_', '.', '-'",
     )?;
     if vendor.len() > MAX_VENDOR_LEN {
+        // The value itself is left out: it is long, and callers name their input already.
         return Err(format!(
-            "vendor {vendor:?} is longer than {MAX_VENDOR_LEN} characters"
+            "vendor is longer than {MAX_VENDOR_LEN} characters ({})",
+            vendor.len()
         ));
     }
     Ok(())
@@ -85,7 +87,9 @@ pub fn validate_device_name(name: &str) -> Result<(), String> {
 /// Splits a kind `vendor/class` at the first `/` and checks both parts.
 pub fn parse_kind(kind: &str) -> Result<(&str, &str), String> {
     let Some((vendor, class)) = kind.split_once('/') else {
-        return Err(format!("kind {kind:?} is not of the form vendor/class"));
+        return Err(format!(
+            "kind {kind:?} is not of the form vendor/class (missing '/')"
+        ));
     };
     validate_vendor(vendor)?;
     validate_class(class)?;
@@ -101,15 +105,25 @@ pub struct QualifiedName {
 }
 
 impl QualifiedName {
-    /// Parses `vendor/class=name`: split at the first `=`, then the kind at the first `/`.
+    /// Parses `vendor/class=name`: split at the first `=`, then the kind at the first `/`. The
+    /// error names the input.
     pub fn parse(s: &str) -> Result<QualifiedName, String> {
-        let Some((kind, name)) = s.split_once('=') else {
+        if !s.contains('=') {
             return Err(format!(
                 "{s:?} is not a qualified CDI device name (vendor/class=name, e.g. nvidia.com/gpu=0)"
             ));
+        }
+        Self::parse_reason(s).map_err(|e| format!("{s:?}: {e}"))
+    }
+
+    /// Like [`QualifiedName::parse`], but the error is only the reason (`vendor is empty`), for
+    /// callers whose own error already names the input and the expected form.
+    pub fn parse_reason(s: &str) -> Result<QualifiedName, String> {
+        let Some((kind, name)) = s.split_once('=') else {
+            return Err("missing '=' between kind and device name".into());
         };
-        let (vendor, class) = parse_kind(kind).map_err(|e| format!("{s:?}: {e}"))?;
-        validate_device_name(name).map_err(|e| format!("{s:?}: {e}"))?;
+        let (vendor, class) = parse_kind(kind)?;
+        validate_device_name(name)?;
         Ok(QualifiedName {
             vendor: vendor.into(),
             class: class.into(),
@@ -120,6 +134,12 @@ impl QualifiedName {
     /// `vendor/class`.
     pub fn kind(&self) -> String {
         format!("{}/{}", self.vendor, self.class)
+    }
+
+    /// Whether this name is of kind `kind` (`vendor/class`).
+    pub fn is_kind(&self, kind: &str) -> bool {
+        kind.split_once('/')
+            .is_some_and(|(v, c)| v == self.vendor && c == self.class)
     }
 }
 
@@ -176,6 +196,8 @@ mod tests {
         );
         assert_eq!(q.to_string(), "nvidia.com/gpu=0:1");
         assert_eq!(q.kind(), "nvidia.com/gpu");
+        assert!(q.is_kind("nvidia.com/gpu"));
+        assert!(!q.is_kind("nvidia.com/gpux") && !q.is_kind("nvidia.com"));
         assert!(QualifiedName::parse("nvidia.com/gpu").is_err());
         assert!(QualifiedName::parse("gpu=0").is_err());
         assert!(QualifiedName::parse("nvidia.com/gpu=a=b").is_err());
@@ -185,5 +207,35 @@ mod tests {
         assert!(!is_qualified_name("GPU-1"));
         assert_eq!(parse_kind("nvidia.com/gpu").unwrap(), ("nvidia.com", "gpu"));
         assert!(parse_kind("nvidia.com").is_err());
+    }
+
+    #[test]
+    fn rejection_reasons_name_the_problem() {
+        for (input, needle) in [
+            ("nvidia.com/gpu", "missing '='"),
+            ("nvidia.com=0", "not of the form vendor/class"),
+            ("/gpu=0", "vendor is empty"),
+            ("nvidia.com/=0", "class is empty"),
+            ("nvidia.com/gpu=", "device name is empty"),
+            ("1vendor/gpu=0", "must start with a letter"),
+            ("nvidia.com-/gpu=0", "must end with a letter or digit"),
+            ("nvi dia/gpu=0", "contains ' '"),
+            ("nvidia.com/gpu=MIG-GPU-x/1/0", "contains '/'"),
+            ("nvidia.com/gpu=-0", "must start with a letter or digit"),
+            ("nvidia.com/gpu=0:", "must end with a letter or digit"),
+            ("nvidia.com/gpu=a\u{0}b", "contains '\\0'"),
+        ] {
+            let reason = QualifiedName::parse_reason(input).unwrap_err();
+            assert!(reason.contains(needle), "{input:?}: {reason}");
+            let named = QualifiedName::parse(input).unwrap_err();
+            assert!(named.starts_with(&format!("{input:?}")), "{named}");
+        }
+        let long = format!("{}/gpu=0", "a".repeat(254));
+        assert!(QualifiedName::parse_reason(&long)
+            .unwrap_err()
+            .contains("longer than 253"));
+        assert!(QualifiedName::parse("gpu0")
+            .unwrap_err()
+            .contains("vendor/class=name, e.g. nvidia.com/gpu=0"));
     }
 }

@@ -12,18 +12,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use cdi_support::{build_node, check_spec_file, device_names, gpuhook, gpuhook_ok, texts};
-
-fn s(p: &Path) -> &str {
-    p.to_str().expect("UTF-8 path")
-}
-
-fn tmp(tag: &str) -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix(&format!("gpuhook-cdi-cli-{tag}-"))
-        .tempdir()
-        .expect("tempdir")
-}
+use cdi_support::{build_node, check_spec_file, device_names, gpuhook, gpuhook_ok, s, texts, tmp};
 
 fn ready(test: &str) -> bool {
     gpuhook_e2e::e2e_ready(test, &["ldconfig"])

@@ -8,19 +8,7 @@ mod cdi_support;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use cdi_support::{build_node, gpuhook, gpuhook_cmd, texts};
-
-fn tmp(tag: &str) -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix(&format!("gpuhook-cdi-{tag}-"))
-        .tempdir()
-        .expect("tempdir")
-}
-
-fn write(path: &Path, text: &str) {
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    std::fs::write(path, text).unwrap();
-}
+use cdi_support::{build_node, gpuhook, gpuhook_cmd, texts, tmp, write};
 
 /// A bundle dir with `config.json` (`root.path` relative) and a rootfs; returns (bundle, rootfs).
 fn bundle(dir: &Path) -> (PathBuf, PathBuf) {

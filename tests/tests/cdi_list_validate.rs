@@ -4,25 +4,7 @@
 
 mod cdi_support;
 
-use std::path::Path;
-
-use cdi_support::{gpuhook, gpuhook_ok, texts};
-
-fn s(p: &Path) -> &str {
-    p.to_str().expect("UTF-8 path")
-}
-
-fn tmp(tag: &str) -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix(&format!("gpuhook-cdi-{tag}-"))
-        .tempdir()
-        .expect("tempdir")
-}
-
-fn write(path: &Path, text: &str) {
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    std::fs::write(path, text).unwrap();
-}
+use cdi_support::{gpuhook, gpuhook_ok, s, texts, tmp, write};
 
 fn spec_json(kind: &str, names: &[&str]) -> String {
     let devices: Vec<String> = names

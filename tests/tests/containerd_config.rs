@@ -6,88 +6,23 @@
 //! still the default runtime, which `config dump` alone would not reveal.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
-use gpuhook_e2e::{e2e_ready, run_ok, workspace_root};
+use gpuhook_e2e::containerd::{example_config, localize, Containerd};
+use gpuhook_e2e::{e2e_ready, run_ok};
 use gpuhook_runtime::{configure, ConfigureOptions, ConfigureOutcome, EXIT_CHANGED};
 
 const CRI: &str = "io.containerd.grpc.v1.cri";
 
-/// A private containerd; killed (and waited for) on drop.
-struct Daemon {
-    child: Child,
-    socket: PathBuf,
-    log: PathBuf,
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Daemon {
-    fn start(config: &Path, socket: &Path, log: &Path) -> Daemon {
-        let out = std::fs::File::create(log).expect("daemon log");
-        let child = Command::new("containerd")
-            .arg("--config")
-            .arg(config)
-            .stdout(out.try_clone().unwrap())
-            .stderr(out)
-            .stdin(Stdio::null())
-            .spawn()
-            .expect("spawn containerd");
-        let mut d = Daemon {
-            child,
-            socket: socket.into(),
-            log: log.into(),
-        };
-        // Readiness wait (not a timing assertion): poll until the API answers.
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if d.ctr(&["version"]).status.success() {
-                return d;
-            }
-            if let Ok(Some(status)) = d.child.try_wait() {
-                panic!("containerd exited with {status}:\n{}", d.log_text());
-            }
-            assert!(
-                Instant::now() < deadline,
-                "containerd did not answer on {}:\n{}",
-                socket.display(),
-                d.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    fn ctr(&self, args: &[&str]) -> std::process::Output {
-        Command::new("ctr")
-            .arg("-a")
-            .arg(&self.socket)
-            .args(args)
-            .output()
-            .expect("run ctr")
-    }
-
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// The status column of the CRI plugin in `ctr plugins ls` ("ok" or "error").
-    fn cri_status(&self) -> String {
-        let out = self.ctr(&["plugins", "ls"]);
-        let text = String::from_utf8_lossy(&out.stdout);
-        text.lines()
-            .map(|l| l.split_whitespace().collect::<Vec<_>>())
-            .find(|cols| {
-                cols.first() == Some(&"io.containerd.grpc.v1") && cols.get(1) == Some(&"cri")
-            })
-            .and_then(|cols| cols.last().map(|s| s.to_string()))
-            .unwrap_or_else(|| panic!("no cri plugin in ctr plugins ls:\n{text}"))
-    }
+/// The status column of the CRI plugin in `ctr plugins ls` ("ok" or "error").
+fn cri_status(daemon: &Containerd) -> String {
+    let out = daemon.ctr(&["plugins", "ls"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|cols| cols.first() == Some(&"io.containerd.grpc.v1") && cols.get(1) == Some(&"cri"))
+        .and_then(|cols| cols.last().map(|s| s.to_string()))
+        .unwrap_or_else(|| panic!("no cri plugin in ctr plugins ls:\n{text}"))
 }
 
 /// A node's directories in a temp dir.
@@ -104,32 +39,16 @@ impl Node {
     fn path(&self, name: &str) -> PathBuf {
         self.tmp.path().join(name)
     }
-    fn socket(&self) -> PathBuf {
-        self.path("containerd.sock")
-    }
     fn binary(&self) -> PathBuf {
         self.path("bin/gpuhook-runtime")
     }
     /// Points a config's root, state and socket into this node.
     fn localize(&self, text: &str) -> String {
-        let mut text = text.to_string();
-        for (from, to) in [
-            ("/run/containerd/containerd.sock", self.socket()),
-            ("\"/var/lib/containerd\"", self.path("root")),
-            ("\"/run/containerd\"", self.path("state")),
-        ] {
-            assert!(text.contains(from), "config has no {from}:\n{text}");
-            let to = if from.starts_with('"') {
-                format!("\"{}\"", to.display())
-            } else {
-                to.display().to_string()
-            };
-            text = text.replace(from, &to);
-        }
-        text
+        localize(text, self.tmp.path())
     }
-    fn start(&self, config: &Path) -> Daemon {
-        Daemon::start(config, &self.socket(), &self.path("containerd.log"))
+    /// A private containerd on `config` (socket and log in this node).
+    fn start(&self, config: &Path) -> Containerd {
+        Containerd::start(self.tmp.path(), config, &[])
     }
 }
 
@@ -182,14 +101,8 @@ fn example_config_is_accepted_by_containerd() {
         return;
     }
     let node = Node::new();
-    let example = std::fs::read_to_string(workspace_root().join("containerd/config.toml.example"))
-        .expect("containerd/config.toml.example");
-    let text = node.localize(&example);
-    assert!(text.contains("/usr/local/bin/gpuhook-runtime"));
-    let text = text.replace(
-        "/usr/local/bin/gpuhook-runtime",
-        node.binary().to_str().unwrap(),
-    );
+    let text = example_config(node.tmp.path(), &node.binary());
+    assert!(!text.contains("/usr/local/bin/gpuhook-runtime"), "{text}");
     let config = node.path("config.toml");
     std::fs::write(&config, text).unwrap();
 
@@ -206,7 +119,7 @@ fn example_config_is_accepted_by_containerd() {
 
     let daemon = node.start(&config);
     assert_eq!(
-        daemon.cri_status(),
+        cri_status(&daemon),
         "ok",
         "CRI plugin refused the config:\n{}",
         daemon.log_text()
@@ -246,7 +159,7 @@ fn configure_on_debian_default_config_is_accepted_and_idempotent() {
     );
     {
         let daemon = node.start(&config);
-        assert_eq!(daemon.cri_status(), "ok", "{}", daemon.log_text());
+        assert_eq!(cri_status(&daemon), "ok", "{}", daemon.log_text());
     }
 
     let written = std::fs::read(&config).unwrap();
@@ -301,7 +214,7 @@ fn configure_drop_in_keeps_the_cri_settings_of_the_main_file() {
     );
     {
         let daemon = node.start(&config);
-        assert_eq!(daemon.cri_status(), "ok", "{}", daemon.log_text());
+        assert_eq!(cri_status(&daemon), "ok", "{}", daemon.log_text());
     }
     let (main_after, drop_after) = (
         std::fs::read(&config).unwrap(),
@@ -342,5 +255,5 @@ fn configure_on_a_config_without_cri_section_keeps_runc_usable() {
     let daemon = node.start(&config);
     // Without the runc entry configure adds, the CRI plugin fails: "no corresponding runtime
     // configured in `containerd.runtimes` for `containerd` `default_runtime_name = "runc"`".
-    assert_eq!(daemon.cri_status(), "ok", "{}", daemon.log_text());
+    assert_eq!(cri_status(&daemon), "ok", "{}", daemon.log_text());
 }

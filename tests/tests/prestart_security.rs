@@ -435,3 +435,30 @@ fn many_containers_leave_the_host_mount_table_unchanged() {
         .count();
     assert_eq!(injected, 60, "one inject decision per container");
 }
+
+/// A state whose pid lives in the host's mount namespace (a bogus or namespace-less "container")
+/// must be refused: every mount would land on the host.
+#[test]
+fn pid_in_the_host_mount_namespace_is_refused() {
+    if !ready("prestart_security::host_mount_namespace") {
+        return;
+    }
+    let n = node("t4", "");
+    let mut b = Bundle::new("true", true);
+    b.env("NVIDIA_VISIBLE_DEVICES=0");
+    b.write();
+    let rootfs_before = snapshot(&b.rootfs);
+    let mut child = Command::new("sleep").arg("300").spawn().unwrap();
+    let host_before = host_mountinfo();
+    let out = invoke_prestart(&n.config, &unique_id("hostns"), child.id(), b.dir.path());
+    let _ = child.kill();
+    let _ = child.wait();
+    let (_, stderr) = text(&out);
+    assert!(!out.status.success(), "must be refused");
+    assert!(
+        stderr.contains("shares the hook's own (host) mount namespace"),
+        "{stderr}"
+    );
+    assert_eq!(host_mountinfo(), host_before, "host mount table changed");
+    assert_eq!(snapshot(&b.rootfs), rootfs_before, "the rootfs changed");
+}

@@ -62,11 +62,41 @@ pub fn apply(target: &Target<'_>, plan: &Plan) -> Result<Applied, PrestartError>
     })?
 }
 
+/// Whether the namespace this thread entered is the one the process started in (the host's): a
+/// "container" without its own mount namespace, or a pid that is not what the state claims.
+/// Checked on the namespace actually entered, so nothing can change between check and use.
+fn in_host_mount_namespace() -> std::io::Result<bool> {
+    use std::os::unix::fs::MetadataExt;
+    let host = std::fs::metadata("/proc/self/ns/mnt")?;
+    let here = std::fs::metadata("/proc/thread-self/ns/mnt")?;
+    Ok((host.dev(), host.ino()) == (here.dev(), here.ino()))
+}
+
 fn apply_in_namespace(t: &Target<'_>, plan: &Plan) -> Result<Applied, PrestartError> {
     let pre = |source| PrestartError::Preflight {
         container: t.container.to_string(),
         source,
     };
+    match in_host_mount_namespace() {
+        Ok(false) => {}
+        Ok(true) => {
+            return Err(PrestartError::invalid(
+                t.container,
+                format!(
+                    "process {} shares the hook's own (host) mount namespace: mounts would land \
+                     on the host; run gpuhook prestart as a hook of a container with a mount \
+                     namespace",
+                    t.pid
+                ),
+            ))
+        }
+        Err(e) => {
+            return Err(PrestartError::invalid(
+                t.container,
+                format!("cannot compare mount namespaces: {e}"),
+            ))
+        }
+    }
     let root = ContainerRoot::open(t.rootfs).map_err(pre)?;
     let present = preflight(&root, plan).map_err(pre)?;
     tracing::debug!(container = t.container, "preflight passed");

@@ -184,7 +184,7 @@ pub fn parse_id(id: &str, origin: RequestSource) -> Result<DeviceId, RequestErro
         return Err(invalid(format!("contains {c:?}, which no device id uses")));
     }
     if id.contains('=') {
-        return QualifiedName::parse(id)
+        return QualifiedName::parse_reason(id)
             .map(DeviceId::Cdi)
             .map_err(|reason| RequestError::InvalidCdiName {
                 name: preview(id),

@@ -175,7 +175,7 @@ fn hostile_and_malformed_ids() {
     assert!(err("a/b").contains("'/' is only valid"));
     assert!(err("nvidia.com/gpu=").contains("invalid CDI device name"));
     assert!(err("nvidia.com=0").contains("missing '/'"));
-    assert!(err("-x").contains("must start and end"));
+    assert!(err("-x").contains("must start with a letter or digit"));
     // The error names the source.
     assert!(
         err("a/b").contains("in NVIDIA_VISIBLE_DEVICES"),

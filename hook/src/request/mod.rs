@@ -234,10 +234,12 @@ fn select_devices(
                     format!("{} entries", limits::MAX_ID_ENTRIES),
                 ));
             }
-            let q = QualifiedName::parse(name).map_err(|reason| RequestError::InvalidCdiName {
-                name: error::preview(name),
-                origin: RequestSource::CdiAnnotations,
-                reason,
+            let q = QualifiedName::parse_reason(name).map_err(|reason| {
+                RequestError::InvalidCdiName {
+                    name: error::preview(name),
+                    origin: RequestSource::CdiAnnotations,
+                    reason,
+                }
             })?;
             if q.is_kind(&policy.cdi_kind) {
                 ours.push(DeviceId::Cdi(q));

@@ -55,7 +55,7 @@ pub fn annotation_names(spec: &Value) -> Result<Vec<QualifiedName>, BoxError> {
             .as_str()
             .ok_or_else(|| format!("annotation {key} is not a string"))?;
         for name in value.split(',').map(str::trim).filter(|n| !n.is_empty()) {
-            let q = QualifiedName::parse(name).map_err(|reason| {
+            let q = QualifiedName::parse_reason(name).map_err(|reason| {
                 format!("annotation {key}: {name:?} is not a qualified CDI device name: {reason}")
             })?;
             if !out.contains(&q) {

@@ -10,7 +10,7 @@ use std::os::raw::c_uint;
 use crate::api_device::with_device;
 use crate::ffi::{self, NvmlDevice, NvmlReturn};
 use crate::out::{nonnull, put};
-use crate::table::handle_of;
+use crate::table::{handle_of, Mig};
 
 /// Current and pending MIG mode (`NVML_DEVICE_MIG_ENABLE`/`DISABLE`; never pending a change).
 ///
@@ -112,12 +112,8 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceId(
     device: NvmlDevice,
     id: *mut c_uint,
 ) -> NvmlReturn {
-    with_device(device, |_, d| {
-        let id = nonnull(id)?;
-        let (_, mig) = d.mig()?;
-        // SAFETY: forwarded caller contract.
-        unsafe { put(id, mig.gi) }
-    })
+    // SAFETY: forwarded caller contract.
+    unsafe { put_mig_id(device, id, |mig| mig.gi) }
 }
 
 /// Compute instance id of a MIG device; `NOT_SUPPORTED` for a GPU.
@@ -129,11 +125,21 @@ pub unsafe extern "C" fn nvmlDeviceGetComputeInstanceId(
     device: NvmlDevice,
     id: *mut c_uint,
 ) -> NvmlReturn {
+    // SAFETY: forwarded caller contract.
+    unsafe { put_mig_id(device, id, |mig| mig.ci) }
+}
+
+/// Writes one id of the MIG device behind `device` (`field` picks it) to `id`; `NOT_SUPPORTED`
+/// for a GPU.
+///
+/// # Safety
+/// `id` must be null or valid for a write of an `unsigned int`.
+unsafe fn put_mig_id(device: NvmlDevice, id: *mut c_uint, field: fn(&Mig) -> c_uint) -> NvmlReturn {
     with_device(device, |_, d| {
         let id = nonnull(id)?;
         let (_, mig) = d.mig()?;
-        // SAFETY: forwarded caller contract.
-        unsafe { put(id, mig.ci) }
+        // SAFETY: non-null; valid for a write per this function's contract.
+        unsafe { put(id, field(mig)) }
     })
 }
 

@@ -1,6 +1,7 @@
-//! Helpers shared by the CDI end-to-end tests (`cdi_cli`, `cdi_podman`, `cdi_specs`): building a
-//! simulated node, running the `gpuhook` binary, and validating a spec with an independent JSON
-//! schema validator (boon, compiled from the schema files on disk, not gpuhook's embedded copy).
+//! Helpers shared by the CDI end-to-end tests (`cdi_cli`, `cdi_hooks`, `cdi_list_validate`,
+//! `cdi_podman`, `cdi_specs`): temp dirs and files, building a simulated node, running the
+//! `gpuhook` binary, and validating a spec with an independent JSON schema validator (boon,
+//! compiled from the schema files on disk, not gpuhook's embedded copy).
 
 #![allow(dead_code)] // each test crate uses a different subset
 
@@ -9,6 +10,25 @@ use std::process::{Command, Output, Stdio};
 
 use gpuhook_sim::profile::NodeProfile;
 use gpuhook_sim::{materialise, MaterialiseOptions};
+
+/// A path as a `&str` argument.
+pub fn s(p: &Path) -> &str {
+    p.to_str().expect("UTF-8 path")
+}
+
+/// A temp dir named `gpuhook-cdi-<tag>-…`.
+pub fn tmp(tag: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("gpuhook-cdi-{tag}-"))
+        .tempdir()
+        .expect("tempdir")
+}
+
+/// Writes `text` to `path`, creating the parent directories.
+pub fn write(path: &Path, text: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
 
 /// Materialises the built-in `profile` into `dir` (needs root).
 pub fn build_node(profile: &str, dir: &Path) -> NodeProfile {

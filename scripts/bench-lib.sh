@@ -1,0 +1,61 @@
+# Shell helpers shared by the benchmark scripts (scripts/bench-*.sh); sourced, not run:
+#   source "$(dirname "$0")/bench-lib.sh"
+# One definition of the percentile and of the work-dir / rootfs set-up, so the numbers of the
+# different benchmarks are computed the same way.
+
+# bench_preflight RUNS MIN_RUNS WHY_ROOT [TOOL...]: exits 2 unless RUNS >= MIN_RUNS, we are root
+# (WHY_ROOT says what needs it) and every TOOL is on PATH.
+bench_preflight() {
+  local runs=$1 min=$2 why=$3 t
+  shift 3
+  if (( runs < min )); then echo "RUNS must be >= $min" >&2; exit 2; fi
+  [[ $(id -u) == 0 ]] || { echo "run as root ($why)" >&2; exit 2; }
+  for t in "$@"; do
+    command -v "$t" >/dev/null || { echo "missing $t" >&2; exit 2; }
+  done
+}
+
+# bench_work_dir PREFIX: sets WORK to a new directory under ${TMPDIR:-/tmp}; it is removed on exit
+# unless KEEP=1.
+bench_work_dir() {
+  WORK=$(mktemp -d "${TMPDIR:-/tmp}/$1.XXXXXX")
+  trap bench_cleanup EXIT
+}
+bench_cleanup() { [[ ${KEEP:-0} == 1 ]] && echo "kept $WORK" >&2 || rm -rf "$WORK"; }
+
+# bench_busybox_rootfs DIR: a Debian-like busybox rootfs (sh, true, /etc/debian_version).
+bench_busybox_rootfs() {
+  mkdir -p "$1"/{bin,etc,proc,dev,sys,tmp,usr/lib}
+  cp "$(command -v busybox)" "$1/bin/busybox"
+  ln -s busybox "$1/bin/sh"; ln -s busybox "$1/bin/true"
+  echo 12.0 >"$1/etc/debian_version"
+}
+
+# pct P: percentile P (0-100) of the numbers on stdin, interpolated between the closest ranks
+# (the same definition as pct() in BENCH_PY_STATS).
+pct() {
+  sort -g | awk -v p="$1" '{ v[NR] = $1 }
+    END {
+      if (NR == 0) exit 1
+      k = (NR - 1) * p / 100; lo = int(k); hi = lo + 1 < NR - 1 ? lo + 1 : NR - 1
+      print v[lo + 1] + (v[hi + 1] - v[lo + 1]) * (k - lo)
+    }'
+}
+
+# Python prelude for the report of a script that left one file "$WORK/<variant>.times" of
+# nanosecond timings per variant; run as `python3 - "$WORK" "$RUNS"` with this prepended:
+#   { echo "$BENCH_PY_STATS"; cat <<'PY'
+#   ...report using load(variant) -> sorted ms, pct(xs, p), statistics...
+#   PY
+#   } | python3 - "$WORK" "$RUNS"
+BENCH_PY_STATS=$(cat <<'PY'
+import sys, statistics
+work, runs = sys.argv[1], int(sys.argv[2])
+def load(v):
+    return sorted(int(l) / 1e6 for l in open(f"{work}/{v}.times"))
+def pct(xs, p):
+    k = (len(xs) - 1) * p / 100
+    lo = int(k); hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+PY
+)
