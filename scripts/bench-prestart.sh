@@ -15,30 +15,25 @@
 # Targets: <= 15 ms added p50 for the GPU container (ldconfig included), <= 2 ms for the plain one.
 #
 # Usage: sudo scripts/bench-prestart.sh [RUNS]      (RUNS >= 30, default 40)
-# Env:   CARGO_TARGET_DIR (default: target-prestart), KEEP=1 keeps the work dir,
+# Env:   CARGO_TARGET_DIR (default: target), KEEP=1 keeps the work dir,
 #        GPUHOOK_BIN=/path/to/gpuhook benchmarks another build of the hook (e.g. a static one:
 #        RUSTFLAGS="-C target-feature=+crt-static -C relocation-model=static" cargo build --release
 #        -p gpuhook --target x86_64-unknown-linux-gnu).
 set -euo pipefail
 
 RUNS=${1:-40}
-if (( RUNS < 30 )); then echo "RUNS must be >= 30" >&2; exit 2; fi
-[[ $(id -u) == 0 ]] || { echo "run as root (runc, mknod, mounts)" >&2; exit 2; }
-for t in runc python3 busybox; do
-  command -v "$t" >/dev/null || { echo "missing $t" >&2; exit 2; }
-done
-
 REPO=$(cd "$(dirname "$0")/.." && pwd)
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$REPO/target-prestart}
+source "$REPO/scripts/bench-lib.sh"
+bench_preflight "$RUNS" 30 "runc, mknod, mounts" runc python3 busybox
+
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$REPO/target}
 echo "building release binaries in $CARGO_TARGET_DIR ..." >&2
 (cd "$REPO" && cargo build --release -q -p gpuhook -p gpuhook-sim -p gpuhook-mock-nvml)
 BIN=$CARGO_TARGET_DIR/release
 HOOK=${GPUHOOK_BIN:-$BIN/gpuhook}
 echo "hook binary: $HOOK" >&2
 
-WORK=$(mktemp -d /tmp/gpuhook-bench.XXXXXX)
-cleanup() { [[ ${KEEP:-0} == 1 ]] && echo "kept $WORK" >&2 || rm -rf "$WORK"; }
-trap cleanup EXIT
+bench_work_dir gpuhook-bench
 
 "$BIN/gpuhook-sim" build dgx-h100 "$WORK/node" >/dev/null
 cat >"$WORK/config.toml" <<EOF
@@ -50,10 +45,7 @@ EOF
 # Busybox rootfs (Debian-like), one per variant so no run sees another's files.
 make_bundle() { # name gpu(0|1) hook(0|1|true)
   local b=$WORK/$1
-  mkdir -p "$b/rootfs"/{bin,etc,proc,dev,sys,tmp,usr/lib}
-  cp "$(command -v busybox)" "$b/rootfs/bin/busybox"
-  ln -s busybox "$b/rootfs/bin/sh"; ln -s busybox "$b/rootfs/bin/true"
-  echo 12.0 >"$b/rootfs/etc/debian_version"
+  bench_busybox_rootfs "$b/rootfs"
   cp -a "$b/rootfs" "$b/rootfs.template"
   (cd "$b" && runc spec)
   python3 - "$b/config.json" "$2" "$3" "$HOOK" "$WORK/config.toml" <<'PY'
@@ -103,15 +95,7 @@ for ((i = 0; i < RUNS; i++)); do
   for v in "${VARIANTS[@]}"; do run_once "$v" >>"$WORK/$v.times"; done
 done
 
-python3 - "$WORK" "$RUNS" <<'PY'
-import sys, statistics
-work, runs = sys.argv[1], int(sys.argv[2])
-def load(v):
-    return sorted(int(l) / 1e6 for l in open(f"{work}/{v}.times"))
-def pct(xs, p):
-    k = (len(xs) - 1) * p / 100
-    lo = int(k); hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+{ echo "$BENCH_PY_STATS"; cat <<'PY'
 t = {v: load(v) for v in ["gpu-hook", "gpu-nohook", "plain-hook", "plain-nohook", "plain-true"]}
 print(f"runc run of busybox `sh -c true` on simulated dgx-h100, {runs} runs per variant (ms)")
 print(f"{'variant':<14}{'p50':>9}{'p95':>9}{'mean':>9}")
@@ -126,3 +110,4 @@ for name, a, b, target in [("GPU container (all 8 GPUs, compute,utility)", "gpu-
     print(f"{name}: hook adds {d50:.2f} ms p50 ({d95:.2f} ms p95), ratio {ratio:.2f}x "
           f"[target <= {target} ms p50: {verdict}]")
 PY
+} | python3 - "$WORK" "$RUNS"

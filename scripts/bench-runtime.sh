@@ -20,7 +20,7 @@
 # Targets: <= 3 ms added p50 without GPUs, <= 10 ms with 8 GPUs (wrapper vs runc directly).
 #
 # Usage: sudo scripts/bench-runtime.sh [RUNS]      (RUNS >= 30, default 40)
-# Env:   CARGO_TARGET_DIR (default: target-rt2), KEEP=1 keeps the work dir, TMPDIR=/dev/shm puts
+# Env:   CARGO_TARGET_DIR (default: target), KEEP=1 keeps the work dir, TMPDIR=/dev/shm puts
 #        the bundles on tmpfs like containerd's /run/containerd on real nodes (default /tmp).
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -30,7 +30,7 @@ RUNS=${1:-40}
 bench_preflight "$RUNS" 30 "runc, mknod, mounts" runc python3 busybox
 RUNC=$(command -v runc)
 
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$REPO/target-rt2}
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$REPO/target}
 echo "building release binaries in $CARGO_TARGET_DIR ..." >&2
 (cd "$REPO" && cargo build --release -q -p gpuhook -p gpuhook-sim -p gpuhook-mock-nvml)
 BIN=$CARGO_TARGET_DIR/release
