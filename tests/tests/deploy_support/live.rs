@@ -91,10 +91,24 @@ struct Daemon(Child);
 
 impl Drop for Daemon {
     fn drop(&mut self) {
-        if self.0.try_wait().ok().flatten().is_none() {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
+        if self.0.try_wait().ok().flatten().is_some() {
+            return;
         }
+        // SIGTERM first: the daemon then stops its control daemons and unmounts its tmpfs. A
+        // SIGKILL alone would leak both on the host when an assertion fails mid-test.
+        if let Ok(pid) = i32::try_from(self.0.id()) {
+            // SAFETY: kill(2) on the pid of our own child, which has not been reaped yet.
+            unsafe { libc::kill(pid, libc::SIGTERM) };
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while std::time::Instant::now() < deadline {
+            if self.0.try_wait().ok().flatten().is_some() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }
 
