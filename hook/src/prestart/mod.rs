@@ -19,6 +19,7 @@
 //! stdout.
 
 pub mod apply;
+pub mod cdi_devices;
 pub mod error;
 pub mod input;
 pub mod inventory;
@@ -119,35 +120,86 @@ fn run_for(
         );
         return Ok(PrestartOutcome::Skipped(NotGpuReason::NoRequest));
     }
+    let mps_names = request::mps_cdi_names(&bundle.value)?;
     let req = match request::parse(&bundle.value, &policy)? {
-        ParseOutcome::NotGpu(r) => {
+        ParseOutcome::NotGpu(r) if mps_names.is_empty() => {
             log_skip(container, r);
             return Ok(PrestartOutcome::Skipped(r));
         }
-        ParseOutcome::Gpu(req) => req,
+        // Only MPS shares: their CDI devices carry the GPU's own edits.
+        ParseOutcome::NotGpu(_) => None,
+        ParseOutcome::Gpu(req) => Some(req),
     };
-    tracing::info!(
-        target: "gpuhook::decision",
-        command = COMMAND,
-        outcome = "requested",
-        container,
-        source = req.source.as_str(),
-        devices = ?req.devices,
-        capabilities = %caps_list(&req.capabilities),
-        privileged = req.privileged,
-        "decision"
-    );
+    if let Some(req) = &req {
+        tracing::info!(
+            target: "gpuhook::decision",
+            command = COMMAND,
+            outcome = "requested",
+            container,
+            source = req.source.as_str(),
+            devices = ?req.devices,
+            capabilities = %caps_list(&req.capabilities),
+            privileged = req.privileged,
+            "decision"
+        );
+    }
+
+    // Every name is resolved before the inventory is even read: an unknown share fails the
+    // start before anything is injected.
+    let foreign = if mps_names.is_empty() {
+        cdi_devices::ForeignEdits::default()
+    } else {
+        let registry = gpuhook_cdi::Registry::load(&config.cdi_spec_dirs);
+        for e in &registry.errors {
+            tracing::warn!(container, spec = %e.path.display(), error = %e.message, "CDI spec skipped");
+        }
+        cdi_devices::foreign_edits(&registry, &mps_names)?
+    };
+    if !foreign.env_keys.is_empty() {
+        tracing::warn!(
+            target: "gpuhook::decision",
+            command = COMMAND,
+            outcome = "env-not-applied",
+            container,
+            cdi_devices = %mps_names.join(","),
+            env = %foreign.env_keys.join(","),
+            reason = "an OCI hook cannot change the process env (fixed before hooks run); \
+                      MPS clients are limited by the daemon's server-side limits instead",
+            "decision"
+        );
+    }
 
     let (inv, inv_source) = inventory::load_inventory(config)?;
-    let resolved = req.resolve(&inv)?;
-    for name in &resolved.foreign_cdi {
-        tracing::info!(container, cdi_device = %name, "ignoring a CDI device of another kind: the CDI-aware runtime injects it");
+    let resolved = req.as_ref().map(|r| r.resolve(&inv)).transpose()?;
+    let mut devices = mps_names.join(",");
+    let mut caps = String::new();
+    let mut source = request::RequestSource::CdiAnnotations.as_str();
+    let mut edits = gpuhook_cdi::ContainerEdits::default();
+    if let Some(resolved) = &resolved {
+        for name in &resolved.foreign_cdi {
+            if !name.is_kind(request::NVIDIA_GPU_MPS_KIND) {
+                tracing::info!(container, cdi_device = %name, "ignoring a CDI device of another kind: the CDI-aware runtime injects it");
+            }
+        }
+        for note in &resolved.requirements.unchecked {
+            tracing::warn!(container, requirement = %note, "requirement could not be verified on this node");
+        }
+        let gpus = device_list(&resolved.devices);
+        devices = [gpus, devices]
+            .into_iter()
+            .filter(|s| !s.is_empty())
+            .collect::<Vec<_>>()
+            .join(",");
+        caps = caps_list(&resolved.capabilities);
+        source = resolved.source.as_str();
+        let exe = std::env::current_exe().unwrap_or_else(|_| "/usr/bin/gpuhook".into());
+        edits = gpuhook_cdi::edits_for(
+            &inv,
+            &resolved.devices,
+            &resolved.capabilities,
+            &gpuhook_cdi::EditOptions::new(exe),
+        )?;
     }
-    for note in &resolved.requirements.unchecked {
-        tracing::warn!(container, requirement = %note, "requirement could not be verified on this node");
-    }
-    let devices = device_list(&resolved.devices);
-    let caps = caps_list(&resolved.capabilities);
     tracing::info!(
         target: "gpuhook::decision",
         command = COMMAND,
@@ -158,17 +210,14 @@ fn run_for(
         inventory = ?inv_source,
         "decision"
     );
-
-    let exe = std::env::current_exe().unwrap_or_else(|_| "/usr/bin/gpuhook".into());
-    let edits = gpuhook_cdi::edits_for(
-        &inv,
-        &resolved.devices,
-        &resolved.capabilities,
-        &gpuhook_cdi::EditOptions::new(exe),
-    )?;
+    cdi_devices::merge(&mut edits, &foreign.edits);
+    // Env is reported above; the plan takes nodes, mounts and hooks.
+    edits.env.clear();
     let invalid = |r: String| PrestartError::invalid(container, r);
     let mut plan = Plan::from_edits(&inv, &edits).map_err(invalid)?;
-    plan.add_extras(&inv, &resolved).map_err(invalid)?;
+    if let Some(resolved) = &resolved {
+        plan.add_extras(&inv, resolved).map_err(invalid)?;
+    }
     plan.check_host()
         .map_err(|(what, path, reason)| PrestartError::Host { what, path, reason })?;
 
@@ -252,7 +301,7 @@ fn run_for(
     );
     let mut d = Decision::new(COMMAND, Outcome::Inject);
     d.container = Some(container);
-    d.source = Some(resolved.source.as_str());
+    d.source = Some(source);
     d.devices = Some(&devices);
     d.capabilities = Some(&caps);
     d.reason = Some(&note);

@@ -12,6 +12,11 @@ pub use gpuhook_cdi::names::{
 /// The kind NVIDIA GPUs are published under.
 pub const NVIDIA_GPU_KIND: &str = "nvidia.com/gpu";
 
+/// The kind `gpu-mps-daemon` publishes its MPS shares under (`nvidia.com-gpu-mps.json`). The
+/// prestart hook resolves these names through the CDI spec directories: a runtime without CDI
+/// support would otherwise drop them.
+pub const NVIDIA_GPU_MPS_KIND: &str = "nvidia.com/gpu-mps";
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -30,6 +30,7 @@ use serde_json::Value;
 pub use capabilities::{parse_capabilities, parse_capability, DEFAULT_CAPABILITIES};
 pub use cdi_name::{
     validate_class, validate_device_name, validate_vendor, QualifiedName, NVIDIA_GPU_KIND,
+    NVIDIA_GPU_MPS_KIND,
 };
 pub use devices::{normalize_pci_bus_id, parse_id, DeviceId, DeviceSelection};
 pub use error::{RequestError, RequestSource};
@@ -204,6 +205,47 @@ pub fn parse(config: &Value, policy: &RequestPolicy) -> Result<ParseOutcome, Req
     }))
 }
 
+/// The `cdi.k8s.io/*` annotation names of kind [`NVIDIA_GPU_MPS_KIND`], in annotation order,
+/// each once. Names are validated (and bounded) as in [`parse`].
+pub fn mps_cdi_names(config: &Value) -> Result<Vec<String>, RequestError> {
+    let mut out: Vec<String> = Vec::new();
+    for (key, value) in oci::cdi_annotations(config)? {
+        if value.len() > limits::MAX_ID_LIST_BYTES {
+            return Err(RequestError::limit(
+                format!(
+                    "annotation {:?} ({} bytes)",
+                    error::preview(key),
+                    value.len()
+                ),
+                limits::bytes(limits::MAX_ID_LIST_BYTES),
+            ));
+        }
+        for name in value.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            let q = QualifiedName::parse_reason(name).map_err(|reason| {
+                RequestError::InvalidCdiName {
+                    name: error::preview(name),
+                    origin: RequestSource::CdiAnnotations,
+                    reason,
+                }
+            })?;
+            if !q.is_kind(NVIDIA_GPU_MPS_KIND) {
+                continue;
+            }
+            let q = q.to_string();
+            if !out.contains(&q) {
+                if out.len() == limits::MAX_ID_ENTRIES {
+                    return Err(RequestError::limit(
+                        "the CDI annotations",
+                        format!("{} entries", limits::MAX_ID_ENTRIES),
+                    ));
+                }
+                out.push(q);
+            }
+        }
+    }
+    Ok(out)
+}
+
 type Selected = Option<(RequestSource, Result<DeviceSelection, NotGpuReason>)>;
 
 /// Walks the sources in order; `None` when none yields anything.
@@ -288,11 +330,13 @@ fn select_devices(
 /// It only borrows from `config` and allocates nothing.
 pub fn is_gpu_container(config: &Value, policy: &RequestPolicy) -> bool {
     let kind = policy.cdi_kind.as_str();
-    let ours = |name: &str| {
+    let of_kind = |name: &str, kind: &str| {
         name.trim()
             .strip_prefix(kind)
             .is_some_and(|r| r.starts_with('='))
     };
+    // MPS shares are GPUs too: the hook resolves them through the CDI spec directories.
+    let ours = |name: &str| of_kind(name, kind) || of_kind(name, NVIDIA_GPU_MPS_KIND);
     if let Some(map) = config.get("annotations").and_then(Value::as_object) {
         let cdi = map
             .iter()
