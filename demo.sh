@@ -33,14 +33,16 @@ step "generating its CDI spec (what the node's runtime would read from /var/run/
 step "devices it defines"
 "$bin/gpuhook" cdi list --spec-dir "$work/cdi"
 
-step "what device nvidia.com/gpu=0 injects"
+# The first device named by index: `0` on a node of whole GPUs, `0:0` when GPU 0 is in MIG mode.
+dev=$("$bin/gpuhook" cdi list --spec-dir "$work/cdi" | sed -n 's|^nvidia.com/gpu=\([0-9][0-9:]*\)$|\1|p' | sort -V | head -n1)
+step "what device nvidia.com/gpu=$dev injects"
 if command -v jq >/dev/null; then
-    jq -c '.devices[] | select(.name == "0") | .containerEdits.deviceNodes[]' "$work/cdi/nvidia.com-gpu.json"
+    jq -c --arg dev "$dev" '.devices[] | select(.name == $dev) | .containerEdits.deviceNodes[]' "$work/cdi/nvidia.com-gpu.json"
     echo "plus $(jq '.containerEdits.mounts | length' "$work/cdi/nvidia.com-gpu.json") read-only driver mounts and $(jq '.containerEdits.hooks | length' "$work/cdi/nvidia.com-gpu.json") createContainer hooks for every device"
 fi
 
 if command -v podman >/dev/null && command -v busybox >/dev/null; then
-    step "podman run --device demo.gpuhook.dev/gpu=0 (a busybox container)"
+    step "podman run --device demo.gpuhook.dev/gpu=$dev (a busybox container)"
     vendor=demo.gpuhook.dev
     spec=/var/run/cdi/$vendor-gpu.json
     rootfs=$work/rootfs
@@ -51,7 +53,7 @@ if command -v podman >/dev/null && command -v busybox >/dev/null; then
     "$bin/gpuhook" cdi generate --driver-root "$work/node" --vendor "$vendor" --output "$spec" \
         --inventory-cache "$work/inventory.json"
     podman run --rm --runtime runc --ulimit nofile=1024:1024 --ulimit nproc=1024:1024 \
-        --device "$vendor/gpu=0" --rootfs "$rootfs" /bin/sh -c 'ls -l /dev/nvidia* /dev/nvidia-caps 2>/dev/null; ls /usr/lib/x86_64-linux-gnu /usr/lib64 2>/dev/null | grep -E "libcuda|libnvidia-ml" | head -4'
+        --device "$vendor/gpu=$dev" --rootfs "$rootfs" /bin/sh -c 'ls -l /dev/nvidia* 2>/dev/null; ls /usr/lib/x86_64-linux-gnu /usr/lib64 2>/dev/null | grep -E "libcuda|libnvidia-ml" | head -4'
 else
     echo "(install podman and busybox-static to also start a container: apt-get install podman busybox-static)"
 fi

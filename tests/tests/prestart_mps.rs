@@ -114,9 +114,7 @@ fn prestart_injects_the_mps_share_and_refuses_an_unknown_one() {
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "runc run: {stdout}\n{stderr}");
     assert!(
-        stdout
-            .lines()
-            .any(|l| l == format!("NODE c3:{minor:x}")),
+        stdout.lines().any(|l| l == format!("NODE c3:{minor:x}")),
         "{stdout}"
     );
     assert!(

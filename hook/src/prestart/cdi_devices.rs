@@ -131,7 +131,10 @@ mod tests {
         assert_eq!(got.edits.device_nodes.len(), 1);
         assert_eq!(
             got.env_keys,
-            ["CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"]
+            [
+                "CUDA_MPS_PIPE_DIRECTORY",
+                "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+            ]
         );
         assert_eq!(got.specs, [dir.path().join("nvidia.com-gpu-mps.json")]);
     }

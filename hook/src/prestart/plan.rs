@@ -126,7 +126,26 @@ impl Plan {
         for h in &edits.hooks {
             plan.add_hook(inv, &h.args)?;
         }
+        plan.dedup();
         Ok(plan)
+    }
+
+    /// Drops repeated identical actions (merged edits of several CDI kinds name the same GPU
+    /// node, driver file or hook, possibly through different hook program paths).
+    fn dedup(&mut self) {
+        fn once<T: PartialEq>(v: &mut Vec<T>) {
+            let mut kept: Vec<T> = Vec::with_capacity(v.len());
+            for x in v.drain(..) {
+                if !kept.contains(&x) {
+                    kept.push(x);
+                }
+            }
+            *v = kept;
+        }
+        once(&mut self.devices);
+        once(&mut self.mounts);
+        once(&mut self.symlinks);
+        once(&mut self.ldcache_folders);
     }
 
     /// Turns one of our CDI hooks (`gpuhook hook <name> ...`) into actions.

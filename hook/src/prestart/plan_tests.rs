@@ -329,3 +329,36 @@ fn missing_host_sources_are_caught_before_anything_is_done() {
         ("device node", "/drv/dev/nvidia3")
     );
 }
+
+#[test]
+fn merged_edits_of_two_kinds_give_each_action_once() {
+    let inv = inventory();
+    let gpu0 = [DeviceRef::Gpu { index: 0 }];
+    let compute = caps(&[Capability::Compute]);
+    let single = plan_for(&gpu0, &[Capability::Compute]);
+    // An MPS share's edits: the same GPU edits, hooks through another gpuhook path, plus the
+    // daemon's read-write pipe directory.
+    let mut edits =
+        edits_for(&inv, &gpu0, &compute, &EditOptions::new("/usr/bin/gpuhook")).unwrap();
+    let mut mps = edits_for(&inv, &gpu0, &compute, &EditOptions::new("/opt/gpuhook")).unwrap();
+    mps.mounts.push(gpuhook_cdi::Mount {
+        host_path: "/run/mps/GPU-0/pipe".into(),
+        container_path: "/tmp/nvidia-mps".into(),
+        options: vec![
+            "nosuid".into(),
+            "nodev".into(),
+            "noexec".into(),
+            "rbind".into(),
+        ],
+        mount_type: None,
+    });
+    super::super::cdi_devices::merge(&mut edits, &mps);
+    let merged = Plan::from_edits(&inv, &edits).unwrap();
+    assert_eq!(merged.devices, single.devices);
+    assert_eq!(merged.symlinks, single.symlinks);
+    assert_eq!(merged.ldcache_folders, single.ldcache_folders);
+    assert_eq!(merged.mounts.len(), single.mounts.len() + 1);
+    let pipe = merged.mounts.last().unwrap();
+    assert_eq!(pipe.container, Path::new("/tmp/nvidia-mps"));
+    assert!(!pipe.options.read_only && pipe.options.nosuid && pipe.options.nodev);
+}
