@@ -209,6 +209,21 @@ pub fn parse(config: &Value, policy: &RequestPolicy) -> Result<ParseOutcome, Req
 /// each once. Names are validated (and bounded) as in [`parse`].
 pub fn mps_cdi_names(config: &Value) -> Result<Vec<String>, RequestError> {
     let mut out: Vec<String> = Vec::new();
+    for q in annotation_names(config)? {
+        if q.is_kind(NVIDIA_GPU_MPS_KIND) {
+            let q = q.to_string();
+            if !out.contains(&q) {
+                out.push(q);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Every qualified CDI name in the `cdi.k8s.io/*` annotations, in annotation order: each value is
+/// bounded in size, the names are bounded in number, and each must be a valid qualified name.
+fn annotation_names(config: &Value) -> Result<Vec<QualifiedName>, RequestError> {
+    let mut names = Vec::new();
     for (key, value) in oci::cdi_annotations(config)? {
         if value.len() > limits::MAX_ID_LIST_BYTES {
             return Err(RequestError::limit(
@@ -221,29 +236,22 @@ pub fn mps_cdi_names(config: &Value) -> Result<Vec<String>, RequestError> {
             ));
         }
         for name in value.split(',').map(str::trim).filter(|n| !n.is_empty()) {
-            let q = QualifiedName::parse_reason(name).map_err(|reason| {
+            if names.len() == limits::MAX_ID_ENTRIES {
+                return Err(RequestError::limit(
+                    "the CDI annotations",
+                    format!("{} entries", limits::MAX_ID_ENTRIES),
+                ));
+            }
+            names.push(QualifiedName::parse_reason(name).map_err(|reason| {
                 RequestError::InvalidCdiName {
                     name: error::preview(name),
                     origin: RequestSource::CdiAnnotations,
                     reason,
                 }
-            })?;
-            if !q.is_kind(NVIDIA_GPU_MPS_KIND) {
-                continue;
-            }
-            let q = q.to_string();
-            if !out.contains(&q) {
-                if out.len() == limits::MAX_ID_ENTRIES {
-                    return Err(RequestError::limit(
-                        "the CDI annotations",
-                        format!("{} entries", limits::MAX_ID_ENTRIES),
-                    ));
-                }
-                out.push(q);
-            }
+            })?);
         }
     }
-    Ok(out)
+    Ok(names)
 }
 
 type Selected = Option<(RequestSource, Result<DeviceSelection, NotGpuReason>)>;
@@ -256,38 +264,11 @@ fn select_devices(
     env_accepted: bool,
     legacy_image: bool,
 ) -> Result<Selected, RequestError> {
-    let annotations = oci::cdi_annotations(config)?;
-    let mut ours = Vec::new();
-    for (key, value) in &annotations {
-        if value.len() > limits::MAX_ID_LIST_BYTES {
-            return Err(RequestError::limit(
-                format!(
-                    "annotation {:?} ({} bytes)",
-                    error::preview(key),
-                    value.len()
-                ),
-                limits::bytes(limits::MAX_ID_LIST_BYTES),
-            ));
-        }
-        for name in value.split(',').map(str::trim).filter(|n| !n.is_empty()) {
-            if ours.len() == limits::MAX_ID_ENTRIES {
-                return Err(RequestError::limit(
-                    "the CDI annotations",
-                    format!("{} entries", limits::MAX_ID_ENTRIES),
-                ));
-            }
-            let q = QualifiedName::parse_reason(name).map_err(|reason| {
-                RequestError::InvalidCdiName {
-                    name: error::preview(name),
-                    origin: RequestSource::CdiAnnotations,
-                    reason,
-                }
-            })?;
-            if q.is_kind(&policy.cdi_kind) {
-                ours.push(DeviceId::Cdi(q));
-            }
-        }
-    }
+    let ours: Vec<DeviceId> = annotation_names(config)?
+        .into_iter()
+        .filter(|q| q.is_kind(&policy.cdi_kind))
+        .map(DeviceId::Cdi)
+        .collect();
     if !ours.is_empty() {
         return Ok(Some((
             RequestSource::CdiAnnotations,
