@@ -28,6 +28,20 @@ fn entries(dir: &Path) -> Vec<String> {
     v
 }
 
+/// `gpuhook cdi generate --driver-root ROOT --output OUTPUT` followed by `extra`.
+fn generate<'a>(root: &'a Path, output: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
+        "cdi",
+        "generate",
+        "--driver-root",
+        s(root),
+        "--output",
+        output,
+    ];
+    args.extend_from_slice(extra);
+    args
+}
+
 /// Runs a generate that must fail; checks the one error line and that `previous` is untouched.
 fn assert_fails_cleanly(args: &[&str], previous: &Path, needles: &[&str]) -> String {
     let before = std::fs::read(previous).expect("previous spec");
@@ -74,16 +88,8 @@ fn generate_writes_atomically_reports_and_caches() {
     let p = build_node("t4", &root);
     let out_dir = t.path().join("cdi");
     let cache = t.path().join("state/inventory.json");
-    let args = [
-        "cdi",
-        "generate",
-        "--driver-root",
-        s(&root),
-        "--output",
-        &format!("{}/", out_dir.display()),
-        "--inventory-cache",
-        s(&cache),
-    ];
+    let out_arg = format!("{}/", out_dir.display());
+    let args = generate(&root, &out_arg, &["--inventory-cache", s(&cache)]);
     let (stdout, stderr) = gpuhook_ok(&args);
     let spec = out_dir.join("nvidia.com-gpu.json");
     assert!(stdout.is_empty(), "the spec goes to the file: {stdout}");
@@ -142,17 +148,11 @@ fn generate_writes_atomically_reports_and_caches() {
     assert_eq!(std::fs::metadata(&spec).unwrap().mtime_nsec(), mtime);
 
     // --gpuhook-path replaces the hooks' binary; the file is rewritten in place.
-    gpuhook_ok(&[
-        "cdi",
-        "generate",
-        "--driver-root",
-        s(&root),
-        "--output",
+    gpuhook_ok(&generate(
+        &root,
         s(&spec),
-        "--gpuhook-path",
-        "/usr/bin/gpuhook",
-        "--no-inventory-cache",
-    ]);
+        &["--gpuhook-path", "/usr/bin/gpuhook", "--no-inventory-cache"],
+    ));
     let doc = check_spec_file(&spec);
     assert_eq!(
         doc["containerEdits"]["hooks"][0]["path"],
@@ -234,33 +234,10 @@ fn generate_errors_are_one_line_and_keep_the_previous_spec() {
     build_node("t4", &good);
     let out_dir = t.path().join("cdi");
     let spec = out_dir.join("nvidia.com-gpu.json");
-    gpuhook_ok(&[
-        "cdi",
-        "generate",
-        "--driver-root",
-        s(&good),
-        "--output",
-        s(&spec),
-        "--no-inventory-cache",
-    ]);
-    let gen = |root: &Path, extra: &[&str]| -> Vec<String> {
-        let mut v: Vec<String> = [
-            "cdi",
-            "generate",
-            "--driver-root",
-            s(root),
-            "--output",
-            s(&spec),
-        ]
-        .iter()
-        .map(|a| a.to_string())
-        .collect();
-        v.push("--no-inventory-cache".into());
-        v.extend(extra.iter().map(|a| a.to_string()));
-        v
-    };
-    let run = |args: &[String], needles: &[&str]| {
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    gpuhook_ok(&generate(&good, s(&spec), &["--no-inventory-cache"]));
+    // A generate of `root` onto `spec` that must fail, naming `needles`.
+    let run = |root: &Path, needles: &[&str]| {
+        let args = generate(root, s(&spec), &["--no-inventory-cache"]);
         assert_fails_cleanly(&args, &spec, needles)
     };
 
@@ -269,13 +246,13 @@ fn generate_errors_are_one_line_and_keep_the_previous_spec() {
     std::fs::create_dir(&empty).unwrap();
     let empty = empty.canonicalize().unwrap();
     run(
-        &gen(&empty, &[]),
+        &empty,
         &["no NVIDIA driver found", s(&empty), "--driver-root"],
     );
 
     // A driver root that does not exist.
     let missing = t.path().join("missing");
-    run(&gen(&missing, &[]), &[s(&missing), "does not exist"]);
+    run(&missing, &[s(&missing), "does not exist"]);
 
     // Corrupt and truncated ld.so.cache.
     for (tag, corrupt) in [
@@ -289,7 +266,7 @@ fn generate_errors_are_one_line_and_keep_the_previous_spec() {
         build_node("t4", &root);
         let cache = root.canonicalize().unwrap().join("etc/ld.so.cache");
         std::fs::write(&cache, corrupt).unwrap();
-        run(&gen(&root, &[]), &[s(&cache), "ldconfig"]);
+        run(&root, &[s(&cache), "ldconfig"]);
     }
 
     // NVML that fails to initialise (the mock cannot read its node profile).
@@ -301,22 +278,17 @@ fn generate_errors_are_one_line_and_keep_the_previous_spec() {
         .join(p.lib_dir.trim_start_matches('/'));
     std::fs::remove_file(lib_dir.join(gpuhook_sim::profile::PROFILE_FILE_NAME)).unwrap();
     let line = run(
-        &gen(&root, &[]),
+        &root,
         &["NVML", "failed to initialise", "--allow-procfs-fallback"],
     );
     assert!(line.contains(s(&lib_dir)), "names the library: {line}");
     // Opting into the /proc fallback works for a node without MIG.
     let fallback = t.path().join("fallback.json");
-    let (_, stderr) = gpuhook_ok(&[
-        "cdi",
-        "generate",
-        "--driver-root",
-        s(&root),
-        "--output",
+    let (_, stderr) = gpuhook_ok(&generate(
+        &root,
         s(&fallback),
-        "--no-inventory-cache",
-        "--allow-procfs-fallback",
-    ]);
+        &["--no-inventory-cache", "--allow-procfs-fallback"],
+    ));
     assert!(stderr.contains("3 devices"), "{stderr}");
     check_spec_file(&fallback);
 
@@ -327,15 +299,7 @@ fn generate_errors_are_one_line_and_keep_the_previous_spec() {
         std::fs::create_dir(&dir).unwrap();
         let other = dir.join("nvidia.com-gpu.json");
         std::fs::write(&other, content).unwrap();
-        let args = [
-            "cdi",
-            "generate",
-            "--driver-root",
-            s(&good),
-            "--output",
-            s(&dir),
-            "--no-inventory-cache",
-        ];
+        let args = generate(&good, s(&dir), &["--no-inventory-cache"]);
         assert_fails_cleanly(
             &args,
             &other,
@@ -353,31 +317,25 @@ fn generate_errors_are_one_line_and_keep_the_previous_spec() {
     let previous = ro.join("nvidia.com-gpu.json");
     std::fs::copy(&spec, &previous).unwrap();
     let _mount = ReadOnlyMount::new(&ro);
-    let args = [
-        "cdi",
-        "generate",
-        "--driver-root",
-        s(&good),
-        "--output",
+    let args = generate(
+        &good,
         s(&ro),
-        "--device-name-strategy",
-        "type-index",
-        "--no-inventory-cache",
-    ];
+        &[
+            "--device-name-strategy",
+            "type-index",
+            "--no-inventory-cache",
+        ],
+    );
     assert_fails_cleanly(&args, &previous, &[s(&ro), "not writable", "--output"]);
 
     // A cache that cannot be written is a warning; the spec is still written.
     let ok_out = t.path().join("cache-warning.json");
-    let (_, stderr) = gpuhook_ok(&[
-        "cdi",
-        "generate",
-        "--driver-root",
-        s(&good),
-        "--output",
+    let ro_cache = format!("{}/inventory.json", ro.display());
+    let (_, stderr) = gpuhook_ok(&generate(
+        &good,
         s(&ok_out),
-        "--inventory-cache",
-        &format!("{}/inventory.json", ro.display()),
-    ]);
+        &["--inventory-cache", &ro_cache],
+    ));
     assert!(stderr.contains("inventory cache not saved"), "{stderr}");
     assert!(!stderr.contains("gpuhook: error"), "{stderr}");
     assert!(ok_out.is_file());

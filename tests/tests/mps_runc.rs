@@ -16,41 +16,12 @@
 //! the client reports for itself, whereas the real MPS daemon sees host pids.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
 
 use gpu_mps_daemon::gpuhook_cdi::{apply_devices, Registry};
+use gpuhook_e2e::mps::{status_json, wait_for, write_config, Daemon};
 use gpuhook_e2e::{built, busybox_rootfs, e2e_ready, run_ok};
 use serde_json::{json, Value};
-
-const WAIT: Duration = Duration::from_secs(60);
-
-fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(start.elapsed() < WAIT, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// The daemon; SIGTERM and wait on drop.
-struct Daemon(Child);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        // SAFETY: kill(2) of our own child.
-        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
-        let start = Instant::now();
-        while self.0.try_wait().ok().flatten().is_none() && start.elapsed() < WAIT {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// `runc delete -f` and removal of the container's cgroup parent on drop.
 struct Container {
@@ -90,8 +61,39 @@ fn wired_runtime() -> Option<PathBuf> {
     Some(bin)
 }
 
-fn status_json(mps: &Path) -> Option<Value> {
-    serde_json::from_slice(&std::fs::read(mps.join("status.json")).ok()?).ok()
+/// GPU 0's entry in the daemon's `status.json`, once there is one.
+fn gpu0_entry(mps: &Path) -> Option<Value> {
+    status_json(mps)?["gpus"]
+        .as_array()?
+        .iter()
+        .find(|g| g["index"] == 0)
+        .cloned()
+}
+
+/// The client of GPU 0 with `pid`, registered for `container`, once the daemon reports it.
+fn gpu0_client(mps: &Path, pid: impl Into<Value>, container: &str) -> Option<Value> {
+    let pid = pid.into();
+    gpu0_entry(mps)?["usage"]["clients"]
+        .as_array()?
+        .iter()
+        .find(|c| c["pid"] == pid && c["container"] == container)
+        .cloned()
+}
+
+/// Runs `cmd` with no stdio but stderr to `err` (a detached container inherits runc's stdio, so
+/// no pipes: they would never close); fails with `what` and that stderr when it fails.
+fn run_detached(cmd: &mut Command, err: &Path, what: &str) {
+    let st = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(err).unwrap())
+        .status()
+        .unwrap();
+    assert!(
+        st.success(),
+        "{what}: {}",
+        std::fs::read_to_string(err).unwrap_or_default()
+    );
 }
 
 fn runc_exec(id: &str, script: &str) -> String {
@@ -115,48 +117,21 @@ fn runc_container_gets_the_mps_share_and_its_clients_are_watched() {
     );
     let (mps, cdi) = (tmp.path().join("mps"), tmp.path().join("cdi"));
     let config = tmp.path().join("mps.yaml");
-    std::fs::write(
+    write_config(
         &config,
-        format!(
-            "version: v1\nsharing:\n  mps:\n    resources:\n      - {{name: nvidia.com/gpu, replicas: 4, devices: all}}\nmpsDaemon:\n  mpsRoot: {}\n  driverRoot: {}\n  cdiSpecDir: {}\n  gpuhookPath: {}\n  shmSize: 16Mi\n  probeInterval: 300ms\n  shares: [{{name: half, fraction: 1/2}}]\n",
-            mps.display(),
-            node.display(),
-            cdi.display(),
-            built("gpuhook").display()
-        ),
-    )
-    .unwrap();
-    let log = tmp.path().join("daemon.log");
-    let _daemon = Daemon(
-        Command::new(built("gpu-mps-daemon"))
-            .arg("--config")
-            .arg(&config)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap(),
+        &mps,
+        &node,
+        &cdi,
+        "  shares: [{name: half, fraction: 1/2}]\n",
     );
-    let logtext = || std::fs::read_to_string(&log).unwrap_or_default();
+    let daemon = Daemon::start(&config, None, &tmp.path().join("daemon.log"));
+    let logtext = || daemon.log_text();
     let spec_file = cdi.join("nvidia.com-gpu-mps.json");
-    let status = wait_for("GPU 0 ready and its CDI devices written", || {
-        let s = status_json(&mps)?;
-        let ready = s["gpus"]
-            .as_array()?
-            .iter()
-            .any(|g| g["index"] == 0 && g["state"] == "ready");
-        let listed = s["cdi"]["devices"]
-            .as_array()?
-            .iter()
-            .any(|d| d == "nvidia.com/gpu-mps=0-half");
-        (ready && listed && spec_file.exists()).then_some(s)
+    let gpu0 = daemon.wait_ready(&mps, &spec_file, 0, |s| {
+        s["cdi"]["devices"]
+            .as_array()
+            .is_some_and(|d| d.iter().any(|d| d == "nvidia.com/gpu-mps=0-half"))
     });
-    let gpu0 = status["gpus"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|g| g["index"] == 0)
-        .unwrap()
-        .clone();
     let uuid = gpu0["uuid"].as_str().unwrap().to_string();
     let half_mem = gpu0["pinnedMemoryLimitMiB"].as_u64().unwrap();
     let host_shm = mps.join(&uuid).join("shm");
@@ -209,22 +184,15 @@ fn runc_container_gets_the_mps_share_and_its_clients_are_watched() {
         id: id.clone(),
         cgroup_parent,
     };
-    // Detached: the container inherits runc's stdio, so no pipes (they would never close).
     let runc_err = tmp.path().join("runc-run.err");
-    let st = Command::new(runtime.clone().unwrap_or_else(|| PathBuf::from("runc")))
-        .env("GPUHOOK_CONFIG", &runtime_config)
-        .args(["run", "--detach", "--bundle"])
-        .arg(&bundle)
-        .arg(&id)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&runc_err).unwrap())
-        .status()
-        .unwrap();
-    assert!(
-        st.success(),
-        "runc run: {}",
-        std::fs::read_to_string(&runc_err).unwrap_or_default()
+    run_detached(
+        Command::new(runtime.clone().unwrap_or_else(|| PathBuf::from("runc")))
+            .env("GPUHOOK_CONFIG", &runtime_config)
+            .args(["run", "--detach", "--bundle"])
+            .arg(&bundle)
+            .arg(&id),
+        &runc_err,
+        "runc run",
     );
 
     // Inside: env, pipe directory, shared /dev/shm.
@@ -265,25 +233,19 @@ fn runc_container_gets_the_mps_share_and_its_clients_are_watched() {
 
     // An MPS client in the container: the node's control binary, mounted by the spec.
     let pid_file = tmp.path().join("client.pid");
-    let st = Command::new("runc")
-        .args(["exec", "--detach", "--pid-file"])
-        .arg(&pid_file)
-        .args([
-            &id,
-            "/usr/bin/nvidia-cuda-mps-control",
-            "--sim-client",
-            "--uid",
-            "0",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&runc_err).unwrap())
-        .status()
-        .unwrap();
-    assert!(
-        st.success(),
-        "runc exec: {}",
-        std::fs::read_to_string(&runc_err).unwrap_or_default()
+    run_detached(
+        Command::new("runc")
+            .args(["exec", "--detach", "--pid-file"])
+            .arg(&pid_file)
+            .args([
+                &id,
+                "/usr/bin/nvidia-cuda-mps-control",
+                "--sim-client",
+                "--uid",
+                "0",
+            ]),
+        &runc_err,
+        "runc exec",
     );
     let client: u32 = std::fs::read_to_string(&pid_file)
         .unwrap()
@@ -292,17 +254,7 @@ fn runc_container_gets_the_mps_share_and_its_clients_are_watched() {
         .unwrap();
     let want_ctr = format!("/gpuhook-mps-e2e-{}/{id}", std::process::id());
     let seen = wait_for("client attributed to the container", || {
-        let s = status_json(&mps)?;
-        let g = s["gpus"]
-            .as_array()?
-            .iter()
-            .find(|g| g["index"] == 0)?
-            .clone();
-        g["usage"]["clients"]
-            .as_array()?
-            .iter()
-            .find(|c| c["pid"] == client && c["container"] == want_ctr.as_str())
-            .cloned()
+        gpu0_client(&mps, client, &want_ctr)
     });
     assert_eq!(seen["runtime"], "cgroup", "{seen}; log:\n{}", logtext());
     let table = run_ok(
@@ -346,17 +298,7 @@ fn runc_container_gets_the_mps_share_and_its_clients_are_watched() {
         .spawn()
         .unwrap();
     wait_for("stale client attributed", || {
-        let s = status_json(&mps)?;
-        let g = s["gpus"]
-            .as_array()?
-            .iter()
-            .find(|g| g["index"] == 0)?
-            .clone();
-        g["usage"]["clients"]
-            .as_array()?
-            .iter()
-            .any(|c| c["pid"] == init && c["container"] == want_ctr.as_str())
-            .then_some(())
+        gpu0_client(&mps, init, &want_ctr)
     });
     run_ok(Command::new("runc").args(["delete", "-f", &id]));
     let code = wait_for("stale client ended", || {
@@ -369,12 +311,7 @@ fn runc_container_gets_the_mps_share_and_its_clients_are_watched() {
         logtext()
     );
     let g = wait_for("no clients left", || {
-        let s = status_json(&mps)?;
-        let g = s["gpus"]
-            .as_array()?
-            .iter()
-            .find(|g| g["index"] == 0)?
-            .clone();
+        let g = gpu0_entry(&mps)?;
         g["usage"]["clients"].as_array()?.is_empty().then_some(g)
     });
     assert_eq!(g["usage"]["terminations"]["container_gone"], 1, "{g}");
@@ -386,7 +323,7 @@ fn runc_container_gets_the_mps_share_and_its_clients_are_watched() {
         "{log}"
     );
     drop(container);
-    drop(_daemon);
+    drop(daemon);
     assert!(!spec_file.exists(), "spec removed when the daemon stops");
     let _: PathBuf = node;
 }

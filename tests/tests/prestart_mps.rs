@@ -12,34 +12,8 @@
 
 mod prestart_support;
 
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
-
+use gpuhook_e2e::mps::{write_config, Daemon};
 use prestart_support::{node, text, Bundle};
-use serde_json::Value;
-
-const WAIT: Duration = Duration::from_secs(60);
-
-/// The daemon; SIGTERM, then SIGKILL after [`WAIT`], on drop.
-struct Daemon(Child);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        // SAFETY: kill(2) of our own child, not reaped yet.
-        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
-        let start = Instant::now();
-        while self.0.try_wait().ok().flatten().is_none() && start.elapsed() < WAIT {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn status_json(mps: &Path) -> Option<Value> {
-    serde_json::from_slice(&std::fs::read(mps.join("status.json")).ok()?).ok()
-}
 
 const SCRIPT: &str = r#"
 [ -c /dev/nvidia0 ] && echo "NODE $(stat -c '%t:%T' /dev/nvidia0)"
@@ -61,49 +35,11 @@ fn prestart_injects_the_mps_share_and_refuses_an_unknown_one() {
     let (mps, cdi) = (tmp.path().join("mps"), tmp.path().join("cdi"));
     let n = node("l20", &format!("cdi-spec-dirs = [{cdi:?}]"));
     let config = tmp.path().join("mps.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "version: v1\nsharing:\n  mps:\n    resources:\n      - {{name: nvidia.com/gpu, replicas: 4, devices: all}}\nmpsDaemon:\n  mpsRoot: {}\n  driverRoot: {}\n  cdiSpecDir: {}\n  gpuhookPath: {}\n  shmSize: 16Mi\n  probeInterval: 300ms\n",
-            mps.display(),
-            n.root.display(),
-            cdi.display(),
-            gpuhook_e2e::built("gpuhook").display()
-        ),
-    )
-    .unwrap();
-    let log = tmp.path().join("daemon.log");
-    let daemon = Daemon(
-        Command::new(gpuhook_e2e::built("gpu-mps-daemon"))
-            .arg("--config")
-            .arg(&config)
-            .arg("--cdi-spec-dir")
-            .arg(&cdi)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap(),
-    );
+    write_config(&config, &mps, &n.root, &cdi, "");
+    let daemon = Daemon::start(&config, Some(&cdi), &tmp.path().join("daemon.log"));
     let spec_file = cdi.join("nvidia.com-gpu-mps.json");
-    let start = Instant::now();
-    let uuid = loop {
-        let ready = status_json(&mps).and_then(|s| {
-            let g = s["gpus"]
-                .as_array()?
-                .iter()
-                .find(|g| g["index"] == 0 && g["state"] == "ready")?;
-            g["uuid"].as_str().map(str::to_string)
-        });
-        if let Some(u) = ready.filter(|_| spec_file.exists()) {
-            break u;
-        }
-        assert!(
-            start.elapsed() < WAIT,
-            "daemon not ready: {}",
-            std::fs::read_to_string(&log).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let gpu0 = daemon.wait_ready(&mps, &spec_file, 0, |_| true);
+    let uuid = gpu0["uuid"].as_str().expect("GPU 0 has a uuid").to_string();
     let host_shm = mps.join(&uuid).join("shm");
     let minor = n.inventory.gpu(0).expect("GPU 0").minor;
 
