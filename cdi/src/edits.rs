@@ -6,8 +6,9 @@
 //! nodes so a runtime need not stat the host, and host paths are computed from the driver/dev
 //! roots so a driver container (`/run/nvidia/driver`) works like a host install.
 //!
-//! Hooks run the gpuhook binary itself as `createContainer` hooks, each with an explicit minimal
-//! `env` (a hook without one inherits the container's env: CVE-2025-23266).
+//! The hook runs the gpuhook binary itself as one `createContainer` hook (`gpuhook hook setup`),
+//! with an explicit minimal `env` (a hook without one inherits the container's env:
+//! CVE-2025-23266).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -27,6 +28,10 @@ pub const RO_MOUNT_OPTIONS: &[&str] = &["ro", "nosuid", "nodev", "rbind", "rpriv
 pub const IPC_MOUNT_OPTIONS: &[&str] = &["nosuid", "nodev", "noexec", "rbind", "rprivate"];
 /// Cgroup permissions of every node we declare (no mknod).
 pub const NODE_PERMISSIONS: &str = "rw";
+/// The subcommand of `gpuhook hook` our specs run (see [`edits_for`]'s hooks).
+pub const SETUP_HOOK: &str = "setup";
+/// The `setup` flag that mounts the `params` override.
+pub const DISABLE_DEVICE_NODE_MODIFICATION_FLAG: &str = "--disable-device-node-modification";
 /// Env that stops a leftover legacy hook from acting a second time.
 pub const VISIBLE_DEVICES_VOID: &str = "NVIDIA_VISIBLE_DEVICES=void";
 
@@ -266,12 +271,17 @@ fn hook(opts: &EditOptions, args: Vec<String>) -> Result<Hook, CdiError> {
     })
 }
 
+/// The one `gpuhook hook setup` createContainer hook: the SONAME links, the `params` override and
+/// the `ld.so.cache` update in one process. Each hook is a process the runtime starts (and waits
+/// for) on every container start, so one hook instead of three saves two of them. The older
+/// one-step hooks (`create-symlinks`, `update-ldcache`, `disable-device-node-modification`) stay
+/// supported for specs written before.
 fn hooks(
     inv: &Inventory,
     caps: &BTreeSet<Capability>,
     opts: &EditOptions,
 ) -> Result<Vec<Hook>, CdiError> {
-    let mut out = Vec::new();
+    let mut args = vec![SETUP_HOOK.to_string()];
     let links: BTreeSet<(String, String)> = inv
         .files
         .symlinks
@@ -279,13 +289,9 @@ fn hooks(
         .filter(|s| caps.contains(&s.capability))
         .map(|s| Ok((path_str(&s.link)?, path_str(&s.target)?)))
         .collect::<Result<_, CdiError>>()?;
-    if !links.is_empty() {
-        let mut args = vec!["create-symlinks".to_string()];
-        for (link, target) in links {
-            args.push("--link".into());
-            args.push(format!("{target}::{link}"));
-        }
-        out.push(hook(opts, args)?);
+    for (link, target) in links {
+        args.push("--link".into());
+        args.push(format!("{target}::{link}"));
     }
     let parents: BTreeSet<&Path> = inv
         .files
@@ -308,7 +314,6 @@ fn hooks(
         }
     }
     if !folders.is_empty() {
-        let mut args = vec!["update-ldcache".to_string()];
         if let Some(ldconfig) = &opts.ldconfig_path {
             args.push("--ldconfig-path".into());
             args.push(path_str(ldconfig)?);
@@ -317,10 +322,9 @@ fn hooks(
             args.push("--folder".into());
             args.push(path_str(f)?);
         }
-        out.push(hook(opts, args)?);
     }
-    out.push(hook(opts, vec!["disable-device-node-modification".into()])?);
-    Ok(out)
+    args.push(DISABLE_DEVICE_NODE_MODIFICATION_FLAG.into());
+    Ok(vec![hook(opts, args)?])
 }
 
 fn common(

@@ -114,15 +114,18 @@ fn utility_only_gets_utility_files() {
         ["ro", "nosuid", "nodev", "rbind", "rprivate"]
     );
     assert_eq!(e.env, ["NVIDIA_VISIBLE_DEVICES=void"]);
-    let sub: Vec<_> = e.hooks.iter().map(|h| h.args[2].as_str()).collect();
+    // One hook; no compute symlinks for utility alone.
+    assert_eq!(e.hooks.len(), 1);
     assert_eq!(
-        sub,
-        ["update-ldcache", "disable-device-node-modification"],
-        "no compute symlinks"
-    );
-    assert_eq!(
-        e.hooks[0].args[3..],
-        ["--folder", "/usr/lib/x86_64-linux-gnu"]
+        e.hooks[0].args,
+        [
+            "gpuhook",
+            "hook",
+            "setup",
+            "--folder",
+            "/usr/lib/x86_64-linux-gnu",
+            "--disable-device-node-modification"
+        ]
     );
 }
 
@@ -153,23 +156,16 @@ fn compute_gets_uvm_and_symlinks() {
         [
             "gpuhook",
             "hook",
-            "create-symlinks",
+            "setup",
             "--link",
             "libcuda.so.1::/usr/lib/x86_64-linux-gnu/libcuda.so",
             "--link",
             "libcuda.so.570.158.01::/usr/lib/x86_64-linux-gnu/libcuda.so.1",
-        ]
-    );
-    assert_eq!(
-        e.hooks[1].args,
-        [
-            "gpuhook",
-            "hook",
-            "update-ldcache",
             "--ldconfig-path",
             "/sbin/ldconfig.real",
             "--folder",
-            "/usr/lib/x86_64-linux-gnu"
+            "/usr/lib/x86_64-linux-gnu",
+            "--disable-device-node-modification"
         ]
     );
 }
@@ -179,7 +175,11 @@ fn every_hook_has_explicit_env_and_our_binary() {
     let inv = inventory();
     let all: std::collections::BTreeSet<_> = Capability::ALL.into_iter().collect();
     let e = edits_for(&inv, &[DeviceRef::Gpu { index: 0 }], &all, &opts()).unwrap();
-    assert_eq!(e.hooks.len(), 3);
+    assert_eq!(
+        e.hooks.len(),
+        1,
+        "one setup hook: one process per container start"
+    );
     for h in &e.hooks {
         assert_eq!(h.hook_name, "createContainer");
         assert_eq!(h.path, "/usr/local/bin/gpuhook");
@@ -199,7 +199,10 @@ fn nothing_selected_is_empty_and_devices_without_caps_get_ctl() {
     assert_eq!(paths(&e.device_nodes), ["/dev/nvidia0", "/dev/nvidiactl"]);
     assert!(e.mounts.is_empty());
     assert_eq!(e.hooks.len(), 1);
-    assert_eq!(e.hooks[0].args[2], "disable-device-node-modification");
+    assert_eq!(
+        e.hooks[0].args[2..],
+        ["setup", "--disable-device-node-modification"]
+    );
 }
 
 #[test]

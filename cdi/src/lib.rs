@@ -38,7 +38,8 @@ pub mod write;
 
 pub use apply::{apply_devices, apply_edits};
 pub use edits::{
-    common_edits, device_nodes, edits_for, EditOptions, DEFAULT_HOOK_ENV, GPUHOOK_PROGRAM,
+    common_edits, device_nodes, edits_for, EditOptions, DEFAULT_HOOK_ENV,
+    DISABLE_DEVICE_NODE_MODIFICATION_FLAG, GPUHOOK_PROGRAM, SETUP_HOOK,
 };
 pub use error::CdiError;
 pub use generate::{generate, GenerateOptions, NameStrategy, DEFAULT_CLASS, DEFAULT_VENDOR};

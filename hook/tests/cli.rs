@@ -45,9 +45,19 @@ fn help_of_every_command() {
         (
             &["hook", "--help"],
             &[
+                "setup",
                 "create-symlinks",
                 "update-ldcache",
                 "disable-device-node-modification",
+            ],
+        ),
+        (
+            &["hook", "setup", "--help"],
+            &[
+                "--link <TARGET::LINK>",
+                "--folder <DIR>",
+                "--ldconfig-path <PATH>",
+                "--disable-device-node-modification",
             ],
         ),
         (

@@ -118,12 +118,3 @@ pub(crate) fn pathrs_io(err: pathrs::error::Error) -> std::io::Error {
         _ => std::io::Error::other(err.to_string()),
     }
 }
-
-/// The errno of a pathrs error, if it came from a syscall (safety violations count as EXDEV).
-pub(crate) fn pathrs_errno(err: &pathrs::error::Error) -> Option<i32> {
-    match err.kind() {
-        pathrs::error::ErrorKind::OsError(errno) => errno,
-        pathrs::error::ErrorKind::SafetyViolation => Some(libc::EXDEV),
-        _ => None,
-    }
-}

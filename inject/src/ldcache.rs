@@ -5,7 +5,6 @@
 
 use std::ffi::CString;
 use std::fs::File;
-use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -79,6 +78,23 @@ pub fn conf_contents(folders: &[PathBuf]) -> Result<String> {
     Ok(out)
 }
 
+/// Up to `len` bytes from the start of `file` (pread: the file offset is left alone).
+fn read_prefix(file: &File, len: usize) -> std::io::Result<Vec<u8>> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = vec![0u8; len];
+    let mut got = 0;
+    while got < len {
+        match file.read_at(&mut buf[got..], got as u64) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    buf.truncate(got);
+    Ok(buf)
+}
+
 /// Refuse anything but a static ELF executable: a dynamic one would be started by the *image's*
 /// dynamic loader inside the chroot.
 pub fn check_static_elf(file: &File, path: &Path) -> Result<()> {
@@ -87,10 +103,9 @@ pub fn check_static_elf(file: &File, path: &Path) -> Result<()> {
         rootfs: PathBuf::new(),
         reason,
     };
-    let mut head = Vec::new();
-    file.try_clone()
-        .and_then(|f| f.take(1 << 20).read_to_end(&mut head))
-        .map_err(|e| bad(format!("read: {e}")))?;
+    // The ELF header and program headers sit at the start of the file (phoff is 64 in practice):
+    // read 4 KiB, not the whole binary.
+    let head = read_prefix(file, 4096).map_err(|e| bad(format!("read: {e}")))?;
     if head.len() < 64 || &head[..4] != b"\x7fELF" {
         return Err(bad(
             "not an ELF binary; pass the host's ldconfig (e.g. /sbin/ldconfig)".into(),
@@ -102,6 +117,12 @@ pub fn check_static_elf(file: &File, path: &Path) -> Result<()> {
     let u16_at = |o: usize| u16::from_le_bytes([head[o], head[o + 1]]) as usize;
     let phoff = u64::from_le_bytes(head[32..40].try_into().expect("8 bytes")) as usize;
     let (phentsize, phnum) = (u16_at(54), u16_at(56));
+    let end = phoff.saturating_add(phnum.saturating_mul(phentsize));
+    let head = if end > head.len() && end <= 1 << 20 {
+        read_prefix(file, end).map_err(|e| bad(format!("read: {e}")))?
+    } else {
+        head
+    };
     for i in 0..phnum {
         let o = phoff + i * phentsize;
         if o + 4 > head.len() {
@@ -187,6 +208,7 @@ pub fn update_ldcache_with(
         cpu_seconds: opts.cpu_seconds,
         timeout: opts.timeout,
     };
+    tracing::debug!(rootfs = %rootfs.display(), "ld.so.conf drop-in written; starting ldconfig");
     run_sandboxed(root.root_fd(), root.path(), &exe, &args, limits).map_err(ldcfg_err)?;
     tracing::info!(rootfs = %rootfs.display(), binary = %binary.display(), ?folders, "ldcache updated");
     Ok(())

@@ -21,6 +21,7 @@ pub mod ldcache;
 mod mntns;
 mod mountapi;
 pub mod oci;
+mod openat2;
 mod real;
 mod root;
 mod sandbox;

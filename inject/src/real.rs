@@ -13,10 +13,11 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use pathrs::flags::{OpenFlags, RenameFlags};
-use pathrs::{Handle, InodeType, Root};
+use pathrs::{InodeType, Root};
 
-use crate::error::{pathrs_errno, pathrs_io, InjectError, Result};
+use crate::error::{pathrs_io, InjectError, Result};
 use crate::mountapi;
+use crate::openat2;
 use crate::sys::{EntryKind, MountOptions, Syscalls};
 
 /// Largest file [`Syscalls::read_file`] reads (our own config files are tiny).
@@ -67,19 +68,34 @@ impl PathrsSyscalls {
         self.err(op, path, pathrs_io(e))
     }
 
-    /// Resolve without following the last component; `None` on ENOENT.
-    fn resolve_nofollow(&self, path: &Path) -> Result<Option<Handle>> {
-        match self.root.resolve_nofollow(path) {
-            Ok(h) => Ok(Some(h)),
-            Err(e) if pathrs_errno(&e) == Some(libc::ENOENT) => Ok(None),
-            Err(e) => Err(self.perr("resolve", path, e)),
+    /// An O_PATH fd on `path` inside the root (the last component followed only when `follow`):
+    /// one raw openat2, or pathrs where the kernel has none.
+    fn open_in_root(&self, path: &Path, follow: bool) -> io::Result<OwnedFd> {
+        match openat2::open_in_root(self.root.as_fd(), path, follow) {
+            Err(e) if openat2::unsupported(&e) => {
+                let h = if follow {
+                    self.root.resolve(path)
+                } else {
+                    self.root.resolve_nofollow(path)
+                };
+                h.map(OwnedFd::from).map_err(pathrs_io)
+            }
+            other => other,
         }
     }
 
-    fn resolve_existing(&self, op: &'static str, path: &Path) -> Result<Handle> {
-        self.root
-            .resolve_nofollow(path)
-            .map_err(|e| self.perr(op, path, e))
+    /// Resolve without following the last component; `None` on ENOENT.
+    fn resolve_nofollow(&self, path: &Path) -> Result<Option<OwnedFd>> {
+        match self.open_in_root(path, false) {
+            Ok(h) => Ok(Some(h)),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
+            Err(e) => Err(self.err("resolve", path, e)),
+        }
+    }
+
+    fn resolve_existing(&self, op: &'static str, path: &Path) -> Result<OwnedFd> {
+        self.open_in_root(path, false)
+            .map_err(|e| self.err(op, path, e))
     }
 }
 
@@ -219,18 +235,23 @@ impl Syscalls for PathrsSyscalls {
     }
 
     fn mkdir_all(&self, path: &Path, mode: u32) -> Result<()> {
-        self.root
-            .mkdir_all(path, &Permissions::from_mode(mode))
-            .map(drop)
-            .map_err(|e| {
-                if pathrs_errno(&e) == Some(libc::ENOTDIR) {
-                    let op = "mkdir -p (a component is a file, or a symlink dangling inside the \
-                              root; fix the image)";
-                    self.perr(op, path, e)
-                } else {
-                    self.perr("mkdir -p", path, e)
-                }
-            })
+        let made = match openat2::mkdir_all_in_root(self.root.as_fd(), path, mode) {
+            Err(e) if openat2::unsupported(&e) => self
+                .root
+                .mkdir_all(path, &Permissions::from_mode(mode))
+                .map(drop)
+                .map_err(pathrs_io),
+            other => other,
+        };
+        made.map_err(|e| {
+            if matches!(e.raw_os_error(), Some(libc::ENOTDIR) | Some(libc::ELOOP)) {
+                let op = "mkdir -p (a component is a file, or a symlink dangling inside the \
+                          root; fix the image)";
+                self.err(op, path, e)
+            } else {
+                self.err("mkdir -p", path, e)
+            }
+        })
     }
 
     fn create_file(&self, path: &Path, mode: u32) -> Result<()> {
@@ -364,9 +385,8 @@ impl Syscalls for PathrsSyscalls {
         // Follow symlinks *within* the root for the destination (like runc's securejoin): a
         // library path that is a symlink in the image gets the mount on its in-root target.
         let target = self
-            .root
-            .resolve(dst)
-            .map_err(|e| merr("resolve destination", pathrs_io(e)))?;
+            .open_in_root(dst, true)
+            .map_err(|e| merr("resolve destination", e))?;
         let dst_kind = fd_kind(target.as_fd()).map_err(|e| merr("stat destination", e))?;
         if (dst_kind == EntryKind::Directory) != src_is_dir {
             return Err(InjectError::WrongType {

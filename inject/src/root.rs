@@ -132,7 +132,10 @@ impl<S: Syscalls> ContainerRoot<S> {
 
     fn ensure_dir_norm(&self, path: &Path, mode: u32) -> Result<()> {
         match self.sys.lstat(path)? {
-            None | Some(EntryKind::Directory) | Some(EntryKind::Symlink(_)) => {
+            // Already a directory (lstat does not follow the last component): nothing to create,
+            // and mkdir_all's procfs checks are the costliest part of an injection.
+            Some(EntryKind::Directory) => Ok(()),
+            None | Some(EntryKind::Symlink(_)) => {
                 // mkdir_all follows in-root symlinks and fails if one leads to a non-directory.
                 self.sys.mkdir_all(path, mode)
             }

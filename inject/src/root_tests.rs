@@ -185,7 +185,7 @@ fn char_devices_mknod_verify_and_refuse() {
             "chmod_chown /dev/nvidia0 666 0:0",
             "mkdir_all /dev 755",
             "mknod /dev/nvidia-uvm 511:0 666 0:0",
-            "mkdir_all /dev 755",
+            // /dev is a directory now: nothing more to create.
             "create_file /dev/y 600",
             "bind /host/dev/nvidia0 -> /dev/y ro=true",
         ]

@@ -1,5 +1,5 @@
-//! `gpuhook hook create-symlinks|update-ldcache|disable-device-node-modification` as a runtime
-//! runs them: the OCI state on stdin, the rootfs from `<bundle>/config.json`, nothing on stdout.
+//! `gpuhook hook setup` (what generated specs run) and the one-step hooks of older specs
+//! (`create-symlinks|update-ldcache|disable-device-node-modification`) as a runtime runs them: the OCI state on stdin, the rootfs from `<bundle>/config.json`, nothing on stdout.
 //! The spec-driven path (podman running the hooks of a generated spec) is covered by
 //! `cdi_podman`; these tests pin the argument handling and the failure modes.
 
@@ -156,4 +156,71 @@ fn hook_update_ldcache_runs_the_host_ldconfig_in_the_root() {
             .any(|l| l.trim_start().starts_with("libcuda.so.1 ")),
         "{listing}"
     );
+}
+
+#[test]
+fn hook_setup_links_then_updates_the_ldcache_in_one_process() {
+    if !gpuhook_e2e::e2e_ready("cdi_hooks::setup", &["ldconfig"]) {
+        return;
+    }
+    let t = tmp("setup");
+    let node = t.path().join("driver");
+    let p = build_node("t4", &node);
+    let (bundle, rootfs) = bundle(t.path());
+    let lib_dir = p.lib_dir.trim_start_matches('/');
+    std::fs::create_dir_all(rootfs.join(lib_dir)).unwrap();
+    let lib = format!("libcuda.so.{}", p.driver_version);
+    std::fs::copy(
+        node.join(lib_dir).join(&lib),
+        rootfs.join(lib_dir).join(&lib),
+    )
+    .unwrap();
+    let soname_link = format!("{lib}::{}/libcuda.so.1", p.lib_dir);
+    let dev_link = format!("libcuda.so.1::{}/libcuda.so", p.lib_dir);
+    let out = hook_with_state(
+        &[
+            "hook",
+            "setup",
+            "--link",
+            &soname_link,
+            "--link",
+            &dev_link,
+            "--ldconfig-path",
+            "/sbin/ldconfig",
+            "--folder",
+            &p.lib_dir,
+            "--disable-device-node-modification",
+        ],
+        &bundle,
+    );
+    let (stdout, stderr) = texts(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stdout.is_empty(), "hooks never write to stdout: {stdout}");
+    assert_eq!(
+        std::fs::read_link(rootfs.join(lib_dir).join("libcuda.so")).ok(),
+        Some(PathBuf::from("libcuda.so.1"))
+    );
+    assert_eq!(
+        std::fs::read_link(rootfs.join(lib_dir).join("libcuda.so.1")).ok(),
+        Some(PathBuf::from(&lib))
+    );
+    // No procfs in this root: the params override is a no-op, not an error.
+    assert!(!rootfs.join("proc").exists());
+    let listing = gpuhook_e2e::run_ok(
+        Command::new("ldconfig")
+            .arg("-p")
+            .arg("-C")
+            .arg(rootfs.join("etc/ld.so.cache")),
+    );
+    assert!(
+        listing
+            .lines()
+            .any(|l| l.trim_start().starts_with("libcuda.so.1 ")),
+        "{listing}"
+    );
+
+    // A bad link fails before anything is changed, naming the flag's syntax.
+    let out = hook_with_state(&["hook", "setup", "--link", "nope"], &bundle);
+    assert!(!out.status.success());
+    assert!(texts(&out).1.contains("TARGET::LINK"), "{}", texts(&out).1);
 }

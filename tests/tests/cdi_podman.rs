@@ -7,9 +7,9 @@
 //! UUID, a MIG `N:M` (MIG nodes) and `all`. Inside the container we check, against the *profile*
 //! (not the spec): the requested device nodes exist with the right type and major:minor and open
 //! with ENXIO (the device cgroup allows them; a denied node gives EPERM), unrequested GPUs' and MIG
-//! devices' nodes are absent, the driver libraries and the `create-symlinks` links are there.
+//! devices' nodes are absent, the driver libraries and the `setup` hook's links are there.
 //! Afterwards the container's `/etc/ld.so.cache` (in the rootfs dir on the host) must list
-//! `libcuda.so.1`: proof that the spec's `update-ldcache` createContainer hook ran.
+//! `libcuda.so.1`: proof that the spec's `setup` createContainer hook ran.
 
 mod cdi_support;
 
@@ -223,7 +223,7 @@ fn check_output(p: &NodeProfile, name: &str, sel: Select, stdout: &str, libs: &[
     let target = lookup("LINK", &libcuda_link).unwrap_or_default();
     assert!(
         target.ends_with("libcuda.so.1"),
-        "{ctx}: create-symlinks hook did not make {libcuda_link} -> libcuda.so.1 (got {target:?})"
+        "{ctx}: setup hook did not make {libcuda_link} -> libcuda.so.1 (got {target:?})"
     );
 }
 
@@ -285,7 +285,7 @@ fn podman_profile(profile: &str) {
         assert!(
             host_ldcache_lists(&rootfs, "libcuda.so.1"),
             "{profile} --device {name}: the container's /etc/ld.so.cache does not list \
-             libcuda.so.1: the update-ldcache hook did not run"
+             libcuda.so.1: the setup hook did not run"
         );
     }
 }

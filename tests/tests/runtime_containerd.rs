@@ -8,7 +8,7 @@
 //! themselves: the requested device nodes exist with the profile's major:minor and open with
 //! ENXIO (the device cgroup allows them; no driver is behind them), the others are absent, a
 //! host node bind-mounted in without being requested opens with EPERM (the cgroup denies it),
-//! the driver libraries are mounted, and the spec's `update-ldcache` hook ran. A container that
+//! the driver libraries are mounted, and the spec's `setup` hook ran. A container that
 //! asks for nothing is untouched, and an unknown device fails the start with the CDI wording.
 
 mod cdi_support;
@@ -241,7 +241,7 @@ impl Rig {
         }
     }
 
-    /// The createContainer `update-ldcache` hook wrote the container's ld.so.cache (with
+    /// The createContainer `setup` hook wrote the container's ld.so.cache (with
     /// `--rootfs` the container's files land in the rootfs dir on the host).
     fn ldcache_lists_libcuda(rootfs: &Path) -> bool {
         let cache = rootfs.join("etc/ld.so.cache");
@@ -259,7 +259,7 @@ impl Rig {
         self.check(&format!("{} {ctx}", self.profile.name), want, &stdout);
         assert!(
             Rig::ldcache_lists_libcuda(&rootfs),
-            "{} {ctx}: the container's ld.so.cache lacks libcuda.so.1: the update-ldcache hook did not run",
+            "{} {ctx}: the container's ld.so.cache lacks libcuda.so.1: the setup hook did not run",
             self.profile.name
         );
     }

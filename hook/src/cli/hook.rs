@@ -25,6 +25,15 @@ use crate::config::Config;
 /// `gpuhook hook ...`.
 #[derive(Debug, Clone, Subcommand)]
 pub enum HookCommand {
+    #[command(
+        long_about = "Prepare the container root in one step (the createContainer hook of our CDI \
+        specs): create the --link symlinks, mount the params override when \
+        --disable-device-node-modification is given, then update the ld.so.cache for the --folder \
+        directories with the host's ldconfig.\n\n\
+        One process instead of the three one-step hooks below: the runtime starts and waits for \
+        every hook on every container start."
+    )]
+    Setup(SetupArgs),
     /// Create symlinks inside the container root
     #[command(
         long_about = "Create symlinks inside the container root (createContainer hook).\n\n\
@@ -109,6 +118,25 @@ pub struct UpdateLdcacheArgs {
 
 /// Arguments of `gpuhook hook disable-device-node-modification`.
 #[derive(Debug, Clone, Args)]
+pub struct SetupArgs {
+    /// Create LINK -> TARGET inside the container root (repeatable)
+    #[arg(long = "link", value_name = "TARGET::LINK", value_parser = parse_link)]
+    pub links: Vec<LinkSpec>,
+    /// Mount a copy of the driver's params with `ModifyDeviceFiles: 0` over the container's
+    #[arg(long)]
+    pub disable_device_node_modification: bool,
+    /// A library folder for the container's ld.so.cache (repeatable; none: no ldconfig)
+    #[arg(long = "folder", value_name = "DIR")]
+    pub folders: Vec<PathBuf>,
+    /// The host's ldconfig [default: the config's ldconfig-path]
+    #[arg(long = "ldconfig-path", value_name = "PATH")]
+    pub ldconfig: Option<PathBuf>,
+    /// Read the container's config.json from FILE instead of the bundle in the OCI state on stdin
+    #[arg(long, value_name = "FILE")]
+    pub container_spec: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Args)]
 pub struct DisableDeviceNodeModificationArgs {
     /// The container's config.json [default: from the state on stdin]
     #[arg(long, value_name = "FILE")]
@@ -137,6 +165,46 @@ fn bundle_config(container_spec: Option<&Path>) -> anyhow::Result<BundleConfig> 
 
 pub(super) fn run(command: &HookCommand, config: &Config) -> anyhow::Result<()> {
     match command {
+        HookCommand::Setup(args) => {
+            let bundle = bundle_config(args.container_spec.as_deref())?;
+            let links: Vec<(PathBuf, PathBuf)> = args
+                .links
+                .iter()
+                .map(|l| (l.target.clone(), l.link.clone()))
+                .collect();
+            // The order of the one-step hooks and of `gpuhook prestart`: links, params, ldcache
+            // last so that ldconfig sees the links.
+            let outcomes = gpuhook_inject::create_symlinks(&bundle.rootfs, &links).map_err(flat)?;
+            let params_mounted = if args.disable_device_node_modification {
+                let host_params = join_under(&config.driver_root, Path::new(PARAMS_PATH));
+                gpuhook_inject::disable_device_node_modification(&bundle.rootfs, &host_params)
+                    .map_err(flat)?
+            } else {
+                false
+            };
+            if !args.folders.is_empty() {
+                let ldconfig = match &args.ldconfig {
+                    Some(p) => p.clone(),
+                    None => config.ldconfig_path(Path::exists),
+                };
+                gpuhook_inject::update_ldcache(
+                    &bundle.rootfs,
+                    &args.folders,
+                    &ldconfig,
+                    bundle.uid,
+                    bundle.gid,
+                )
+                .map_err(flat)?;
+            }
+            tracing::debug!(
+                rootfs = %bundle.rootfs.display(),
+                symlinks = outcomes.len(),
+                params_mounted,
+                ldcache_folders = args.folders.len(),
+                "hook setup"
+            );
+            Ok(())
+        }
         HookCommand::CreateSymlinks(args) => {
             let bundle = bundle_config(args.container_spec.as_deref())?;
             let links: Vec<(PathBuf, PathBuf)> = args

@@ -17,7 +17,8 @@ use clap::{Parser, Subcommand};
 
 pub use cdi::{CdiCommand, GenerateArgs, ListArgs, NameStrategy, SpecFormat, ValidateArgs};
 pub use hook::{
-    CreateSymlinksArgs, DisableDeviceNodeModificationArgs, HookCommand, LinkSpec, UpdateLdcacheArgs,
+    CreateSymlinksArgs, DisableDeviceNodeModificationArgs, HookCommand, LinkSpec, SetupArgs,
+    UpdateLdcacheArgs,
 };
 pub use prestart::PrestartArgs;
 pub use runtime::{ConfigureArgs, RuntimeCommand, RuntimeKind};

@@ -141,6 +141,26 @@ fn hook_flags() {
         parse(&["hook", "disable-device-node-modification"]).command,
         Command::Hook(HookCommand::DisableDeviceNodeModification(_))
     ));
+    let cli = parse(&[
+        "hook",
+        "setup",
+        "--link",
+        "libcuda.so.1::/usr/lib64/libcuda.so",
+        "--ldconfig-path",
+        "/sbin/ldconfig.real",
+        "--folder",
+        "/usr/lib64",
+        "--disable-device-node-modification",
+    ]);
+    let Command::Hook(HookCommand::Setup(s)) = cli.command else {
+        panic!()
+    };
+    assert_eq!(s.links.len(), 1);
+    assert_eq!(s.folders, vec![PathBuf::from("/usr/lib64")]);
+    assert_eq!(s.ldconfig, Some(PathBuf::from("/sbin/ldconfig.real")));
+    assert!(s.disable_device_node_modification);
+    let e = parse_err(&["hook", "setup", "--link", "a:/b"]);
+    assert!(e.contains("TARGET::LINK"), "{e}");
 }
 
 #[test]

@@ -138,6 +138,12 @@ fn apply_in_namespace(t: &Target<'_>, plan: &Plan) -> Result<Applied, PrestartEr
     done.symlinks = create_symlinks_in(&root, &plan.symlinks)
         .map_err(step("creating symlinks"))?
         .len();
+    tracing::debug!(
+        container = t.container,
+        mounts = done.mounts,
+        symlinks = done.symlinks,
+        "driver files mounted, symlinks created"
+    );
     if let (Some(host), true) = (&plan.params, present.params) {
         done.params_overridden = disable_device_node_modification(t.rootfs, host)
             .map_err(step("overriding /proc/driver/nvidia/params"))?;

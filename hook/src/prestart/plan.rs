@@ -156,37 +156,52 @@ impl Plan {
             }
             _ => return Err(format!("unsupported hook {args:?}")),
         };
-        let mut rest = args[3..].chunks(2);
+        let rest = &args[3..];
         match name {
-            "create-symlinks" => {
-                for pair in rest.by_ref() {
-                    let [flag, spec] = pair else {
-                        return Err(format!("create-symlinks: dangling argument {pair:?}"));
-                    };
-                    if flag != "--link" {
-                        return Err(format!("create-symlinks: unexpected {flag:?}"));
-                    }
-                    let (target, link) = parse_link_spec(spec).map_err(|e| e.to_string())?;
-                    let link = container_path(&link.to_string_lossy())?;
-                    self.symlinks.push((target, link));
-                }
-            }
-            "update-ldcache" => {
-                for pair in rest.by_ref() {
-                    match pair {
-                        [flag, dir] if flag == "--folder" => {
-                            self.ldcache_folders.push(container_path(dir)?)
-                        }
-                        // The node's ldconfig comes from our config, not from the edits.
-                        [flag, _] if flag == "--ldconfig-path" => {}
-                        other => return Err(format!("update-ldcache: unexpected {other:?}")),
-                    }
-                }
-            }
-            "disable-device-node-modification" => {
+            // `setup` takes the flags of the three one-step hooks below, in any order.
+            gpuhook_cdi::SETUP_HOOK => self.add_hook_flags(inv, name, rest, true)?,
+            "create-symlinks" | "update-ldcache" => self.add_hook_flags(inv, name, rest, false)?,
+            "disable-device-node-modification" if rest.is_empty() => {
                 self.params = Some(inv.host_path(Path::new(PARAMS_PATH)));
             }
             other => return Err(format!("unsupported hook {other:?}")),
+        }
+        Ok(())
+    }
+
+    /// `--link T::L`, `--folder D`, `--ldconfig-path P` (and, for `setup`,
+    /// `--disable-device-node-modification`) of hook `name`.
+    fn add_hook_flags(
+        &mut self,
+        inv: &Inventory,
+        name: &str,
+        args: &[String],
+        setup: bool,
+    ) -> Result<(), String> {
+        let mut it = args.iter();
+        while let Some(flag) = it.next() {
+            let mut value = || {
+                it.next()
+                    .ok_or_else(|| format!("{name}: {flag} needs a value"))
+            };
+            match flag.as_str() {
+                "--link" if setup || name == "create-symlinks" => {
+                    let (target, link) = parse_link_spec(value()?).map_err(|e| e.to_string())?;
+                    let link = container_path(&link.to_string_lossy())?;
+                    self.symlinks.push((target, link));
+                }
+                "--folder" if setup || name == "update-ldcache" => {
+                    self.ldcache_folders.push(container_path(value()?)?)
+                }
+                // The node's ldconfig comes from our config, not from the edits.
+                "--ldconfig-path" if setup || name == "update-ldcache" => {
+                    value()?;
+                }
+                "--disable-device-node-modification" if setup => {
+                    self.params = Some(inv.host_path(Path::new(PARAMS_PATH)));
+                }
+                other => return Err(format!("{name}: unexpected {other:?}")),
+            }
         }
         Ok(())
     }
