@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use crate::error::{InjectError, Result};
 use crate::root::{normalize_container_path, ContainerRoot};
-use crate::sandbox::{run_sandboxed, Limits};
+use crate::sandbox::{spawn_sandboxed, Limits, Sandboxed};
 
 /// The drop-in listing the injected folders.
 pub const LDSO_CONF_DROPIN: &str = "/etc/ld.so.conf.d/00-gpuhook.conf";
@@ -163,6 +163,20 @@ pub fn update_ldcache_with(
     host_ldconfig: &Path,
     opts: LdcacheOptions,
 ) -> Result<()> {
+    start_ldcache_update(rootfs, folders, host_ldconfig, opts)?.wait()
+}
+
+/// [`update_ldcache_with`] that returns once ldconfig is started: the caller may go on with work
+/// ldconfig does not depend on (mounts outside the `folders`) and then [`PendingLdcache::wait`].
+/// ldconfig sees the root as it is at this call, in its own copy of the mount namespace: the
+/// `folders` must be complete (libraries mounted, links made) before it. Dropping the result
+/// without waiting kills ldconfig.
+pub fn start_ldcache_update(
+    rootfs: &Path,
+    folders: &[PathBuf],
+    host_ldconfig: &Path,
+    opts: LdcacheOptions,
+) -> Result<PendingLdcache> {
     let conf = conf_contents(folders)?;
     let binary = select_ldconfig(host_ldconfig);
     let ldcfg_err = |reason: String| InjectError::Ldconfig {
@@ -209,9 +223,56 @@ pub fn update_ldcache_with(
         timeout: opts.timeout,
     };
     tracing::debug!(rootfs = %rootfs.display(), "ld.so.conf drop-in written; starting ldconfig");
-    run_sandboxed(root.root_fd(), root.path(), &exe, &args, limits).map_err(ldcfg_err)?;
-    tracing::info!(rootfs = %rootfs.display(), binary = %binary.display(), ?folders, "ldcache updated");
-    Ok(())
+    let process =
+        spawn_sandboxed(root.root_fd(), root.path(), &exe, &args, limits).map_err(ldcfg_err)?;
+    Ok(PendingLdcache {
+        process,
+        rootfs: rootfs.to_path_buf(),
+        binary,
+        folders: folders.to_vec(),
+    })
+}
+
+/// A started ldconfig (see [`start_ldcache_update`]).
+#[must_use = "dropping it kills ldconfig; call wait()"]
+pub struct PendingLdcache {
+    process: Sandboxed,
+    rootfs: PathBuf,
+    binary: PathBuf,
+    folders: Vec<PathBuf>,
+}
+
+impl std::fmt::Debug for PendingLdcache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PendingLdcache")
+            .field("rootfs", &self.rootfs)
+            .field("binary", &self.binary)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PendingLdcache {
+    /// The sandbox's pid (its outer process; ldconfig is its child).
+    pub fn pid(&self) -> i32 {
+        self.process.pid()
+    }
+
+    /// Waits for ldconfig; an error names the binary, the root and how ldconfig failed.
+    pub fn wait(self) -> Result<()> {
+        let PendingLdcache {
+            process,
+            rootfs,
+            binary,
+            folders,
+        } = self;
+        process.wait().map_err(|reason| InjectError::Ldconfig {
+            binary: binary.clone(),
+            rootfs: rootfs.clone(),
+            reason,
+        })?;
+        tracing::info!(rootfs = %rootfs.display(), binary = %binary.display(), ?folders, "ldcache updated");
+        Ok(())
+    }
 }
 
 #[cfg(test)]

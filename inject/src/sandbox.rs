@@ -278,15 +278,28 @@ fn wait_readable(fd: &OwnedFd, timeout: Duration) {
     unsafe { libc::poll(&mut pfd, 1, ms) };
 }
 
-/// Run `exe` (an fd on a host binary) with `args` inside `root`, confined as described in the
-/// module docs. Returns the reason on failure.
-pub(crate) fn run_sandboxed(
+/// A sandboxed process that was started and not yet waited for. Dropping it without
+/// [`Sandboxed::wait`] kills and reaps it (an error elsewhere never leaves it running).
+pub(crate) struct Sandboxed {
+    pid: libc::pid_t,
+    exit_fd: Option<OwnedFd>,
+    out: Option<std::thread::JoinHandle<Vec<u8>>>,
+    err: Option<std::thread::JoinHandle<Vec<u8>>>,
+    start: Instant,
+    timeout: Duration,
+    reaped: bool,
+}
+
+/// Starts `exe` (an fd on a host binary) with `args` inside `root`, confined as described in the
+/// module docs, and returns at once: the caller can work meanwhile (on things the process does
+/// not look at) and then [`Sandboxed::wait`]. Returns the reason on failure.
+pub(crate) fn spawn_sandboxed(
     root: BorrowedFd<'_>,
     root_path: &Path,
     exe: &File,
     args: &[CString],
     limits: Limits,
-) -> Result<(), String> {
+) -> Result<Sandboxed, String> {
     let last_cap = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
         .ok()
         .and_then(|s| s.trim().parse().ok())
@@ -337,68 +350,112 @@ pub(crate) fn run_sandboxed(
         plan.intermediate();
     }
     drop((out_w, err_w, devnull));
-    let out = drain(File::from(out_r));
-    let err = drain(File::from(err_r));
-    let start = Instant::now();
-    // Woken the moment the child exits through a pidfd (Linux >= 5.3); without one, poll often at
-    // first, then back off to 10 ms (ldconfig usually takes a few ms, and every container start
-    // waits for it).
-    let exit_fd = pidfd_open(pid);
-    let mut backoff = Duration::from_micros(100);
-    let status = loop {
-        let mut status = 0;
-        // SAFETY: waitpid on our own child with a valid out pointer.
-        let rc = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
-        if rc == pid {
-            break status;
-        }
-        if rc < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.raw_os_error() == Some(libc::EINTR) {
-                continue;
-            }
-            return Err(format!("waitpid: {e}"));
-        }
-        let elapsed = start.elapsed();
-        if elapsed > limits.timeout {
+    Ok(Sandboxed {
+        pid,
+        // Woken the moment the child exits through a pidfd (Linux >= 5.3).
+        exit_fd: pidfd_open(pid),
+        out: Some(drain(File::from(out_r))),
+        err: Some(drain(File::from(err_r))),
+        start: Instant::now(),
+        timeout: limits.timeout,
+        reaped: false,
+    })
+}
+
+impl Drop for Sandboxed {
+    fn drop(&mut self) {
+        if !self.reaped {
+            let mut status = 0;
             // SAFETY: kill and reap our own child; the grandchild dies with it (PDEATHSIG).
             unsafe {
-                libc::kill(pid, libc::SIGKILL);
-                libc::waitpid(pid, &mut status, 0);
-            }
-            return Err(format!(
-                "timed out after {:?}; killed (a huge or hostile library directory?)",
-                limits.timeout
-            ));
-        }
-        match &exit_fd {
-            Some(fd) => wait_readable(fd, limits.timeout - elapsed),
-            None => {
-                std::thread::sleep(backoff);
-                backoff = (backoff * 2).min(Duration::from_millis(10));
+                libc::kill(self.pid, libc::SIGKILL);
+                libc::waitpid(self.pid, &mut status, 0);
             }
         }
-    };
-    tracing::debug!(
-        elapsed_us = start.elapsed().as_micros() as u64,
-        "sandboxed process exited"
-    );
-    let stdout = out.join().unwrap_or_default();
-    let stderr = err.join().unwrap_or_default();
-    if libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0 {
-        if !stderr.is_empty() {
-            tracing::debug!(stderr = %String::from_utf8_lossy(&stderr), "ldconfig warnings");
-        }
-        return Ok(());
     }
-    let how = if libc::WIFEXITED(status) {
-        format!("exit status: {}", libc::WEXITSTATUS(status))
-    } else {
-        format!("killed by signal {}", libc::WTERMSIG(status))
-    };
-    Err(format!(
-        "{how}; stderr: {}; stdout: {}",
-        String::from_utf8_lossy(&stderr).trim(),
-        String::from_utf8_lossy(&stdout).trim()
-    ))
+}
+
+impl Sandboxed {
+    /// The outer process's pid.
+    pub(crate) fn pid(&self) -> libc::pid_t {
+        self.pid
+    }
+
+    /// Waits for the process (killing it after the timeout); `Err` names how it failed, with its
+    /// output.
+    pub(crate) fn wait(mut self) -> Result<(), String> {
+        let status = self.reap()?;
+        let stdout = self
+            .out
+            .take()
+            .and_then(|h| h.join().ok())
+            .unwrap_or_default();
+        let stderr = self
+            .err
+            .take()
+            .and_then(|h| h.join().ok())
+            .unwrap_or_default();
+        if libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0 {
+            if !stderr.is_empty() {
+                tracing::debug!(stderr = %String::from_utf8_lossy(&stderr), "ldconfig warnings");
+            }
+            return Ok(());
+        }
+        let how = if libc::WIFEXITED(status) {
+            format!("exit status: {}", libc::WEXITSTATUS(status))
+        } else {
+            format!("killed by signal {}", libc::WTERMSIG(status))
+        };
+        Err(format!(
+            "{how}; stderr: {}; stdout: {}",
+            String::from_utf8_lossy(&stderr).trim(),
+            String::from_utf8_lossy(&stdout).trim()
+        ))
+    }
+
+    /// The wait status; without a pidfd, polls often at first, then backs off to 10 ms.
+    fn reap(&mut self) -> Result<libc::c_int, String> {
+        let (pid, start, timeout) = (self.pid, self.start, self.timeout);
+        let mut backoff = Duration::from_micros(100);
+        let status = loop {
+            let mut status = 0;
+            // SAFETY: waitpid on our own child with a valid out pointer.
+            let rc = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+            if rc == pid {
+                break status;
+            }
+            if rc < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.raw_os_error() == Some(libc::EINTR) {
+                    continue;
+                }
+                return Err(format!("waitpid: {e}"));
+            }
+            let elapsed = start.elapsed();
+            if elapsed > timeout {
+                // SAFETY: kill and reap our own child; the grandchild dies with it (PDEATHSIG).
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                    libc::waitpid(pid, &mut status, 0);
+                }
+                self.reaped = true;
+                return Err(format!(
+                    "timed out after {timeout:?}; killed (a huge or hostile library directory?)"
+                ));
+            }
+            match &self.exit_fd {
+                Some(fd) => wait_readable(fd, timeout - elapsed),
+                None => {
+                    std::thread::sleep(backoff);
+                    backoff = (backoff * 2).min(Duration::from_millis(10));
+                }
+            }
+        };
+        self.reaped = true;
+        tracing::debug!(
+            elapsed_us = start.elapsed().as_micros() as u64,
+            "sandboxed process exited"
+        );
+        Ok(status)
+    }
 }

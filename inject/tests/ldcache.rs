@@ -217,3 +217,35 @@ fn runaway_ldconfig_is_killed_by_timeout_and_cpu_limit() {
     );
     assert!(!msg.contains("timed out"), "{msg}");
 }
+
+#[test]
+fn started_ldconfig_runs_beside_the_caller_and_is_killed_when_dropped() {
+    if !is_root("ldcache") {
+        return;
+    }
+    use gpuhook_inject::start_ldcache_update;
+    let tmp = tempfile::tempdir().unwrap();
+    let rootfs = rootfs_with_stub(tmp.path());
+    let opts = LdcacheOptions::new(0, 0);
+    let alive = |pid: i32| Path::new(&format!("/proc/{pid}")).exists();
+    // Started, then waited for: the same result as update_ldcache, and reaped.
+    let pending = start_ldcache_update(&rootfs, &[LIBDIR.into()], &host_ldconfig(), opts).unwrap();
+    let pid = pending.pid();
+    assert!(
+        alive(pid),
+        "ldconfig's sandbox runs while the caller goes on"
+    );
+    pending.wait().unwrap();
+    assert!(!alive(pid), "waited for and reaped");
+    let out = Command::new(host_ldconfig())
+        .args(["-p", "-C"])
+        .arg(rootfs.join("etc/ld.so.cache"))
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("libcuda.so.1 "));
+    // Started, then dropped (the caller failed meanwhile): killed and reaped, no zombie left.
+    let pending = start_ldcache_update(&rootfs, &[LIBDIR.into()], &host_ldconfig(), opts).unwrap();
+    let pid = pending.pid();
+    drop(pending);
+    assert!(!alive(pid), "dropping kills and reaps");
+}

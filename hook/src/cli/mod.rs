@@ -88,7 +88,8 @@ pub enum Command {
 
 /// Runs the command line; the binary's whole `main`.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let cli = prestart_fast_path(&argv).unwrap_or_else(|| Cli::parse_from(&argv));
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -96,6 +97,37 @@ pub fn main() -> ExitCode {
             ExitCode::from(EXIT_FAILURE)
         }
     }
+}
+
+/// The argv a runtime passes to the prestart hook on *every* container start (`gpuhook prestart`
+/// or `gpuhook prestart --config FILE`), parsed without building clap's whole command tree: the
+/// hook's cost is paid by every container, GPU or not. Anything else (help, other flags) returns
+/// `None` and goes through clap. `--config` after `prestart` becomes the top-level config, which
+/// is what `prestart --config` means (that file's settings, logging included).
+pub fn prestart_fast_path(argv: &[std::ffi::OsString]) -> Option<Cli> {
+    let config = match argv.get(1..)? {
+        [cmd] if cmd == "prestart" => None,
+        [cmd, flag, file] if cmd == "prestart" && flag == "--config" && !file.is_empty() => {
+            Some(PathBuf::from(file))
+        }
+        _ => return None,
+    };
+    // The env var is the top-level --config's default, as with clap.
+    let config = config.or_else(|| {
+        std::env::var_os(CONFIG_ENV)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    });
+    Some(Cli {
+        config,
+        log_level: None,
+        log_file: None,
+        log_format: None,
+        command: Command::Prestart(PrestartArgs {
+            state: None,
+            config: None,
+        }),
+    })
 }
 
 /// The error and its causes on one line (`outer: inner: root`).

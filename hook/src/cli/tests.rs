@@ -211,6 +211,46 @@ fn system_and_prestart() {
 }
 
 #[test]
+fn prestart_fast_path_means_what_clap_means() {
+    let argv = |a: &[&str]| -> Vec<std::ffi::OsString> {
+        std::iter::once("gpuhook")
+            .chain(a.iter().copied())
+            .map(Into::into)
+            .collect()
+    };
+    // With `prestart --config FILE`, clap keeps FILE on the subcommand; the fast path makes it
+    // the top-level config, which `prestart::run` then uses for everything: same config file.
+    let fast = prestart_fast_path(&argv(&["prestart", "--config", "/etc/x.toml"])).unwrap();
+    assert_eq!(fast.config, Some(PathBuf::from("/etc/x.toml")));
+    let Command::Prestart(p) = &fast.command else {
+        panic!()
+    };
+    assert_eq!((&p.state, &p.config), (&None, &None));
+    let slow = parse(&["prestart", "--config", "/etc/x.toml"]);
+    let Command::Prestart(q) = &slow.command else {
+        panic!()
+    };
+    assert_eq!(q.config, fast.config);
+    assert_eq!(q.state, None);
+    assert!(matches!(
+        prestart_fast_path(&argv(&["prestart"])).map(|c| c.command),
+        Some(Command::Prestart(_))
+    ));
+    // Anything else is clap's.
+    for other in [
+        &["prestart", "--help"][..],
+        &["prestart", "--state", "s.json"],
+        &["prestart", "--config"],
+        &["prestart", "--config", ""],
+        &["--log-level", "debug", "prestart"],
+        &["cdi", "list"],
+        &[],
+    ] {
+        assert!(prestart_fast_path(&argv(other)).is_none(), "{other:?}");
+    }
+}
+
+#[test]
 fn one_line_errors() {
     let e = anyhow::anyhow!("root\ncause").context("outer");
     assert_eq!(one_line(&e), "outer: root cause");

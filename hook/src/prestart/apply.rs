@@ -7,21 +7,23 @@
 //! `RESOLVE_IN_ROOT`, so a symlink planted by the image is followed *inside* the rootfs.
 //!
 //! Order: open the root, check every destination (preflight: nothing is changed when one is wrong,
-//! so a bad image never leaves a half-injected container), then device nodes, driver mounts, the
-//! `/proc` files that exist, symlinks, the params override, and last the host's ldconfig
-//! (sandboxed) so it sees the mounted libraries.
+//! so a bad image never leaves a half-injected container), then the libraries of the ldcache
+//! folders and the symlinks, which is all the host's ldconfig reads; ldconfig then starts
+//! (sandboxed, in its own copy of the mount namespace) while the other driver mounts, the `/proc`
+//! files that exist, the device nodes and the params override are made, and the hook waits for
+//! it last. An error on the way kills ldconfig.
 
 use std::collections::HashSet;
 use std::path::{Component, Path, PathBuf};
 
 use gpuhook_inject::hooks::{create_symlinks_in, disable_device_node_modification};
 use gpuhook_inject::{
-    in_mount_namespace_of, update_ldcache, CharDeviceSpec, ContainerRoot, DeviceSource, EntryKind,
-    InjectError,
+    in_mount_namespace_of, start_ldcache_update, CharDeviceSpec, ContainerRoot, DeviceSource,
+    EntryKind, InjectError, LdcacheOptions,
 };
 
 use super::error::PrestartError;
-use super::plan::{Plan, PARAMS_PATH};
+use super::plan::{MountPlan, Plan, PARAMS_PATH};
 
 /// Where and as whom to inject.
 #[derive(Debug, Clone)]
@@ -109,6 +111,42 @@ fn apply_in_namespace(t: &Target<'_>, plan: &Plan) -> Result<Applied, PrestartEr
         }
     };
     let mut done = Applied::default();
+    // ldconfig runs in parallel with the nodes and the other mounts: first what it reads (the
+    // libraries in the ldcache folders and the links), then it starts in its own copy of the
+    // mount namespace, then the rest, then we wait for it.
+    let (for_ldconfig, rest): (Vec<_>, Vec<_>) = plan
+        .mounts
+        .iter()
+        .zip(&present.proc_files)
+        .partition(|(m, _)| in_ldcache_folder(&m.container, &plan.ldcache_folders));
+    let mut mount = |(m, present): (&MountPlan, &bool)| {
+        if !present {
+            done.proc_files_absent.push(m.container.clone());
+            return Ok(());
+        }
+        root.bind_mount(&m.host, &m.container, m.options)
+            .map_err(step("bind-mounting driver files"))?;
+        done.mounts += 1;
+        Ok::<(), PrestartError>(())
+    };
+    for m in for_ldconfig {
+        mount(m)?;
+    }
+    done.symlinks = create_symlinks_in(&root, &plan.symlinks)
+        .map_err(step("creating symlinks"))?
+        .len();
+    let ldconfig = if plan.ldcache_folders.is_empty() {
+        None
+    } else {
+        let opts = LdcacheOptions::new(t.uid, t.gid);
+        Some(
+            start_ldcache_update(t.rootfs, &plan.ldcache_folders, t.ldconfig, opts)
+                .map_err(step("updating the container's ld.so.cache"))?,
+        )
+    };
+    for m in rest {
+        mount(m)?;
+    }
     for d in &plan.devices {
         let spec = CharDeviceSpec {
             major: d.major,
@@ -124,36 +162,26 @@ fn apply_in_namespace(t: &Target<'_>, plan: &Plan) -> Result<Applied, PrestartEr
     tracing::debug!(
         container = t.container,
         nodes = done.devices,
-        "device nodes created"
-    );
-    for (m, present) in plan.mounts.iter().zip(&present.proc_files) {
-        if !present {
-            done.proc_files_absent.push(m.container.clone());
-            continue;
-        }
-        root.bind_mount(&m.host, &m.container, m.options)
-            .map_err(step("bind-mounting driver files"))?;
-        done.mounts += 1;
-    }
-    done.symlinks = create_symlinks_in(&root, &plan.symlinks)
-        .map_err(step("creating symlinks"))?
-        .len();
-    tracing::debug!(
-        container = t.container,
         mounts = done.mounts,
         symlinks = done.symlinks,
-        "driver files mounted, symlinks created"
+        "nodes created, driver files mounted, symlinks created"
     );
     if let (Some(host), true) = (&plan.params, present.params) {
         done.params_overridden = disable_device_node_modification(t.rootfs, host)
             .map_err(step("overriding /proc/driver/nvidia/params"))?;
     }
-    if !plan.ldcache_folders.is_empty() {
-        update_ldcache(t.rootfs, &plan.ldcache_folders, t.ldconfig, t.uid, t.gid)
+    if let Some(ldconfig) = ldconfig {
+        ldconfig
+            .wait()
             .map_err(step("updating the container's ld.so.cache"))?;
         done.ldcache_updated = true;
     }
     Ok(done)
+}
+
+/// Whether the container path `path` lies in one of the ldcache `folders` (ldconfig reads it).
+fn in_ldcache_folder(path: &Path, folders: &[PathBuf]) -> bool {
+    folders.iter().any(|f| path.starts_with(f))
 }
 
 /// Which optional destinations exist.
