@@ -25,6 +25,7 @@ mod openat2;
 mod real;
 mod root;
 mod sandbox;
+mod seccomp;
 pub mod sys;
 
 #[cfg(test)]

@@ -6,7 +6,8 @@
 //! it is static); it runs in new mount, pid and ipc namespaces with all mounts made private, is
 //! chrooted into the root through the root's fd, sees only read-only empty tmpfs over /proc,
 //! /sys and /dev, has CPU/memory/file rlimits, no capabilities, no_new_privs, the container's
-//! uid/gid, and an *empty* environment (CVE-2025-23266: nothing like LD_PRELOAD can reach it).
+//! uid/gid, an *empty* environment (CVE-2025-23266: nothing like LD_PRELOAD can reach it), and a
+//! seccomp filter that makes its fsync a no-op (see the `seccomp` module).
 //!
 //! chroot rather than pivot_root: the process has no capabilities left when it runs, so it cannot
 //! use the classic chroot escapes, and the root fd needs no bind-mount-on-itself dance.
@@ -23,6 +24,8 @@ use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::Path;
 use std::time::{Duration, Instant};
+
+use crate::seccomp::NoSyncFilter;
 
 /// Limits for the sandboxed process.
 #[derive(Debug, Clone, Copy)]
@@ -46,6 +49,8 @@ struct Plan {
     tmpfs: &'static [u8],
     limits: Limits,
     last_cap: u32,
+    /// fsync/fdatasync made no-ops (see the `seccomp` module); `None` where unsupported.
+    no_sync: Option<NoSyncFilter>,
 }
 
 // SAFETY: the raw pointers point into CStrings owned by `run_sandboxed`'s frame, which outlives
@@ -216,6 +221,10 @@ impl Plan {
                 libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 4u32) as libc::c_int,
                 b"close_range(CLOEXEC)",
             );
+            // Best effort: without it ldconfig merely fsyncs its cache.
+            if let Some(filter) = &self.no_sync {
+                filter.install();
+            }
             libc::syscall(
                 libc::SYS_execveat,
                 self.exe_fd,
@@ -325,6 +334,7 @@ pub(crate) fn spawn_sandboxed(
         tmpfs: b"tmpfs\0",
         limits,
         last_cap,
+        no_sync: NoSyncFilter::new(),
     };
     let (out_r, out_w) = pipe().map_err(|e| format!("pipe: {e}"))?;
     let (err_r, err_w) = pipe().map_err(|e| format!("pipe: {e}"))?;

@@ -146,6 +146,10 @@ fn sandbox_is_pid1_container_uid_empty_env_masked_proc() {
         lines.contains(&"open_fds=0"),
         "no inherited descriptors: {report}"
     );
+    assert!(
+        lines.contains(&"fsync_badfd=0"),
+        "fsync is a no-op under the seccomp filter: {report}"
+    );
     let args: Vec<&str> = lines
         .iter()
         .filter_map(|l| l.strip_prefix("arg="))

@@ -126,6 +126,8 @@ int main(int argc, char **argv) {
     int open_fds = 0;
     for (int fd = 3; fd < 1024; fd++) if (fd != fileno(f) && fcntl(fd, F_GETFD) != -1) open_fds++;
     fprintf(f, "open_fds=%d\n", open_fds);
+    /* fsync of a bad descriptor: EBADF normally, 0 under the sandbox's no-fsync filter. */
+    fprintf(f, "fsync_badfd=%d\n", fsync(-1));
     fclose(f);
     return 0;
 }
