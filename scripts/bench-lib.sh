@@ -45,7 +45,7 @@ pct() {
 # Python prelude for the report of a script that left one file "$WORK/<variant>.times" of
 # nanosecond timings per variant; run as `python3 - "$WORK" "$RUNS"` with this prepended:
 #   { echo "$BENCH_PY_STATS"; cat <<'PY'
-#   ...report using load(variant) -> sorted ms, pct(xs, p), statistics...
+#   ...report using load(variant) -> sorted ms, pct(xs, p), paired(a, b), statistics...
 #   PY
 #   } | python3 - "$WORK" "$RUNS"
 BENCH_PY_STATS=$(cat <<'PY'
@@ -53,6 +53,12 @@ import sys, statistics
 work, runs = sys.argv[1], int(sys.argv[2])
 def load(v):
     return sorted(int(l) / 1e6 for l in open(f"{work}/{v}.times"))
+def paired(a, b):
+    # Median of the per-round differences a[i] - b[i] (the variants run interleaved, one round
+    # after another): less sensitive to the machine's drift than p50(a) - p50(b).
+    xs = [int(l) / 1e6 for l in open(f"{work}/{a}.times")]
+    ys = [int(l) / 1e6 for l in open(f"{work}/{b}.times")]
+    return statistics.median(x - y for x, y in zip(xs, ys))
 def pct(xs, p):
     k = (len(xs) - 1) * p / 100
     lo = int(k); hi = min(lo + 1, len(xs) - 1)

@@ -108,6 +108,6 @@ for name, a, b, target in [("GPU container (all 8 GPUs, compute,utility)", "gpu-
     ratio = pct(t[a], 50) / pct(t[b], 50)
     verdict = "within" if d50 <= target else "OVER"
     print(f"{name}: hook adds {d50:.2f} ms p50 ({d95:.2f} ms p95), ratio {ratio:.2f}x "
-          f"[target <= {target} ms p50: {verdict}]")
+          f"[target <= {target} ms p50: {verdict}]; paired median {paired(a, b):.2f} ms")
 PY
 } | python3 - "$WORK" "$RUNS"

@@ -71,7 +71,12 @@ pub fn main() -> ! {
             Config::default()
         }
     };
-    logs::init(&config, &argv);
+    // Pass-through commands (start, state, kill, delete, ...) only exec the runtime: no logging
+    // set-up on their path (it is most of their start-up cost); their failures still reach
+    // stderr and runc's --log file through `report_error`.
+    if creates(&argv) {
+        logs::init(&config, &argv);
+    }
     let node = NodeState::new(&config);
     let request = WrapperRequest::new(&config, &node);
     let generate: Option<&dyn GenerateMissing> = config
