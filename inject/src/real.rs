@@ -313,6 +313,18 @@ impl Syscalls for PathrsSyscalls {
     }
 
     fn symlink(&self, target: &Path, link: &Path) -> Result<()> {
+        // A new link is made in place (symlinkat is atomic and never follows the name); only an
+        // existing one is replaced through a temp name and rename. One metadata operation less
+        // per link on the container start path.
+        match self
+            .root
+            .create(link, &InodeType::Symlink(target.to_path_buf()))
+            .map_err(pathrs_io)
+        {
+            Ok(()) => return Ok(()),
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
+            Err(e) => return Err(self.err("symlink", link, e)),
+        }
         let tmp = temp_sibling(link);
         self.root
             .create(&tmp, &InodeType::Symlink(target.to_path_buf()))
