@@ -60,6 +60,9 @@ pub struct RuncArgs {
     pub command_index: Option<usize>,
     /// `--bundle` of `create`/`run` as given (None: not given).
     pub bundle: Option<PathBuf>,
+    /// The container id of `create`/`run`: the first argument after the command that is neither
+    /// a flag nor a flag's value (None when there is none).
+    pub container_id: Option<String>,
 }
 
 impl RuncArgs {
@@ -163,20 +166,29 @@ pub fn parse(argv: &[OsString]) -> Result<RuncArgs, ArgvError> {
         .as_deref()
         .is_some_and(|c| INTERCEPTED.contains(&c))
     {
-        out.bundle = find_bundle(&argv[i + 1..])?;
+        (out.bundle, out.container_id) = find_bundle(&argv[i + 1..])?;
     }
     Ok(out)
 }
 
-/// `--bundle`/`-b` among a command's arguments; the last one wins, as with Go's flag package.
-fn find_bundle(args: &[OsString]) -> Result<Option<PathBuf>, ArgvError> {
+/// `--bundle`/`-b` among a command's arguments (the last one wins, as with Go's flag package),
+/// and the first positional argument (the container id).
+fn find_bundle(args: &[OsString]) -> Result<(Option<PathBuf>, Option<String>), ArgvError> {
     let mut bundle = None;
+    let mut id = None;
     let mut i = 0;
     while i < args.len() {
         if args[i] == "--" {
+            if id.is_none() {
+                id = args.get(i + 1).map(|a| a.to_string_lossy().into_owned());
+            }
             break;
         }
-        if let Some((name, inline)) = split_flag(&args[i]) {
+        let flag = split_flag(&args[i]);
+        if flag.is_none() && id.is_none() {
+            id = Some(args[i].to_string_lossy().into_owned());
+        }
+        if let Some((name, inline)) = flag {
             let is_bundle = name == "bundle" || name == "b";
             if is_bundle || CREATE_VALUE_FLAGS.contains(&name) {
                 let value = match inline {
@@ -197,7 +209,7 @@ fn find_bundle(args: &[OsString]) -> Result<Option<PathBuf>, ArgvError> {
         }
         i += 1;
     }
-    Ok(bundle)
+    Ok((bundle, id))
 }
 
 #[cfg(test)]

@@ -229,3 +229,32 @@ fn non_utf8_arguments_are_kept() {
         Some(PathBuf::from(OsString::from_vec(b"/b\xff".to_vec())))
     );
 }
+
+#[test]
+fn the_container_id_is_the_last_argument_of_create_and_run() {
+    let id = |a: &[&str]| {
+        let argv: Vec<OsString> = std::iter::once("runc")
+            .chain(a.iter().copied())
+            .map(OsString::from)
+            .collect();
+        parse(&argv).unwrap().container_id
+    };
+    assert_eq!(
+        id(&[
+            "--root",
+            "/r",
+            "create",
+            "--bundle",
+            "/b",
+            "--pid-file",
+            "/p",
+            "abc"
+        ]),
+        Some("abc".into())
+    );
+    assert_eq!(id(&["run", "-d", "-b=/b", "x1"]), Some("x1".into()));
+    // No id (runc itself will refuse), and commands that are not intercepted.
+    assert_eq!(id(&["create", "--bundle", "/b"]), None);
+    assert_eq!(id(&["create"]), None);
+    assert_eq!(id(&["start", "abc"]), None);
+}

@@ -35,8 +35,13 @@ pub enum Injection {
 }
 
 /// Turns a container's OCI spec into what to inject; `Ok(None)`: not a GPU container.
+/// `container` is the id runc was given (for the decision log; `None` if argv had none).
 pub trait DeviceRequest {
-    fn injection(&self, spec: &Value) -> Result<Option<Injection>, BoxError>;
+    fn injection(
+        &self,
+        container: Option<&str>,
+        spec: &Value,
+    ) -> Result<Option<Injection>, BoxError>;
 }
 
 /// A closure returning CDI names is a request (an empty list: nothing to inject).
@@ -44,7 +49,7 @@ impl<F> DeviceRequest for F
 where
     F: Fn(&Value) -> Result<Vec<String>, BoxError>,
 {
-    fn injection(&self, spec: &Value) -> Result<Option<Injection>, BoxError> {
+    fn injection(&self, _: Option<&str>, spec: &Value) -> Result<Option<Injection>, BoxError> {
         let names = self(spec)?;
         Ok((!names.is_empty()).then_some(Injection::Cdi(names)))
     }
@@ -218,8 +223,10 @@ fn resolve(
 }
 
 /// Edits `<bundle>/config.json` for the request; returns whether the file was rewritten.
+/// `container` is runc's container id (for the logs).
 pub fn edit_bundle(
     bundle: &Path,
+    container: Option<&str>,
     config: &RuntimeConfig,
     request: &dyn DeviceRequest,
     generate: Option<&dyn GenerateMissing>,
@@ -235,12 +242,13 @@ pub fn edit_bundle(
             path: path.clone(),
             source,
         })?;
-    let injection = request
-        .injection(&spec)
-        .map_err(|source| RuntimeError::Request {
-            path: path.clone(),
-            source,
-        })?;
+    let injection =
+        request
+            .injection(container, &spec)
+            .map_err(|source| RuntimeError::Request {
+                path: path.clone(),
+                source,
+            })?;
     let injection = injection.filter(|i| !matches!(i, Injection::Cdi(n) if n.is_empty()));
     let Some(injection) = injection else {
         tracing::debug!(bundle = %bundle.display(), "no GPU request, spec untouched");
@@ -308,7 +316,13 @@ pub fn prepare(
 ) -> Result<ExecPlan, RuntimeError> {
     let args = argv::parse(argv)?;
     if let Intercept::Bundle { bundle, .. } = args.intercept() {
-        edit_bundle(&bundle, config, request, generate)?;
+        edit_bundle(
+            &bundle,
+            args.container_id.as_deref(),
+            config,
+            request,
+            generate,
+        )?;
     }
     let path_env = config.path_env.clone().or_else(|| std::env::var_os("PATH"));
     let self_exe = config

@@ -391,6 +391,16 @@ fn dgx_h100_through_containerd() {
     args.extend(["--env".into(), "NVIDIA_REQUIRE_CUDA=cuda>=99.0".into()]);
     let stderr = rig.run_err(&args);
     assert!(stderr.contains("cuda>=99.0"), "{stderr}");
+
+    // Every decision line names the container by the id ctr gave it (not by its hostname).
+    let log = std::fs::read_to_string(&rig.gpuhook_log).unwrap();
+    let decisions: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("command=\"runtime create\""))
+        .collect();
+    assert!(!decisions.is_empty(), "{log}");
+    let ours = format!("container=\"gpuhook-rt-{}-", std::process::id());
+    assert!(decisions.iter().all(|l| l.contains(&ours)), "{log}");
 }
 
 #[test]

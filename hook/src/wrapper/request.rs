@@ -183,8 +183,13 @@ impl<'a> WrapperRequest<'a> {
 }
 
 impl DeviceRequest for WrapperRequest<'_> {
-    fn injection(&self, spec: &Value) -> Result<Option<Injection>, BoxError> {
-        let hostname = spec.get("hostname").and_then(Value::as_str);
+    fn injection(
+        &self,
+        container: Option<&str>,
+        spec: &Value,
+    ) -> Result<Option<Injection>, BoxError> {
+        // runc's container id; a spec's hostname only when argv had none.
+        let hostname = container.or_else(|| spec.get("hostname").and_then(Value::as_str));
         match self.decide(spec) {
             Ok((None, reason)) => {
                 let mut d = Decision::new(COMMAND, Outcome::Skip);

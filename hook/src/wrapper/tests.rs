@@ -126,7 +126,7 @@ fn spec_with(env: &[&str], annotations: Value) -> Value {
 fn ask(f: &Fixture, spec: &Value) -> Result<Option<Injection>, String> {
     let node = f.node();
     let req = WrapperRequest::new(&f.config, &node);
-    req.injection(spec).map_err(|e| e.to_string())
+    req.injection(Some("c1"), spec).map_err(|e| e.to_string())
 }
 
 fn names(v: &[&str]) -> Option<Injection> {
@@ -348,7 +348,8 @@ fn bundle_edit_end_to_end_without_runc() {
     // Unknown device: the runtimes' wording, config.json untouched.
     write("NVIDIA_VISIBLE_DEVICES=99");
     let before = std::fs::read(bundle.join("config.json")).unwrap();
-    let err = gpuhook_runtime::wrapper::edit_bundle(&bundle, &rc, &req, Some(&node)).unwrap_err();
+    let err = gpuhook_runtime::wrapper::edit_bundle(&bundle, Some("c1"), &rc, &req, Some(&node))
+        .unwrap_err();
     assert!(
         err.to_string()
             .contains("unresolvable CDI devices nvidia.com/gpu=99"),
@@ -357,7 +358,9 @@ fn bundle_edit_end_to_end_without_runc() {
     assert_eq!(std::fs::read(bundle.join("config.json")).unwrap(), before);
     // No spec file yet: generated in memory.
     write("NVIDIA_VISIBLE_DEVICES=0");
-    assert!(gpuhook_runtime::wrapper::edit_bundle(&bundle, &rc, &req, Some(&node)).unwrap());
+    assert!(
+        gpuhook_runtime::wrapper::edit_bundle(&bundle, Some("c1"), &rc, &req, Some(&node)).unwrap()
+    );
     let out: Value =
         serde_json::from_slice(&std::fs::read(bundle.join("config.json")).unwrap()).unwrap();
     let devs: Vec<&str> = out["linux"]["devices"]
@@ -372,7 +375,8 @@ fn bundle_edit_end_to_end_without_runc() {
     );
     // Without generate-missing the same request fails.
     write("NVIDIA_VISIBLE_DEVICES=0");
-    let err = gpuhook_runtime::wrapper::edit_bundle(&bundle, &rc, &req, None).unwrap_err();
+    let err =
+        gpuhook_runtime::wrapper::edit_bundle(&bundle, Some("c1"), &rc, &req, None).unwrap_err();
     assert!(err
         .to_string()
         .contains("unresolvable CDI devices nvidia.com/gpu=0"));
