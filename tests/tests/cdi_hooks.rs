@@ -23,6 +23,23 @@ fn bundle(dir: &Path) -> (PathBuf, PathBuf) {
     (bundle, rootfs)
 }
 
+/// A bundle whose rootfs holds the t4 node's `libcuda.so.<version>` (real ELF, SONAME
+/// `libcuda.so.1`) in the node's library dir; returns the profile, bundle, rootfs and file name.
+fn bundle_with_libcuda(dir: &Path) -> (gpuhook_sim::NodeProfile, PathBuf, PathBuf, String) {
+    let node = dir.join("driver");
+    let p = build_node("t4", &node);
+    let (bundle, rootfs) = bundle(dir);
+    let lib_dir = p.lib_dir.trim_start_matches('/');
+    std::fs::create_dir_all(rootfs.join(lib_dir)).unwrap();
+    let lib = format!("libcuda.so.{}", p.driver_version);
+    std::fs::copy(
+        node.join(lib_dir).join(&lib),
+        rootfs.join(lib_dir).join(&lib),
+    )
+    .unwrap();
+    (p, bundle, rootfs, lib)
+}
+
 fn hook_with_state(args: &[&str], bundle: &Path) -> std::process::Output {
     use std::io::Write;
     let state = format!(
@@ -119,17 +136,7 @@ fn hook_update_ldcache_runs_the_host_ldconfig_in_the_root() {
         return;
     }
     let t = tmp("ldcache");
-    let node = t.path().join("driver");
-    let p = build_node("t4", &node);
-    let (bundle, rootfs) = bundle(t.path());
-    let lib_dir = p.lib_dir.trim_start_matches('/');
-    std::fs::create_dir_all(rootfs.join(lib_dir)).unwrap();
-    let lib = format!("libcuda.so.{}", p.driver_version);
-    std::fs::copy(
-        node.join(lib_dir).join(&lib),
-        rootfs.join(lib_dir).join(&lib),
-    )
-    .unwrap();
+    let (p, bundle, rootfs, _) = bundle_with_libcuda(t.path());
     let out = hook_with_state(
         &[
             "hook",
@@ -164,17 +171,8 @@ fn hook_setup_links_then_updates_the_ldcache_in_one_process() {
         return;
     }
     let t = tmp("setup");
-    let node = t.path().join("driver");
-    let p = build_node("t4", &node);
-    let (bundle, rootfs) = bundle(t.path());
+    let (p, bundle, rootfs, lib) = bundle_with_libcuda(t.path());
     let lib_dir = p.lib_dir.trim_start_matches('/');
-    std::fs::create_dir_all(rootfs.join(lib_dir)).unwrap();
-    let lib = format!("libcuda.so.{}", p.driver_version);
-    std::fs::copy(
-        node.join(lib_dir).join(&lib),
-        rootfs.join(lib_dir).join(&lib),
-    )
-    .unwrap();
     let soname_link = format!("{lib}::{}/libcuda.so.1", p.lib_dir);
     let dev_link = format!("libcuda.so.1::{}/libcuda.so", p.lib_dir);
     let out = hook_with_state(

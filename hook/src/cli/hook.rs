@@ -167,38 +167,17 @@ pub(super) fn run(command: &HookCommand, config: &Config) -> anyhow::Result<()> 
     match command {
         HookCommand::Setup(args) => {
             let bundle = bundle_config(args.container_spec.as_deref())?;
-            let links: Vec<(PathBuf, PathBuf)> = args
-                .links
-                .iter()
-                .map(|l| (l.target.clone(), l.link.clone()))
-                .collect();
-            // The order of the one-step hooks and of `gpuhook prestart`: links, params, ldcache
-            // last so that ldconfig sees the links.
-            let outcomes = gpuhook_inject::create_symlinks(&bundle.rootfs, &links).map_err(flat)?;
-            let params_mounted = if args.disable_device_node_modification {
-                let host_params = join_under(&config.driver_root, Path::new(PARAMS_PATH));
-                gpuhook_inject::disable_device_node_modification(&bundle.rootfs, &host_params)
-                    .map_err(flat)?
-            } else {
-                false
-            };
+            // The order of `gpuhook prestart`: links and params, ldcache last so that ldconfig
+            // sees the links.
+            let symlinks = create_links(&bundle, &args.links)?.len();
+            let params_mounted =
+                args.disable_device_node_modification && override_params(&bundle, config)?;
             if !args.folders.is_empty() {
-                let ldconfig = match &args.ldconfig {
-                    Some(p) => p.clone(),
-                    None => config.ldconfig_path(Path::exists),
-                };
-                gpuhook_inject::update_ldcache(
-                    &bundle.rootfs,
-                    &args.folders,
-                    &ldconfig,
-                    bundle.uid,
-                    bundle.gid,
-                )
-                .map_err(flat)?;
+                update_ldcache(&bundle, config, &args.folders, args.ldconfig.as_deref())?;
             }
             tracing::debug!(
                 rootfs = %bundle.rootfs.display(),
-                symlinks = outcomes.len(),
+                symlinks,
                 params_mounted,
                 ldcache_folders = args.folders.len(),
                 "hook setup"
@@ -207,39 +186,51 @@ pub(super) fn run(command: &HookCommand, config: &Config) -> anyhow::Result<()> 
         }
         HookCommand::CreateSymlinks(args) => {
             let bundle = bundle_config(args.container_spec.as_deref())?;
-            let links: Vec<(PathBuf, PathBuf)> = args
-                .links
-                .iter()
-                .map(|l| (l.target.clone(), l.link.clone()))
-                .collect();
-            let outcomes = gpuhook_inject::create_symlinks(&bundle.rootfs, &links).map_err(flat)?;
+            let outcomes = create_links(&bundle, &args.links)?;
             tracing::debug!(rootfs = %bundle.rootfs.display(), ?outcomes, "hook create-symlinks");
             Ok(())
         }
         HookCommand::UpdateLdcache(args) => {
             let bundle = bundle_config(args.container_spec.as_deref())?;
-            let ldconfig = match &args.ldconfig {
-                Some(p) => p.clone(),
-                None => config.ldconfig_path(Path::exists),
-            };
-            gpuhook_inject::update_ldcache(
-                &bundle.rootfs,
-                &args.folders,
-                &ldconfig,
-                bundle.uid,
-                bundle.gid,
-            )
-            .map_err(flat)?;
-            Ok(())
+            update_ldcache(&bundle, config, &args.folders, args.ldconfig.as_deref())
         }
         HookCommand::DisableDeviceNodeModification(args) => {
             let bundle = bundle_config(args.container_spec.as_deref())?;
-            let host_params = join_under(&config.driver_root, Path::new(PARAMS_PATH));
-            let mounted =
-                gpuhook_inject::disable_device_node_modification(&bundle.rootfs, &host_params)
-                    .map_err(flat)?;
+            let mounted = override_params(&bundle, config)?;
             tracing::debug!(rootfs = %bundle.rootfs.display(), mounted, "hook disable-device-node-modification");
             Ok(())
         }
     }
+}
+
+fn create_links(
+    bundle: &BundleConfig,
+    links: &[LinkSpec],
+) -> anyhow::Result<Vec<gpuhook_inject::SymlinkOutcome>> {
+    let links: Vec<(PathBuf, PathBuf)> = links
+        .iter()
+        .map(|l| (l.target.clone(), l.link.clone()))
+        .collect();
+    gpuhook_inject::create_symlinks(&bundle.rootfs, &links).map_err(flat)
+}
+
+/// Mounts the params override; false when the container's procfs has no driver params.
+fn override_params(bundle: &BundleConfig, config: &Config) -> anyhow::Result<bool> {
+    let host_params = join_under(&config.driver_root, Path::new(PARAMS_PATH));
+    gpuhook_inject::disable_device_node_modification(&bundle.rootfs, &host_params).map_err(flat)
+}
+
+/// The host's ldconfig (`ldconfig`, else the config's) for `folders`, as the container's user.
+fn update_ldcache(
+    bundle: &BundleConfig,
+    config: &Config,
+    folders: &[PathBuf],
+    ldconfig: Option<&Path>,
+) -> anyhow::Result<()> {
+    let ldconfig = match ldconfig {
+        Some(p) => p.to_path_buf(),
+        None => config.ldconfig_path(Path::exists),
+    };
+    gpuhook_inject::update_ldcache(&bundle.rootfs, folders, &ldconfig, bundle.uid, bundle.gid)
+        .map_err(flat)
 }
