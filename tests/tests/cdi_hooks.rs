@@ -40,6 +40,22 @@ fn bundle_with_libcuda(dir: &Path) -> (gpuhook_sim::NodeProfile, PathBuf, PathBu
     (p, bundle, rootfs, lib)
 }
 
+/// The container's ld.so.cache (read by the host's ldconfig) lists `libcuda.so.1`.
+fn assert_cache_lists_libcuda(rootfs: &Path) {
+    let listing = gpuhook_e2e::run_ok(
+        Command::new("ldconfig")
+            .arg("-p")
+            .arg("-C")
+            .arg(rootfs.join("etc/ld.so.cache")),
+    );
+    assert!(
+        listing
+            .lines()
+            .any(|l| l.trim_start().starts_with("libcuda.so.1 ")),
+        "{listing}"
+    );
+}
+
 fn hook_with_state(args: &[&str], bundle: &Path) -> std::process::Output {
     use std::io::Write;
     let state = format!(
@@ -151,18 +167,7 @@ fn hook_update_ldcache_runs_the_host_ldconfig_in_the_root() {
     assert!(out.status.success(), "{}", texts(&out).1);
     let conf = std::fs::read_to_string(rootfs.join("etc/ld.so.conf.d/00-gpuhook.conf")).unwrap();
     assert!(conf.lines().any(|l| l == p.lib_dir), "{conf}");
-    let listing = gpuhook_e2e::run_ok(
-        Command::new("ldconfig")
-            .arg("-p")
-            .arg("-C")
-            .arg(rootfs.join("etc/ld.so.cache")),
-    );
-    assert!(
-        listing
-            .lines()
-            .any(|l| l.trim_start().starts_with("libcuda.so.1 ")),
-        "{listing}"
-    );
+    assert_cache_lists_libcuda(&rootfs);
 }
 
 #[test]
@@ -204,18 +209,7 @@ fn hook_setup_links_then_updates_the_ldcache_in_one_process() {
     );
     // No procfs in this root: the params override is a no-op, not an error.
     assert!(!rootfs.join("proc").exists());
-    let listing = gpuhook_e2e::run_ok(
-        Command::new("ldconfig")
-            .arg("-p")
-            .arg("-C")
-            .arg(rootfs.join("etc/ld.so.cache")),
-    );
-    assert!(
-        listing
-            .lines()
-            .any(|l| l.trim_start().starts_with("libcuda.so.1 ")),
-        "{listing}"
-    );
+    assert_cache_lists_libcuda(&rootfs);
 
     // A bad link fails before anything is changed, naming the flag's syntax.
     let out = hook_with_state(&["hook", "setup", "--link", "nope"], &bundle);
