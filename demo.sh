@@ -38,7 +38,7 @@ dev=$("$bin/gpuhook" cdi list --spec-dir "$work/cdi" | sed -n 's|^nvidia.com/gpu
 step "what device nvidia.com/gpu=$dev injects"
 if command -v jq >/dev/null; then
     jq -c --arg dev "$dev" '.devices[] | select(.name == $dev) | .containerEdits.deviceNodes[]' "$work/cdi/nvidia.com-gpu.json"
-    echo "plus $(jq '.containerEdits.mounts | length' "$work/cdi/nvidia.com-gpu.json") read-only driver mounts and $(jq '.containerEdits.hooks | length' "$work/cdi/nvidia.com-gpu.json") createContainer hooks for every device"
+    echo "plus $(jq '.containerEdits.mounts | length' "$work/cdi/nvidia.com-gpu.json") read-only driver mounts and the createContainer hook $(jq -r '.containerEdits.hooks[0].args[0:3] | join(" ")' "$work/cdi/nvidia.com-gpu.json") (links, params, ld.so.cache) for every device"
 fi
 
 if command -v podman >/dev/null && command -v busybox >/dev/null; then
