@@ -166,6 +166,37 @@ pub fn update_ldcache_with(
     start_ldcache_update(rootfs, folders, host_ldconfig, opts)?.wait()
 }
 
+/// The checks [`start_ldcache_update`] makes before it changes anything (the folders make a valid
+/// drop-in; the host ldconfig opens and is a static ELF), for a caller with other work to do first
+/// that should fail before any of it.
+pub fn check_ldcache_inputs(
+    rootfs: &Path,
+    folders: &[PathBuf],
+    host_ldconfig: &Path,
+) -> Result<()> {
+    conf_contents(folders)?;
+    open_host_ldconfig(rootfs, host_ldconfig).map(drop)
+}
+
+/// The host ldconfig to run (see [`select_ldconfig`]), opened and checked to be a static ELF.
+fn open_host_ldconfig(rootfs: &Path, host_ldconfig: &Path) -> Result<(PathBuf, File)> {
+    let binary = select_ldconfig(host_ldconfig);
+    let exe = File::open(&binary).map_err(|e| InjectError::Ldconfig {
+        binary: binary.clone(),
+        rootfs: rootfs.to_path_buf(),
+        reason: format!("open host binary: {e}"),
+    })?;
+    check_static_elf(&exe, &binary).map_err(|e| match e {
+        InjectError::Ldconfig { binary, reason, .. } => InjectError::Ldconfig {
+            binary,
+            rootfs: rootfs.to_path_buf(),
+            reason,
+        },
+        other => other,
+    })?;
+    Ok((binary, exe))
+}
+
 /// [`update_ldcache_with`] that returns once ldconfig is started: the caller may go on with work
 /// ldconfig does not depend on (mounts outside the `folders`) and then [`PendingLdcache::wait`].
 /// ldconfig sees the root as it is at this call, in its own copy of the mount namespace: the
@@ -178,15 +209,13 @@ pub fn start_ldcache_update(
     opts: LdcacheOptions,
 ) -> Result<PendingLdcache> {
     let conf = conf_contents(folders)?;
-    let binary = select_ldconfig(host_ldconfig);
+    // Open the host binary before touching the root: nothing in the image can influence it.
+    let (binary, exe) = open_host_ldconfig(rootfs, host_ldconfig)?;
     let ldcfg_err = |reason: String| InjectError::Ldconfig {
         binary: binary.clone(),
         rootfs: rootfs.to_path_buf(),
         reason,
     };
-    // Open the host binary before touching the root: nothing in the image can influence it.
-    let exe = File::open(&binary).map_err(|e| ldcfg_err(format!("open host binary: {e}")))?;
-    check_static_elf(&exe, &binary)?;
 
     let root = ContainerRoot::open(rootfs)?;
     root.write_file(Path::new(LDSO_CONF_DROPIN), conf.as_bytes(), 0o644)?;

@@ -37,7 +37,9 @@ pub use hooks::{
     create_dev_char_symlinks, create_symlinks, disable_device_node_modification,
     discover_dev_char_nodes, DevCharNode,
 };
-pub use ldcache::{start_ldcache_update, update_ldcache, LdcacheOptions, PendingLdcache};
+pub use ldcache::{
+    check_ldcache_inputs, start_ldcache_update, update_ldcache, LdcacheOptions, PendingLdcache,
+};
 pub use mntns::in_mount_namespace_of;
 pub use oci::{BundleConfig, OciState};
 pub use real::PathrsSyscalls;

@@ -68,12 +68,11 @@ fn hook_with_state(args: &[&str], bundle: &Path) -> std::process::Output {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn gpuhook hook");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(state.as_bytes())
-        .unwrap();
+    // A hook that fails before reading its stdin (a usage error) closes the pipe: not our error.
+    match child.stdin.take().unwrap().write_all(state.as_bytes()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+        other => other.unwrap(),
+    }
     child.wait_with_output().unwrap()
 }
 
@@ -215,4 +214,35 @@ fn hook_setup_links_then_updates_the_ldcache_in_one_process() {
     let out = hook_with_state(&["hook", "setup", "--link", "nope"], &bundle);
     assert!(!out.status.success());
     assert!(texts(&out).1.contains("TARGET::LINK"), "{}", texts(&out).1);
+
+    // A missing or dynamic ldconfig fails before the first link is made, naming the binary.
+    let new_link = format!("libcuda.so.1::{}/libcuda-new.so", p.lib_dir);
+    for (ldconfig, why) in [
+        ("/nonexistent/ldconfig", "open host binary"),
+        ("/bin/sh", "PT_INTERP"),
+    ] {
+        let out = hook_with_state(
+            &[
+                "hook",
+                "setup",
+                "--link",
+                &new_link,
+                "--ldconfig-path",
+                ldconfig,
+                "--folder",
+                &p.lib_dir,
+            ],
+            &bundle,
+        );
+        let (_, stderr) = texts(&out);
+        assert!(!out.status.success(), "{ldconfig}");
+        assert!(
+            stderr.contains(why) && stderr.contains(ldconfig),
+            "{stderr}"
+        );
+        assert!(
+            std::fs::symlink_metadata(rootfs.join(lib_dir).join("libcuda-new.so")).is_err(),
+            "{ldconfig}: no link may be made before the check"
+        );
+    }
 }

@@ -167,13 +167,19 @@ pub(super) fn run(command: &HookCommand, config: &Config) -> anyhow::Result<()> 
     match command {
         HookCommand::Setup(args) => {
             let bundle = bundle_config(args.container_spec.as_deref())?;
+            let ldconfig = ldconfig_path(config, args.ldconfig.as_deref());
+            // Bad folders or a bad ldconfig fail before the first link is made.
+            if !args.folders.is_empty() {
+                gpuhook_inject::check_ldcache_inputs(&bundle.rootfs, &args.folders, &ldconfig)
+                    .map_err(flat)?;
+            }
             // The order of `gpuhook prestart`: links and params, ldcache last so that ldconfig
             // sees the links.
             let symlinks = create_links(&bundle, &args.links)?.len();
             let params_mounted =
                 args.disable_device_node_modification && override_params(&bundle, config)?;
             if !args.folders.is_empty() {
-                update_ldcache(&bundle, config, &args.folders, args.ldconfig.as_deref())?;
+                update_ldcache(&bundle, config, &args.folders, Some(&ldconfig))?;
             }
             tracing::debug!(
                 rootfs = %bundle.rootfs.display(),
@@ -227,10 +233,15 @@ fn update_ldcache(
     folders: &[PathBuf],
     ldconfig: Option<&Path>,
 ) -> anyhow::Result<()> {
-    let ldconfig = match ldconfig {
-        Some(p) => p.to_path_buf(),
-        None => config.ldconfig_path(Path::exists),
-    };
+    let ldconfig = ldconfig_path(config, ldconfig);
     gpuhook_inject::update_ldcache(&bundle.rootfs, folders, &ldconfig, bundle.uid, bundle.gid)
         .map_err(flat)
+}
+
+/// `--ldconfig-path` when given, else the config's.
+fn ldconfig_path(config: &Config, given: Option<&Path>) -> PathBuf {
+    match given {
+        Some(p) => p.to_path_buf(),
+        None => config.ldconfig_path(Path::exists),
+    }
 }
