@@ -1,6 +1,7 @@
-//! The real [`Syscalls`]: every path inside the container root is resolved by pathrs (openat2
-//! `RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS`, with pathrs' userspace fallback on old kernels), and
-//! every mutation goes through the resulting fd or the parent directory fd — never through a
+//! The real [`Syscalls`]: every path inside the container root is resolved with openat2
+//! `RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS` (lookups and `mkdir -p` directly, see the `openat2`
+//! module; the rest through pathrs, which also falls back to userspace resolution on old kernels),
+//! and every mutation goes through the resulting fd or the parent directory fd — never through a
 //! re-resolved path string (CVE-2024-0132 / CVE-2025-23359).
 
 use std::ffi::CString;
