@@ -135,17 +135,7 @@ int main(int argc, char **argv) {
 
 /// Compile the fake with `gcc -static` (a static binary needs nothing from the rootfs).
 pub fn build_fake_ldconfig(dir: &Path) -> PathBuf {
-    let src = dir.join("fake-ldconfig.c");
-    std::fs::write(&src, FAKE).unwrap();
-    let bin = dir.join("fake-ldconfig");
-    let st = Command::new("gcc")
-        .args(["-static", "-O0", "-o"])
-        .arg(&bin)
-        .arg(&src)
-        .status()
-        .unwrap();
-    assert!(st.success(), "gcc -static failed");
-    bin
+    build_static(dir, "fake-ldconfig", FAKE)
 }
 
 /// Compile a static program from C source.
