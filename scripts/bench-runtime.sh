@@ -4,26 +4,31 @@
 #
 # What it measures: the wall time of `runc create` + `runc start` + `runc delete -f` of a busybox
 # container (`sh -c true`) on a simulated dgx-h100 node (8 GPUs), as containerd's shim runs them,
-# with the runtime binary being either runc itself or gpuhook-runtime (which execs runc), in six
-# variants, interleaved so drift hits all alike:
-#   plain/runc      no GPU request, runc directly
-#   plain/wrapper   no GPU request, through gpuhook-runtime (fast path: no CDI, no discovery)
-#   gpu8/runc       NVIDIA_VISIBLE_DEVICES=all, runc directly (runc ignores it: no GPU)
-#   gpu8/wrapper    NVIDIA_VISIBLE_DEVICES=all through gpuhook-runtime in cdi mode: the spec is
-#                   loaded and applied (8 GPU nodes, control nodes, ~30 driver mounts), and
-#                   `runc create` runs the spec's createContainer hooks (gpuhook hook
-#                   create-symlinks / update-ldcache (host ldconfig in the container) / ...)
-#   gpu8/preinjected  runc directly on the config.json gpuhook-runtime produced (same mounts and
-#                   hooks, no wrapper): splits the wrapper's own cost from the cost of the
-#                   injected content
-#   gpu8/threehooks runc directly on that config.json with our one `gpuhook hook setup` split
+# with the runtime binary being either runc itself or gpuhook-runtime (which execs runc, or runs
+# it as a child beside its early setup), in seven variants, interleaved so drift hits all alike:
+#   plain-runc      no GPU request, runc directly
+#   plain-wrapper   no GPU request, through gpuhook-runtime (fast path: no CDI, no discovery)
+#   gpu8-runc       NVIDIA_VISIBLE_DEVICES=all, runc directly (runc ignores it: no GPU)
+#   gpu8-wrapper    NVIDIA_VISIBLE_DEVICES=all through gpuhook-runtime in cdi mode (the default
+#                   config): the spec is loaded and applied (8 GPU nodes, control nodes, ~30
+#                   driver mounts); the `gpuhook hook setup` hook's links and ldconfig are done by
+#                   the wrapper (`early-setup`), ldconfig running while runc creates the container
+#   gpu8-wrapper-hook  the same with `early-setup = false`: runc runs the setup hook
+#   gpu8-preinjected  runc directly on the config.json gpuhook-runtime writes with
+#                   `early-setup = false` (same mounts and hook, no wrapper): what a CDI-aware
+#                   containerd would hand runc; splits the wrapper's own cost from the cost of
+#                   the injected content
+#   gpu8-threehooks runc directly on that config.json with our one `gpuhook hook setup` split
 #                   into the three one-step hooks of NVIDIA's layout: what one hook saves
-# config.json is restored before every run, outside the timed region.
+# config.json is restored before every run, outside the timed region. As on a containerd node,
+# the bundles (config.json) are on a tmpfs (containerd's /run/containerd/...; here
+# BUNDLE_TMPDIR, default /dev/shm) and the root filesystems on disk (the snapshotter's
+# /var/lib/containerd/...; here TMPDIR, default /tmp).
 # Targets: <= 3 ms added p50 without GPUs, <= 10 ms with 8 GPUs (wrapper vs runc directly).
 #
 # Usage: sudo scripts/bench-runtime.sh [RUNS]      (RUNS >= 30, default 40)
-# Env:   CARGO_TARGET_DIR (default: target), KEEP=1 keeps the work dir, TMPDIR=/dev/shm puts
-#        the bundles on tmpfs like containerd's /run/containerd on real nodes (default /tmp).
+# Env:   CARGO_TARGET_DIR (default: target), KEEP=1 keeps the work dirs, TMPDIR (rootfs and
+#        the rest, default /tmp), BUNDLE_TMPDIR (bundles, default /dev/shm).
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 source "$REPO/scripts/bench-lib.sh"
@@ -42,7 +47,8 @@ bench_work_dir gpuhook-bench-rt
 "$BIN/gpuhook-sim" build dgx-h100 "$WORK/node" >/dev/null
 "$BIN/gpuhook" cdi generate --driver-root "$WORK/node" --output "$WORK/cdi/nvidia.com-gpu.json" \
   --inventory-cache "$WORK/inventory.json" 2>/dev/null
-cat >"$WORK/config.toml" <<EOF
+for early in true false; do
+  cat >"$WORK/config-early-$early.toml" <<EOF
 driver-root = "$WORK/node"
 inventory-cache = "$WORK/inventory.json"
 cdi-spec-dirs = ["$WORK/cdi"]
@@ -50,32 +56,39 @@ log-file = "$WORK/gpuhook.log"
 
 [runtime]
 runtimes = ["$RUNC"]
+early-setup = $early
 EOF
-export GPUHOOK_CONFIG=$WORK/config.toml
+done
+
+BUNDLES=$(mktemp -d "${BUNDLE_TMPDIR:-/dev/shm}/gpuhook-bench-bundles.XXXXXX")
+trap 'bench_cleanup; [[ ${KEEP:-0} == 1 ]] || rm -rf "$BUNDLES"' EXIT
 
 make_bundle() { # name gpu(0|1)
-  local b=$WORK/$1
-  bench_busybox_rootfs "$b/rootfs"
+  local b=$BUNDLES/$1
+  mkdir -p "$b"
+  bench_busybox_rootfs "$WORK/rootfs-$1"
   (cd "$b" && runc spec)
-  python3 - "$b/config.json" "$2" <<'PY'
+  python3 - "$b/config.json" "$2" "$WORK/rootfs-$1" <<'PY'
 import json, sys
-path, gpu = sys.argv[1:]
+path, gpu, rootfs = sys.argv[1:]
 c = json.load(open(path))
 c["process"]["terminal"] = False
 c["process"]["args"] = ["sh", "-c", "true"]
-c["root"] = {"path": "rootfs", "readonly": False}
+c["root"] = {"path": rootfs, "readonly": False}
 if gpu == "1":
     c["process"]["env"] += ["NVIDIA_VISIBLE_DEVICES=all"]
 json.dump(c, open(path, "w"), indent=1)
 PY
   cp "$b/config.json" "$b/config.json.orig"
 }
-for v in plain-runc plain-wrapper gpu8-runc gpu8-wrapper; do
+for v in plain-runc plain-wrapper gpu8-runc gpu8-wrapper gpu8-wrapper-hook; do
   make_bundle "$v" "$([[ $v == gpu8* ]] && echo 1 || echo 0)"
 done
 
 run_once() { # bundle runtime -> prints elapsed ns (create + start + delete)
-  local b=$WORK/$1 rt=$2 id="bench-$1-$$-$RANDOM$RANDOM" t0 t1
+  local b=$BUNDLES/$1 rt=$2 id="bench-$1-$$-$RANDOM$RANDOM" t0 t1 early=true
+  [[ $1 == gpu8-wrapper-hook ]] && early=false
+  export GPUHOOK_CONFIG=$WORK/config-early-$early.toml
   cp "$b/config.json.orig" "$b/config.json"
   t0=$(date +%s%N)
   if ! { "$rt" create --bundle "$b" "$id" && "$rt" start "$id" && "$rt" delete -f "$id"; } \
@@ -87,13 +100,13 @@ run_once() { # bundle runtime -> prints elapsed ns (create + start + delete)
   echo $(( t1 - t0 ))
 }
 
-# The config.json the wrapper makes for the 8-GPU container, run by plain runc.
+# The config.json the wrapper makes for the 8-GPU container (with the hook), run by plain runc.
 make_bundle gpu8-preinjected 1
 id="bench-prep-$$"
-"$BIN/gpuhook-runtime" create --bundle "$WORK/gpu8-preinjected" "$id" </dev/null >/dev/null
+GPUHOOK_CONFIG=$WORK/config-early-false.toml "$BIN/gpuhook-runtime" create --bundle "$BUNDLES/gpu8-preinjected" "$id" </dev/null >/dev/null
 "$RUNC" delete -f "$id"
-cp "$WORK/gpu8-preinjected/config.json" "$WORK/gpu8-preinjected/config.json.orig"
-python3 - "$WORK/gpu8-preinjected/config.json.orig" <<'PY'
+cp "$BUNDLES/gpu8-preinjected/config.json" "$BUNDLES/gpu8-preinjected/config.json.orig"
+python3 - "$BUNDLES/gpu8-preinjected/config.json.orig" <<'PY'
 import json, sys
 c = json.load(open(sys.argv[1]))
 nodes = [d["path"] for d in c["linux"].get("devices", [])]
@@ -104,7 +117,7 @@ PY
 # The same, with our one `gpuhook hook setup` split into the three one-step hooks of NVIDIA's
 # layout (create-symlinks, update-ldcache, disable-device-node-modification): what one hook saves.
 make_bundle gpu8-threehooks 1
-python3 - "$WORK/gpu8-preinjected/config.json.orig" "$WORK/gpu8-threehooks/config.json.orig" <<'PY'
+python3 - "$BUNDLES/gpu8-preinjected/config.json.orig" "$BUNDLES/gpu8-threehooks/config.json.orig" <<'PY'
 import json, sys
 c = json.load(open(sys.argv[1]))
 setup = c["hooks"]["createContainer"][0]
@@ -119,9 +132,10 @@ json.dump(c, open(sys.argv[2], "w"), indent=1)
 PY
 
 declare -A RT=([plain-runc]=$RUNC [plain-wrapper]=$BIN/gpuhook-runtime [gpu8-runc]=$RUNC
-               [gpu8-wrapper]=$BIN/gpuhook-runtime [gpu8-preinjected]=$RUNC
-               [gpu8-threehooks]=$RUNC)
-VARIANTS=(plain-runc plain-wrapper gpu8-runc gpu8-wrapper gpu8-preinjected gpu8-threehooks)
+               [gpu8-wrapper]=$BIN/gpuhook-runtime [gpu8-wrapper-hook]=$BIN/gpuhook-runtime
+               [gpu8-preinjected]=$RUNC [gpu8-threehooks]=$RUNC)
+VARIANTS=(plain-runc plain-wrapper gpu8-runc gpu8-wrapper gpu8-wrapper-hook gpu8-preinjected
+          gpu8-threehooks)
 for v in "${VARIANTS[@]}"; do run_once "$v" "${RT[$v]}" >/dev/null; run_once "$v" "${RT[$v]}" >/dev/null; done
 for v in "${VARIANTS[@]}"; do : >"$WORK/$v.times"; done
 for ((i = 0; i < RUNS; i++)); do
@@ -129,8 +143,8 @@ for ((i = 0; i < RUNS; i++)); do
 done
 
 { echo "$BENCH_PY_STATS"; cat <<'PY'
-names = ["plain-runc", "plain-wrapper", "gpu8-runc", "gpu8-wrapper", "gpu8-preinjected",
-         "gpu8-threehooks"]
+names = ["plain-runc", "plain-wrapper", "gpu8-runc", "gpu8-wrapper", "gpu8-wrapper-hook",
+         "gpu8-preinjected", "gpu8-threehooks"]
 t = {v: load(v) for v in names}
 print(f"runc create+start+delete of busybox `sh -c true`, simulated dgx-h100, {runs} runs per variant (ms)")
 print(f"{'variant':<18}{'p50':>9}{'p95':>9}{'mean':>9}")
@@ -142,9 +156,11 @@ print(f"{'comparison':<44}{'runc p50':>9}{'gpuhook p50':>12}{'added p50':>11}{'a
       f"{'paired':>8}  target")
 for name, a, b, target in [
         ("no GPU: wrapper vs runc", "plain-wrapper", "plain-runc", 3),
-        ("8 GPUs: wrapper (CDI + hooks) vs runc", "gpu8-wrapper", "gpu8-runc", 10),
+        ("8 GPUs: wrapper (CDI + early setup) vs runc", "gpu8-wrapper", "gpu8-runc", 10),
+        ("8 GPUs: early setup vs the setup hook", "gpu8-wrapper", "gpu8-wrapper-hook",
+         "(negative: what early setup saves)"),
         ("8 GPUs: wrapper vs runc on the same edits", "gpu8-wrapper", "gpu8-preinjected",
-         "(the wrapper's own cost)"),
+         "(vs CDI in containerd)"),
         ("8 GPUs: one setup hook vs NVIDIA's three", "gpu8-preinjected", "gpu8-threehooks",
          "(negative: what one hook saves)")]:
     d50 = pct(t[a], 50) - pct(t[b], 50); d95 = pct(t[a], 95) - pct(t[b], 95)

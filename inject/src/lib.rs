@@ -7,6 +7,7 @@
 //!   (pathrs), bind mounts attached through the resolved fd (CVE-2024-0132, CVE-2025-23359),
 //!   symlinks whose location cannot escape the root (CVE-2024-0134);
 //! - [`in_mount_namespace_of`]: a prestart hook's mounts go to the container's mount namespace;
+//! - [`start_early_setup`]: the setup hook's links and ldconfig done before the runtime runs;
 //! - [`update_ldcache`]: the *host's* ldconfig, sandboxed, with an empty environment
 //!   (CVE-2024-0136/0137, CVE-2025-23266);
 //! - [`cgroup`]: device cgroup v1 (`devices.allow`) and v2 (eBPF program replacement);
@@ -15,6 +16,7 @@
 //! Minimum kernel: 5.12 (openat2, open_tree/move_mount/mount_setattr).
 
 pub mod cgroup;
+pub mod early;
 pub mod error;
 pub mod hooks;
 pub mod ldcache;
@@ -32,6 +34,7 @@ pub mod sys;
 mod fake;
 
 pub use cgroup::{allow_devices, DeviceCgroup, DeviceController, DeviceRule, DeviceType};
+pub use early::{start_early_setup, EarlyBind, EarlySetup, PendingSetup};
 pub use error::{InjectError, Result};
 pub use hooks::{
     create_dev_char_symlinks, create_symlinks, disable_device_node_modification,

@@ -18,6 +18,7 @@ pub mod exec;
 pub mod legacy;
 pub mod reinject;
 pub mod runclog;
+pub mod takeover;
 pub mod wrapper;
 
 pub use argv::{parse as parse_argv, ArgvError, Intercept, RuncArgs};
@@ -28,7 +29,8 @@ pub use configure::{
 };
 pub use exec::{find_runtime, ExecPlan};
 pub use legacy::remove_legacy_hooks;
+pub use takeover::{EarlyWork, HookTakeover};
 pub use wrapper::{
-    main, prepare, report_error, run, BoxError, DeviceRequest, GenerateMissing, Injection,
-    RuntimeConfig, RuntimeError, EXIT_FAILURE,
+    main, main_with, prepare, prepare_with, report_error, run, BoxError, DeviceRequest, Edited,
+    Extensions, GenerateMissing, Injection, Prepared, RuntimeConfig, RuntimeError, EXIT_FAILURE,
 };

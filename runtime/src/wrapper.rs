@@ -17,6 +17,7 @@ use thiserror::Error;
 
 use crate::argv::{self, ArgvError, Intercept};
 use crate::exec::{find_runtime, ExecPlan};
+use crate::takeover::{run_beside, EarlyWork, HookTakeover, Outcome};
 use crate::{atomic, legacy, reinject, runclog};
 
 /// Error type of the caller's callbacks.
@@ -231,6 +232,49 @@ pub fn edit_bundle(
     request: &dyn DeviceRequest,
     generate: Option<&dyn GenerateMissing>,
 ) -> Result<bool, RuntimeError> {
+    let ext = Extensions {
+        generate,
+        takeover: None,
+    };
+    edit_bundle_with(bundle, container, config, request, &ext).map(|e| e.rewritten)
+}
+
+/// The optional parts of the wrapper a caller plugs in.
+#[derive(Clone, Copy, Default)]
+pub struct Extensions<'a> {
+    /// Specs made in memory for names no spec file defines.
+    pub generate: Option<&'a dyn GenerateMissing>,
+    /// Hooks of the edited spec the wrapper does itself, for `create` (see [`crate::takeover`]).
+    pub takeover: Option<&'a dyn HookTakeover>,
+}
+
+impl std::fmt::Debug for Extensions<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Extensions")
+            .field("generate", &self.generate.is_some())
+            .field("takeover", &self.takeover.is_some())
+            .finish()
+    }
+}
+
+/// What [`edit_bundle_with`] did.
+#[derive(Debug, Default)]
+pub struct Edited {
+    /// `config.json` was rewritten.
+    pub rewritten: bool,
+    /// Work taken over from the spec's hooks, running; the runtime must run beside it.
+    pub work: Option<Box<dyn EarlyWork>>,
+}
+
+/// [`edit_bundle`] with every extension; `ext.takeover` is asked once the edits are made.
+pub fn edit_bundle_with(
+    bundle: &Path,
+    container: Option<&str>,
+    config: &RuntimeConfig,
+    request: &dyn DeviceRequest,
+    ext: &Extensions<'_>,
+) -> Result<Edited, RuntimeError> {
+    let generate = ext.generate;
     let start = std::time::Instant::now();
     let path = bundle.join("config.json");
     let bytes = std::fs::read(&path).map_err(|source| RuntimeError::ReadSpec {
@@ -252,7 +296,7 @@ pub fn edit_bundle(
     let injection = injection.filter(|i| !matches!(i, Injection::Cdi(n) if n.is_empty()));
     let Some(injection) = injection else {
         tracing::debug!(bundle = %bundle.display(), "no GPU request, spec untouched");
-        return Ok(false);
+        return Ok(Edited::default());
     };
     // Resolve before touching anything: an unresolvable name leaves the spec as it was.
     let requested = start.elapsed();
@@ -282,6 +326,9 @@ pub fn edit_bundle(
             "devices were already applied; skipped their hooks and cgroup rules"
         );
     }
+    let work = ext
+        .takeover
+        .and_then(|t| t.take_over(bundle, container, &mut spec));
     let edited = start.elapsed();
     let out = serde_json::to_vec(&spec).map_err(|e| RuntimeError::WriteSpec {
         path: path.clone(),
@@ -304,7 +351,10 @@ pub fn edit_bundle(
         write_us = (start.elapsed() - edited).as_micros() as u64,
         "edit_bundle timings"
     );
-    Ok(true)
+    Ok(Edited {
+        rewritten: true,
+        work,
+    })
 }
 
 /// Everything but the exec: edits the bundle for `create`/`run` and picks the runtime.
@@ -314,15 +364,40 @@ pub fn prepare(
     request: &dyn DeviceRequest,
     generate: Option<&dyn GenerateMissing>,
 ) -> Result<ExecPlan, RuntimeError> {
+    let ext = Extensions {
+        generate,
+        takeover: None,
+    };
+    prepare_with(argv, config, request, &ext).map(|p| p.plan)
+}
+
+/// What [`prepare_with`] leaves to do.
+#[derive(Debug)]
+pub struct Prepared {
+    /// The runtime and its argv.
+    pub plan: ExecPlan,
+    /// Work taken over from hooks: run the runtime beside it ([`run_beside`]), never exec.
+    pub work: Option<Box<dyn EarlyWork>>,
+    /// The parsed argv (for the container id and global options).
+    pub args: argv::RuncArgs,
+}
+
+/// [`prepare`] with every extension.
+pub fn prepare_with(
+    argv: &[OsString],
+    config: &RuntimeConfig,
+    request: &dyn DeviceRequest,
+    ext: &Extensions<'_>,
+) -> Result<Prepared, RuntimeError> {
     let args = argv::parse(argv)?;
-    if let Intercept::Bundle { bundle, .. } = args.intercept() {
-        edit_bundle(
-            &bundle,
-            args.container_id.as_deref(),
-            config,
-            request,
-            generate,
-        )?;
+    let mut work = None;
+    if let Intercept::Bundle { bundle, command } = args.intercept() {
+        // Only `create` may run beside taken-over work (see the `takeover` module).
+        let ext = Extensions {
+            takeover: ext.takeover.filter(|_| command == "create"),
+            ..*ext
+        };
+        work = edit_bundle_with(&bundle, args.container_id.as_deref(), config, request, &ext)?.work;
     }
     let path_env = config.path_env.clone().or_else(|| std::env::var_os("PATH"));
     let self_exe = config
@@ -336,7 +411,11 @@ pub fn prepare(
                 skipped_self: lookup.skipped_self,
             }
         })?;
-    Ok(ExecPlan::new(program, argv))
+    Ok(Prepared {
+        plan: ExecPlan::new(program, argv),
+        work,
+        args,
+    })
 }
 
 /// [`prepare`] then exec; returns only on failure.
@@ -397,7 +476,50 @@ pub fn main(
     request: &dyn DeviceRequest,
     generate: Option<&dyn GenerateMissing>,
 ) -> ! {
-    let err = run(argv, config, request, generate);
+    let ext = Extensions {
+        generate,
+        takeover: None,
+    };
+    main_with(argv, config, request, &ext)
+}
+
+/// [`main`] with every extension: execs the runtime, or runs it beside taken-over work.
+pub fn main_with(
+    argv: &[OsString],
+    config: &RuntimeConfig,
+    request: &dyn DeviceRequest,
+    ext: &Extensions<'_>,
+) -> ! {
+    let err = match prepare_with(argv, config, request, ext) {
+        Ok(Prepared {
+            plan, work: None, ..
+        }) => RuntimeError::Exec {
+            source: plan.exec(),
+            path: plan.program,
+        },
+        Ok(Prepared {
+            plan,
+            work: Some(work),
+            args,
+        }) => match run_beside(&plan, &args, work) {
+            Ok(Outcome {
+                exit_code,
+                error: None,
+            }) => std::process::exit(exit_code),
+            Ok(Outcome {
+                exit_code,
+                error: Some(error),
+            }) => {
+                report_error(argv, &error);
+                std::process::exit(exit_code)
+            }
+            Err(source) => RuntimeError::Exec {
+                source,
+                path: plan.program,
+            },
+        },
+        Err(e) => e,
+    };
     report_error(argv, &err);
     std::process::exit(EXIT_FAILURE)
 }

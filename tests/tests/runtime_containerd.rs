@@ -8,7 +8,8 @@
 //! themselves: the requested device nodes exist with the profile's major:minor and open with
 //! ENXIO (the device cgroup allows them; no driver is behind them), the others are absent, a
 //! host node bind-mounted in without being requested opens with EPERM (the cgroup denies it),
-//! the driver libraries are mounted, and the spec's `setup` hook ran. A container that
+//! the driver libraries are mounted, and the spec's `setup` hook's work was done (by the wrapper,
+//! beside runc: `early-setup`). A container that
 //! asks for nothing is untouched, and an unknown device fails the start with the CDI wording.
 
 mod cdi_support;
@@ -401,6 +402,8 @@ fn dgx_h100_through_containerd() {
     assert!(!decisions.is_empty(), "{log}");
     let ours = format!("container=\"gpuhook-rt-{}-", std::process::id());
     assert!(decisions.iter().all(|l| l.contains(&ours)), "{log}");
+    // The setup hook's work was done by the wrapper beside runc (`early-setup`, the default).
+    assert!(log.contains("hook setup done by the wrapper"), "{log}");
 }
 
 #[test]

@@ -62,6 +62,8 @@ pub struct RuntimeConfig {
     pub mode: RuntimeMode,
     /// In `cdi` mode, generate missing CDI specs from discovery instead of failing.
     pub generate_missing: bool,
+    /// For `create`, do our `hook setup` hook's work in the wrapper, beside runc.
+    pub early_setup: bool,
 }
 
 /// How the runtime wrapper injects devices.
@@ -101,6 +103,7 @@ impl Default for RuntimeConfig {
             runtimes: vec!["runc".into(), "crun".into()],
             mode: RuntimeMode::Cdi,
             generate_missing: true,
+            early_setup: true,
         }
     }
 }

@@ -31,6 +31,7 @@ fn empty_file_is_defaults() {
     assert_eq!(c.runtime.runtimes, vec!["runc", "crun"]);
     assert_eq!(c.runtime.mode, RuntimeMode::Cdi);
     assert!(c.runtime.generate_missing);
+    assert!(c.runtime.early_setup);
     assert_eq!(c.log_settings(), crate::logging::LogSettings::default());
 }
 
@@ -54,6 +55,7 @@ log-format = "json"
 runtimes = ["crun"]
 mode = "jit-cdi"
 generate-missing = false
+early-setup = false
 "#,
     )
     .unwrap();
@@ -71,6 +73,7 @@ generate-missing = false
     assert_eq!(c.runtime.mode, RuntimeMode::JitCdi);
     assert_eq!(c.runtime.runtimes, vec!["crun"]);
     assert!(!c.runtime.generate_missing);
+    assert!(!c.runtime.early_setup);
 }
 
 #[test]
@@ -225,6 +228,7 @@ fn example_file_parses_and_documents_every_key() {
         "runtimes",
         "mode",
         "generate-missing",
+        "early-setup",
     ] {
         assert!(uncommented.contains(key), "{key} not documented");
     }

@@ -20,7 +20,12 @@
 //! node's inventory ([`node`]) when `generate-missing = true` (the default), so a container
 //! started before `gpuhook cdi generate` ran at boot (or naming a device by an alias the spec
 //! file does not list, e.g. a PCI bus id) still works, while a spec file always wins.
+//!
+//! For `create`, the work of our own `gpuhook hook setup` hook (links, ld.so.cache) is done by
+//! the wrapper beside `runc create` instead of inside it, when it can be done the same way
+//! ([`early`], `[runtime] early-setup = true`, the default).
 
+mod early;
 mod logs;
 mod node;
 mod request;
@@ -28,8 +33,11 @@ mod request;
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-use gpuhook_runtime::{parse_argv, report_error, GenerateMissing, Intercept, EXIT_FAILURE};
+use gpuhook_runtime::{
+    parse_argv, report_error, Extensions, GenerateMissing, Intercept, EXIT_FAILURE,
+};
 
+pub use early::EarlySetupTakeover;
 pub use node::NodeState;
 pub use request::WrapperRequest;
 
@@ -79,11 +87,15 @@ pub fn main() -> ! {
     }
     let node = NodeState::new(&config);
     let request = WrapperRequest::new(&config, &node);
-    let generate: Option<&dyn GenerateMissing> = config
-        .runtime
-        .generate_missing
-        .then_some(&node as &dyn GenerateMissing);
-    gpuhook_runtime::main(&argv, &runtime_config(&config), &request, generate)
+    let takeover = EarlySetupTakeover::new(&config, &node);
+    let ext = Extensions {
+        generate: config
+            .runtime
+            .generate_missing
+            .then_some(&node as &dyn GenerateMissing),
+        takeover: Some(&takeover),
+    };
+    gpuhook_runtime::main_with(&argv, &runtime_config(&config), &request, &ext)
 }
 
 #[cfg(test)]

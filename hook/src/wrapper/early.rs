@@ -1,0 +1,278 @@
+//! `early-setup`: the wrapper does the work of our own `gpuhook hook setup` createContainer hook
+//! (SONAME links, the container's `ld.so.cache`) before `runc create`, and drops the hook.
+//!
+//! Why: the hook is a process runc forks from inside the container's init and waits for, and its
+//! ldconfig is on the critical path of every GPU container start. Done here, the links are made
+//! and ldconfig starts before runc does, and runc creates the container while ldconfig runs
+//! (`gpuhook_inject::start_early_setup`; the wrapper core waits for both, see
+//! `gpuhook_runtime::takeover`).
+//!
+//! The hook's effect must stay exactly the same, so the wrapper only takes it over when it can
+//! see everything the hook would see:
+//! - the spec has exactly one such hook (path = the gpuhook our specs name, `hook setup`, args
+//!   our parser accepts) and no other prestart/createRuntime/createContainer hook (which could
+//!   change the root before ours);
+//! - the container gets a new mount namespace and no user namespace (with one, the files the
+//!   hook makes would be owned by the container's root, not the host's);
+//! - ldconfig sees the image plus the spec's bind mounts, mounted in spec order in a private
+//!   namespace; bind mounts under a non-bind mount of the spec (`/dev`, `/proc`, a tmpfs) are
+//!   left out, as they are not in the container's root there.
+//!
+//! `--disable-device-node-modification` needs the container's `/proc`, which only exists inside
+//! `runc create`: when the host has NVIDIA's params (the kernel module is loaded) a hook doing
+//! only that stays; without them the hook would do nothing and is dropped. Any failure to start
+//! the work leaves the spec as it was: the hook then runs as before.
+
+use std::path::{Path, PathBuf};
+
+use clap::Parser;
+use gpuhook_inject::{EarlyBind, EarlySetup, LdcacheOptions, PendingSetup};
+use gpuhook_runtime::{BoxError, EarlyWork, HookTakeover};
+use serde_json::Value;
+
+use super::node::NodeState;
+use crate::cli::SetupArgs;
+use crate::config::Config;
+
+/// The hook phases that run before (or as part of) ours and could change the root.
+const EARLIER_HOOKS: &[&str] = &["prestart", "createRuntime", "createContainer"];
+
+/// The wrapper's [`HookTakeover`].
+#[derive(Debug)]
+pub struct EarlySetupTakeover<'a> {
+    config: &'a Config,
+    /// Knows the gpuhook binary our specs' hooks run.
+    node: &'a NodeState<'a>,
+    /// NVIDIA's params as the container's procfs will show them (`/proc/driver/nvidia/params`).
+    host_params: PathBuf,
+}
+
+#[derive(Parser, Debug)]
+#[command(no_binary_name = true)]
+struct SetupCommand {
+    #[command(flatten)]
+    args: SetupArgs,
+}
+
+#[derive(Debug)]
+struct Running(PendingSetup);
+
+impl EarlyWork for Running {
+    fn wait(self: Box<Self>) -> Result<(), BoxError> {
+        let rootfs = self.0.rootfs().to_path_buf();
+        self.0.wait()?;
+        tracing::info!(rootfs = %rootfs.display(), "hook setup done by the wrapper");
+        Ok(())
+    }
+}
+
+impl<'a> EarlySetupTakeover<'a> {
+    pub fn new(config: &'a Config, node: &'a NodeState<'a>) -> Self {
+        EarlySetupTakeover {
+            config,
+            node,
+            host_params: PathBuf::from(gpuhook_inject::hooks::PARAMS_PATH),
+        }
+    }
+
+    /// Reads the params from `path` instead of `/proc/driver/nvidia/params` (tests).
+    pub fn with_host_params(mut self, path: PathBuf) -> Self {
+        self.host_params = path;
+        self
+    }
+
+    /// Whether `hook` is our `hook setup`; its parsed args when it is.
+    fn our_setup(&self, hook: &Value, gpuhook: &Path) -> Option<SetupArgs> {
+        let path = hook.get("path")?.as_str()?;
+        let args: Vec<&str> = hook
+            .get("args")?
+            .as_array()?
+            .iter()
+            .map(Value::as_str)
+            .collect::<Option<_>>()?;
+        if Path::new(path) != gpuhook || args.get(1..3)? != ["hook", "setup"] {
+            return None;
+        }
+        SetupCommand::try_parse_from(&args[3..])
+            .ok()
+            .map(|c| c.args)
+    }
+
+    /// The plan, or why the hook must stay.
+    fn plan(&self, bundle: &Path, spec: &Value) -> Result<(EarlySetup, SetupArgs), String> {
+        let hooks = spec.get("hooks").and_then(Value::as_object);
+        let earlier: Vec<(&str, &Value)> = EARLIER_HOOKS
+            .iter()
+            .filter_map(|phase| Some((*phase, hooks?.get(*phase)?.as_array()?)))
+            .flat_map(|(phase, list)| list.iter().map(move |h| (phase, h)))
+            .collect();
+        let [("createContainer", hook)] = earlier[..] else {
+            return Err(format!(
+                "{} hooks run before the container, not just one createContainer hook",
+                earlier.len()
+            ));
+        };
+        let gpuhook = self
+            .node
+            .edit_options()
+            .map_err(|e| e.to_string())?
+            .gpuhook_path;
+        let setup = self
+            .our_setup(hook, &gpuhook)
+            .ok_or("the createContainer hook is not our `hook setup`")?;
+        if setup.container_spec.is_some() {
+            return Err("the hook names its own --container-spec".into());
+        }
+        // (type, joins an existing one)
+        let namespaces: Vec<(&str, bool)> = spec
+            .pointer("/linux/namespaces")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|ns| Some((ns.get("type")?.as_str()?, ns.get("path").is_some())))
+            .collect();
+        if !namespaces.contains(&("mount", false)) {
+            return Err("the container gets no new mount namespace".into());
+        }
+        if namespaces.iter().any(|(t, _)| *t == "user") {
+            return Err("the container has a user namespace".into());
+        }
+        let root = spec
+            .pointer("/root/path")
+            .and_then(Value::as_str)
+            .ok_or("no root.path")?;
+        let uid = spec.pointer("/process/user/uid").and_then(Value::as_u64);
+        let gid = spec.pointer("/process/user/gid").and_then(Value::as_u64);
+        let id = |v: Option<u64>| u32::try_from(v.unwrap_or(0)).map_err(|_| "bad process.user");
+        let ldconfig = match &setup.ldconfig {
+            Some(p) => p.clone(),
+            None => self.config.ldconfig_path(Path::exists),
+        };
+        let plan = EarlySetup {
+            rootfs: bundle.join(root),
+            binds: binds(spec)?,
+            links: setup
+                .links
+                .iter()
+                .map(|l| (l.target.clone(), l.link.clone()))
+                .collect(),
+            folders: setup.folders.clone(),
+            ldconfig,
+            ldcache: LdcacheOptions::new(id(uid)?, id(gid)?),
+        };
+        Ok((plan, setup))
+    }
+
+    /// `spec`'s hooks without ours, plus a params-only `hook setup` when it is needed.
+    fn rewrite_hooks(&self, spec: &mut Value, setup: &SetupArgs) {
+        let Some(list) = spec
+            .pointer_mut("/hooks/createContainer")
+            .and_then(Value::as_array_mut)
+        else {
+            return;
+        };
+        let keep_params = setup.disable_device_node_modification && self.host_params.exists();
+        if keep_params {
+            let hook = &mut list[0];
+            hook["args"] = serde_json::json!([
+                gpuhook_cdi::GPUHOOK_PROGRAM,
+                "hook",
+                gpuhook_cdi::SETUP_HOOK,
+                gpuhook_cdi::DISABLE_DEVICE_NODE_MODIFICATION_FLAG
+            ]);
+            return;
+        }
+        list.clear();
+        let hooks = spec["hooks"].as_object_mut().expect("checked above");
+        hooks.remove("createContainer");
+        if hooks.is_empty() {
+            spec.as_object_mut().expect("an object").remove("hooks");
+        }
+    }
+}
+
+/// The spec's bind mounts ldconfig must see (see the module docs).
+fn binds(spec: &Value) -> Result<Vec<EarlyBind>, String> {
+    let mounts: Vec<&Value> = spec
+        .get("mounts")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .collect();
+    let options = |m: &Value| -> Vec<String> {
+        m.get("options")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|o| o.as_str().map(str::to_string))
+            .collect()
+    };
+    let is_bind = |m: &Value| {
+        m.get("type").and_then(Value::as_str) == Some("bind")
+            || options(m).iter().any(|o| o == "bind" || o == "rbind")
+    };
+    let destination = |m: &Value| -> Result<PathBuf, String> {
+        let d = m
+            .get("destination")
+            .and_then(Value::as_str)
+            .ok_or("a mount without destination")?;
+        gpuhook_inject::normalize_container_path(Path::new(d)).map_err(|e| e.to_string())
+    };
+    let mut others = Vec::new();
+    for m in mounts.iter().filter(|m| !is_bind(m)) {
+        others.push(destination(m)?);
+    }
+    let mut out = Vec::new();
+    for m in mounts.iter().filter(|m| is_bind(m)) {
+        let dst = destination(m)?;
+        if others.iter().any(|o| dst.starts_with(o)) {
+            continue;
+        }
+        let source = m
+            .get("source")
+            .and_then(Value::as_str)
+            .map(PathBuf::from)
+            .filter(|s| s.is_absolute())
+            .ok_or("a bind mount without an absolute source")?;
+        out.push(EarlyBind {
+            source,
+            destination: dst,
+            read_only: options(m).iter().any(|o| o == "ro"),
+        });
+    }
+    Ok(out)
+}
+
+impl HookTakeover for EarlySetupTakeover<'_> {
+    fn take_over(
+        &self,
+        bundle: &Path,
+        container: Option<&str>,
+        spec: &mut Value,
+    ) -> Option<Box<dyn EarlyWork>> {
+        if !self.config.runtime.early_setup {
+            return None;
+        }
+        let (plan, setup) = match self.plan(bundle, spec) {
+            Ok(p) => p,
+            Err(why) => {
+                tracing::debug!(container, reason = %why, "hook setup stays a hook");
+                return None;
+            }
+        };
+        match gpuhook_inject::start_early_setup(plan) {
+            Ok(pending) => {
+                self.rewrite_hooks(spec, &setup);
+                Some(Box::new(Running(pending)))
+            }
+            Err(e) => {
+                tracing::warn!(container, error = %e, "cannot do hook setup early; it stays a hook");
+                None
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "early_tests.rs"]
+mod tests;

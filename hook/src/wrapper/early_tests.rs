@@ -1,0 +1,211 @@
+//! When the wrapper takes over the setup hook, and how it rewrites the spec (no root needed: the
+//! refusals happen before anything is started, and the rewrite is checked on its own).
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Value};
+
+use super::{binds, EarlySetupTakeover};
+use crate::config::Config;
+use crate::wrapper::NodeState;
+
+struct Fixture {
+    tmp: tempfile::TempDir,
+    config: Config,
+}
+
+impl Fixture {
+    fn new() -> Fixture {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(tmp.path().join("gpuhook"), "").unwrap();
+        let config = Config {
+            driver_root: tmp.path().to_path_buf(),
+            ..Config::default()
+        };
+        Fixture { tmp, config }
+    }
+
+    fn gpuhook(&self) -> PathBuf {
+        self.tmp.path().join("gpuhook")
+    }
+
+    fn setup_hook(&self, extra: &[&str]) -> Value {
+        let mut args = vec![
+            "gpuhook",
+            "hook",
+            "setup",
+            "--link",
+            "libcuda.so.1::/usr/lib/libcuda.so",
+        ];
+        args.extend(["--folder", "/usr/lib", "--disable-device-node-modification"]);
+        args.extend(extra);
+        json!({"path": self.gpuhook(), "args": args, "env": ["PATH=/usr/bin:/bin"]})
+    }
+
+    fn spec(&self, hooks: Value) -> Value {
+        json!({
+            "root": {"path": "rootfs"},
+            "process": {"user": {"uid": 1000, "gid": 1000}},
+            "mounts": [
+                {"destination": "/proc", "type": "proc", "source": "proc"},
+                {"destination": "/dev", "type": "tmpfs", "source": "tmpfs"},
+                {"destination": "/dev/nvidia-caps-x", "type": "bind", "source": "/dev/null",
+                 "options": ["bind"]},
+                {"destination": "/usr/lib/libcuda.so.1.2", "source": "/host/libcuda.so.1.2",
+                 "options": ["ro", "nosuid", "nodev", "rbind", "rprivate"]},
+                {"destination": "/data", "type": "bind", "source": "/srv/data", "options": ["rw"]}
+            ],
+            "hooks": hooks,
+            "linux": {"namespaces": [{"type": "pid"}, {"type": "mount"}]}
+        })
+    }
+
+    fn plan_error(&self, spec: &Value) -> String {
+        let node = NodeState::new(&self.config).with_gpuhook_path(self.gpuhook());
+        let t = EarlySetupTakeover::new(&self.config, &node);
+        match t.plan(Path::new("/bundle"), spec) {
+            Ok(_) => "taken over".into(),
+            Err(e) => e,
+        }
+    }
+}
+
+#[test]
+fn binds_in_spec_order_without_those_under_pseudo_filesystems() {
+    let f = Fixture::new();
+    let got = binds(&f.spec(json!({}))).unwrap();
+    let dsts: Vec<(&Path, bool)> = got
+        .iter()
+        .map(|b| (b.destination.as_path(), b.read_only))
+        .collect();
+    assert_eq!(
+        dsts,
+        [
+            (Path::new("/usr/lib/libcuda.so.1.2"), true),
+            (Path::new("/data"), false)
+        ]
+    );
+    let mut bad = f.spec(json!({}));
+    bad["mounts"][3]["source"] = "relative/lib".into();
+    assert!(binds(&bad).unwrap_err().contains("absolute source"));
+}
+
+#[test]
+fn takes_over_only_our_one_setup_hook_in_a_plain_mount_namespace() {
+    let f = Fixture::new();
+    let ours = f.setup_hook(&[]);
+    let plan = |hooks: Value| f.plan_error(&f.spec(hooks));
+    assert_eq!(
+        plan(json!({"createContainer": [ours.clone()]})),
+        "taken over"
+    );
+    // Another hook before the container could change the root first.
+    let other = json!({"path": "/usr/bin/other-hook", "args": ["other-hook"]});
+    assert!(plan(json!({"createContainer": [ours.clone(), other.clone()]})).contains("2 hooks"));
+    assert!(
+        plan(json!({"prestart": [other.clone()], "createContainer": [ours.clone()]}))
+            .contains("2 hooks")
+    );
+    // Later phases do not matter.
+    assert_eq!(
+        plan(json!({"createContainer": [ours.clone()], "poststop": [other.clone()]})),
+        "taken over"
+    );
+    // Ours in the wrong phase, someone else's binary, arguments our parser refuses.
+    assert!(plan(json!({"prestart": [ours.clone()]})).contains("not just one createContainer"));
+    let mut theirs = ours.clone();
+    theirs["path"] = "/opt/other/gpuhook".into();
+    assert!(plan(json!({"createContainer": [theirs]})).contains("not our"));
+    let odd = f.setup_hook(&["--unknown-flag"]);
+    assert!(plan(json!({"createContainer": [odd]})).contains("not our"));
+    let own_spec = f.setup_hook(&["--container-spec", "/x/config.json"]);
+    assert!(plan(json!({"createContainer": [own_spec]})).contains("--container-spec"));
+    assert!(plan(json!({})).contains("0 hooks"));
+
+    // Namespaces: a new mount namespace, and no user namespace at all.
+    let mut spec = f.spec(json!({"createContainer": [ours.clone()]}));
+    spec["linux"]["namespaces"] = json!([{"type": "mount", "path": "/proc/1/ns/mnt"}]);
+    assert!(f.plan_error(&spec).contains("no new mount namespace"));
+    spec["linux"]["namespaces"] = json!([{"type": "mount"}, {"type": "user"}]);
+    assert!(f.plan_error(&spec).contains("user namespace"));
+    spec["linux"]["namespaces"] = json!([{"type": "mount"}, {"type": "user", "path": "/x"}]);
+    assert!(f.plan_error(&spec).contains("user namespace"));
+}
+
+#[test]
+fn the_plan_is_the_hooks_arguments_with_the_container_user() {
+    let f = Fixture::new();
+    let node = NodeState::new(&f.config).with_gpuhook_path(f.gpuhook());
+    let t = EarlySetupTakeover::new(&f.config, &node);
+    let spec = f.spec(json!({"createContainer": [f.setup_hook(&["--ldconfig-path", "/sbin/x"])]}));
+    let (plan, args) = t.plan(Path::new("/bundle"), &spec).unwrap();
+    assert_eq!(plan.rootfs, Path::new("/bundle/rootfs"));
+    assert_eq!(
+        plan.links,
+        [(
+            PathBuf::from("libcuda.so.1"),
+            PathBuf::from("/usr/lib/libcuda.so")
+        )]
+    );
+    assert_eq!(plan.folders, [PathBuf::from("/usr/lib")]);
+    assert_eq!(plan.ldconfig, Path::new("/sbin/x"));
+    assert_eq!((plan.ldcache.uid, plan.ldcache.gid), (1000, 1000));
+    assert_eq!(plan.binds.len(), 2);
+    assert!(args.disable_device_node_modification);
+}
+
+#[test]
+fn the_hook_goes_or_keeps_only_the_params_override() {
+    let f = Fixture::new();
+    let node = NodeState::new(&f.config).with_gpuhook_path(f.gpuhook());
+    let params = f.tmp.path().join("params");
+    let t = EarlySetupTakeover::new(&f.config, &node).with_host_params(params.clone());
+    let other = json!({"path": "/usr/bin/other-hook"});
+    let hooks = json!({"createContainer": [f.setup_hook(&[])], "poststop": [other]});
+    let (_, args) = t
+        .plan(Path::new("/bundle"), &f.spec(hooks.clone()))
+        .unwrap();
+
+    // No NVIDIA params on the host: the hook would do nothing; only the other phase stays.
+    let mut spec = f.spec(hooks.clone());
+    t.rewrite_hooks(&mut spec, &args);
+    assert_eq!(
+        spec["hooks"],
+        json!({"poststop": [{"path": "/usr/bin/other-hook"}]})
+    );
+    let mut alone = f.spec(json!({"createContainer": [f.setup_hook(&[])]}));
+    t.rewrite_hooks(&mut alone, &args);
+    assert!(alone.get("hooks").is_none(), "{alone}");
+
+    // With them: a params-only `hook setup`, same binary and environment.
+    std::fs::write(&params, "ModifyDeviceFiles: 1\n").unwrap();
+    let mut spec = f.spec(hooks);
+    t.rewrite_hooks(&mut spec, &args);
+    let hook = &spec["hooks"]["createContainer"][0];
+    assert_eq!(
+        hook["args"],
+        json!([
+            "gpuhook",
+            "hook",
+            "setup",
+            "--disable-device-node-modification"
+        ])
+    );
+    assert_eq!(hook["path"], json!(f.gpuhook()));
+    assert_eq!(hook["env"], json!(["PATH=/usr/bin:/bin"]));
+}
+
+#[test]
+fn early_setup_off_leaves_the_spec_alone() {
+    let mut f = Fixture::new();
+    f.config.runtime.early_setup = false;
+    let node = NodeState::new(&f.config).with_gpuhook_path(f.gpuhook());
+    let t = EarlySetupTakeover::new(&f.config, &node);
+    let mut spec = f.spec(json!({"createContainer": [f.setup_hook(&[])]}));
+    let before = spec.clone();
+    use gpuhook_runtime::HookTakeover;
+    assert!(t
+        .take_over(Path::new("/bundle"), Some("c1"), &mut spec)
+        .is_none());
+    assert_eq!(spec, before);
+}
