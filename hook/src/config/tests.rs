@@ -233,3 +233,10 @@ fn example_file_parses_and_documents_every_key() {
         assert!(uncommented.contains(key), "{key} not documented");
     }
 }
+
+#[test]
+fn early_setup_must_be_a_boolean() {
+    let e = err("[runtime]\nearly-setup = \"yes\"\n");
+    assert!(e.contains("/etc/gpuhook/config.toml"), "{e}");
+    assert!(e.contains("line 2"), "{e}");
+}
