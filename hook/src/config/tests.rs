@@ -238,5 +238,8 @@ fn example_file_parses_and_documents_every_key() {
 fn early_setup_must_be_a_boolean() {
     let e = err("[runtime]\nearly-setup = \"yes\"\n");
     assert!(e.contains("/etc/gpuhook/config.toml"), "{e}");
-    assert!(e.contains("line 2"), "{e}");
+    assert!(
+        e.contains(":2:") && e.contains("runtime.early-setup") && e.contains("expected a boolean"),
+        "{e}"
+    );
 }
