@@ -15,7 +15,10 @@ use std::path::{Path, PathBuf};
 
 use gpuhook_node::{Capability, DeviceRef, Inventory};
 
-use crate::spec::{ContainerEdits, DeviceNode, Hook, Mount};
+pub use crate::nodes::NODE_PERMISSIONS;
+
+use crate::nodes::{control_nodes, device_nodes};
+use crate::spec::{ContainerEdits, Hook, Mount};
 use crate::CdiError;
 
 /// `args[0]` of every hook we generate.
@@ -26,8 +29,6 @@ pub const DEFAULT_HOOK_ENV: &[&str] = &["PATH=/usr/sbin:/usr/bin:/sbin:/bin"];
 pub const RO_MOUNT_OPTIONS: &[&str] = &["ro", "nosuid", "nodev", "rbind", "rprivate"];
 /// Mount options of IPC sockets and the MPS pipe dir (writable).
 pub const IPC_MOUNT_OPTIONS: &[&str] = &["nosuid", "nodev", "noexec", "rbind", "rprivate"];
-/// Cgroup permissions of every node we declare (no mknod).
-pub const NODE_PERMISSIONS: &str = "rw";
 /// The subcommand of `gpuhook hook` our specs run (see [`edits_for`]'s hooks).
 pub const SETUP_HOOK: &str = "setup";
 /// The `setup` flag that mounts the `params` override.
@@ -88,124 +89,6 @@ pub(crate) fn path_str(p: &Path) -> Result<String, CdiError> {
             option: "inventory",
             message: format!("path {} is not UTF-8", p.display()),
         })
-}
-
-fn node(inv: &Inventory, path: String, major: u32, minor: u32) -> Result<DeviceNode, CdiError> {
-    let host_path = if inv.dev_root == Path::new("/") {
-        None
-    } else {
-        Some(path_str(&inv.host_dev_path(Path::new(&path)))?)
-    };
-    Ok(DeviceNode {
-        path,
-        host_path,
-        device_type: Some("c".into()),
-        major: Some(major.into()),
-        minor: Some(minor.into()),
-        permissions: Some(NODE_PERMISSIONS.into()),
-        ..Default::default()
-    })
-}
-
-fn device_label(d: &DeviceRef) -> String {
-    match d {
-        DeviceRef::Gpu { index } => format!("GPU {index}"),
-        DeviceRef::Mig {
-            parent_index,
-            index,
-        } => format!("MIG device {parent_index}:{index}"),
-    }
-}
-
-/// The nodes of one device: `/dev/nvidia<minor>`; for a MIG device also its GI and CI cap nodes.
-fn nodes_of(inv: &Inventory, dev: &DeviceRef) -> Result<Vec<DeviceNode>, CdiError> {
-    let unknown = || CdiError::UnknownDevice {
-        device: device_label(dev),
-    };
-    match *dev {
-        DeviceRef::Gpu { index } => {
-            let gpu = inv.gpu(index).ok_or_else(unknown)?;
-            Ok(vec![node(
-                inv,
-                format!("/dev/nvidia{}", gpu.minor),
-                inv.majors.nvidia,
-                gpu.minor,
-            )?])
-        }
-        DeviceRef::Mig {
-            parent_index,
-            index,
-        } => {
-            let gpu = inv.gpu(parent_index).ok_or_else(unknown)?;
-            let mig = gpu
-                .mig_devices
-                .iter()
-                .find(|m| m.index == index)
-                .ok_or_else(unknown)?;
-            let mut out = vec![node(
-                inv,
-                format!("/dev/nvidia{}", gpu.minor),
-                inv.majors.nvidia,
-                gpu.minor,
-            )?];
-            for cap in [mig.gi_cap_minor, mig.ci_cap_minor] {
-                let path = format!("/dev/nvidia-caps/nvidia-cap{cap}");
-                let major = inv
-                    .majors
-                    .nvidia_caps
-                    .ok_or_else(|| CdiError::MissingMajor {
-                        device: device_label(dev),
-                        path: path.clone(),
-                        major: "nvidia-caps",
-                    })?;
-                out.push(node(inv, path, major, cap)?);
-            }
-            Ok(out)
-        }
-    }
-}
-
-/// The device nodes of `devices`, de-duplicated by path (a MIG parent appears once), in order.
-pub fn device_nodes(inv: &Inventory, devices: &[DeviceRef]) -> Result<Vec<DeviceNode>, CdiError> {
-    let mut out: Vec<DeviceNode> = Vec::new();
-    for dev in devices {
-        for n in nodes_of(inv, dev)? {
-            if !out.iter().any(|o| o.path == n.path) {
-                out.push(n);
-            }
-        }
-    }
-    Ok(out)
-}
-
-/// Control nodes: `nvidiactl` for any GPU container, `nvidia-uvm{,-tools}` for compute (when the
-/// uvm major is known), `nvidia-modeset` for display.
-fn control_nodes(
-    inv: &Inventory,
-    caps: &BTreeSet<Capability>,
-) -> Result<Vec<DeviceNode>, CdiError> {
-    let m = &inv.majors;
-    let mut out = vec![node(
-        inv,
-        "/dev/nvidiactl".into(),
-        m.nvidia,
-        gpuhook_node::NVIDIACTL_MINOR,
-    )?];
-    if caps.contains(&Capability::Compute) {
-        if let Some(uvm) = m.nvidia_uvm {
-            out.push(node(inv, "/dev/nvidia-uvm".into(), uvm, 0)?);
-            out.push(node(inv, "/dev/nvidia-uvm-tools".into(), uvm, 1)?);
-        }
-    }
-    if caps.contains(&Capability::Display) {
-        out.push(node(
-            inv,
-            "/dev/nvidia-modeset".into(),
-            m.nvidia,
-            gpuhook_node::NVIDIA_MODESET_MINOR,
-        )?);
-    }
-    Ok(out)
 }
 
 fn mounts(inv: &Inventory, caps: &BTreeSet<Capability>) -> Result<Vec<Mount>, CdiError> {

@@ -1,4 +1,6 @@
 use super::*;
+use crate::nodes::device_nodes;
+use crate::spec::DeviceNode;
 use crate::test_support::{caps, inventory};
 use gpuhook_node::Capability::*;
 

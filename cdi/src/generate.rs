@@ -12,8 +12,9 @@ use std::str::FromStr;
 
 use gpuhook_node::{Capability, DeviceRef, Inventory};
 
-use crate::edits::{common_edits, device_nodes, EditOptions};
+use crate::edits::{common_edits, EditOptions};
 use crate::names::{validate_class, validate_vendor};
+use crate::nodes::device_nodes;
 use crate::spec::{ContainerEdits, Device, Spec};
 use crate::{validate, version, CdiError};
 

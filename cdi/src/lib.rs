@@ -30,6 +30,7 @@ pub mod edits;
 pub mod error;
 pub mod generate;
 pub mod names;
+pub mod nodes;
 pub mod registry;
 pub mod spec;
 pub mod validate;
@@ -38,12 +39,13 @@ pub mod write;
 
 pub use apply::{apply_devices, apply_edits};
 pub use edits::{
-    common_edits, device_nodes, edits_for, EditOptions, DEFAULT_HOOK_ENV,
-    DISABLE_DEVICE_NODE_MODIFICATION_FLAG, GPUHOOK_PROGRAM, SETUP_HOOK,
+    common_edits, edits_for, EditOptions, DEFAULT_HOOK_ENV, DISABLE_DEVICE_NODE_MODIFICATION_FLAG,
+    GPUHOOK_PROGRAM, SETUP_HOOK,
 };
 pub use error::CdiError;
 pub use generate::{generate, GenerateOptions, NameStrategy, DEFAULT_CLASS, DEFAULT_VENDOR};
 pub use names::{qualified_name, QualifiedName};
+pub use nodes::device_nodes;
 pub use registry::{Registry, RegistryDevice, RegistryError, DEFAULT_SPEC_DIRS};
 pub use spec::{
     ContainerEdits, Device, DeviceNode, Format, Hook, IntelRdt, Mount, NetDevice, Spec,

@@ -123,6 +123,7 @@ pub fn inventory() -> Inventory {
                 },
             ],
             library_dirs: vec![dir.into()],
+            device_nodes: None,
         },
         source: DiscoverySource::Nvml,
     }

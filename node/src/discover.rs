@@ -8,6 +8,7 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::devnodes::{discover_nodes, NVIDIACTL};
 use crate::error::NodeError;
 use crate::files::discover_files;
 use crate::gpus::{gpus_from_nvml, gpus_from_procfs};
@@ -164,20 +165,21 @@ pub fn discover(opts: &DiscoverOptions) -> Result<Discovery, NodeError> {
         },
     };
 
-    let files = discover_files(
+    let mut files = discover_files(
         &mut resolver,
         cache.as_ref(),
         &driver_version,
         &mut warnings,
     );
 
-    let ctl = join_under(&dev_root, Path::new("/dev/nvidiactl"));
+    let ctl = join_under(&dev_root, Path::new(NVIDIACTL));
     if std::fs::symlink_metadata(&ctl).is_err() {
         warnings.push(format!(
             "{} does not exist: check --dev-root (or run nvidia-modprobe)",
             ctl.display()
         ));
     }
+    files.device_nodes = Some(discover_nodes(&dev_root, &gpus, mig_caps.as_ref()));
 
     Ok(Discovery {
         inventory: Inventory {

@@ -206,6 +206,22 @@ pub struct DriverFiles {
     pub symlinks: Vec<ContainerSymlink>,
     /// Folders (driver paths) that hold the libraries, for `update-ldcache`.
     pub library_dirs: Vec<PathBuf>,
+    /// The driver's device nodes that exist under the dev root, with their mode and owner, sorted
+    /// by path. `None` in an inventory not made by discovery (or saved by an older gpuhook): the
+    /// nodes' existence and modes are then unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_nodes: Option<Vec<crate::devnodes::DevNode>>,
+}
+
+/// What an inventory knows about one device node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeState<'a> {
+    /// It exists on the node, with this mode and owner.
+    Present(&'a crate::devnodes::DevNode),
+    /// Discovery looked and it does not exist.
+    Absent,
+    /// The inventory does not say (not made by discovery).
+    Unknown,
 }
 
 impl Inventory {
@@ -217,6 +233,16 @@ impl Inventory {
     /// Host path of a device path such as `/dev/nvidia0` (`dev_root` + `path`).
     pub fn host_dev_path(&self, dev_path: &Path) -> PathBuf {
         join_under(&self.dev_root, dev_path)
+    }
+
+    /// Whether the device node at container path `path` exists on the node.
+    pub fn node_state(&self, path: &str) -> NodeState<'_> {
+        match &self.files.device_nodes {
+            None => NodeState::Unknown,
+            Some(nodes) => nodes
+                .binary_search_by(|n| n.path.as_str().cmp(path))
+                .map_or(NodeState::Absent, |i| NodeState::Present(&nodes[i])),
+        }
     }
 
     /// Looks a GPU up by NVML index.

@@ -7,6 +7,7 @@
 //! real driver and against a simulated node.
 
 pub mod cache;
+pub mod devnodes;
 pub mod discover;
 pub mod error;
 pub mod files;
@@ -21,6 +22,7 @@ pub mod rootfs;
 mod testutil;
 
 pub use cache::{load_fresh, node_driver_version, Staleness};
+pub use devnodes::DevNode;
 pub use discover::{discover, DiscoverOptions, Discovery};
 pub use error::NodeError;
 pub use inventory::*;

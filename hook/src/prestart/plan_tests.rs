@@ -86,6 +86,7 @@ fn inventory() -> Inventory {
                 link: format!("{LIB}/libcuda.so").into(),
             }],
             library_dirs: vec![LIB.into()],
+            device_nodes: None,
         },
         source: DiscoverySource::Nvml,
     }

@@ -1,0 +1,141 @@
+//! The driver's device nodes as they are on the node: which exist, and their mode and owner.
+//!
+//! A spec must declare only the nodes a node has (`/dev/nvidia-modeset` and `/dev/nvidia-uvm-tools`
+//! are optional: no display driver, no UVM tools) and give each the host node's mode, so that a
+//! MIG capability node that is 0444 on the host is 0444 in the container too, not the runtime's
+//! default 0666. NVIDIA's generator takes the same facts from `lstat` of the host node
+//! (nvidia-container-toolkit internal/edits/device.go: `fromPathOrDefault`, through runc's
+//! `devices.DeviceFromPath`). One `lstat` per node, done once at discovery: the inventory carries
+//! the result to the prestart hook and the runtime wrapper.
+
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::inventory::{join_under, Gpu, MigControlCaps};
+
+/// `/dev/nvidiactl`.
+pub const NVIDIACTL: &str = "/dev/nvidiactl";
+/// `/dev/nvidia-modeset`.
+pub const NVIDIA_MODESET: &str = "/dev/nvidia-modeset";
+/// `/dev/nvidia-uvm`.
+pub const NVIDIA_UVM: &str = "/dev/nvidia-uvm";
+/// `/dev/nvidia-uvm-tools`.
+pub const NVIDIA_UVM_TOOLS: &str = "/dev/nvidia-uvm-tools";
+/// The control nodes, in the order a spec lists them.
+pub const CONTROL_NODES: [&str; 4] = [NVIDIACTL, NVIDIA_MODESET, NVIDIA_UVM, NVIDIA_UVM_TOOLS];
+
+/// Container path of a MIG capability node.
+pub fn cap_node_path(minor: u32) -> String {
+    format!("/dev/nvidia-caps/nvidia-cap{minor}")
+}
+
+/// Container path of a GPU node.
+pub fn gpu_node_path(minor: u32) -> String {
+    format!("/dev/nvidia{minor}")
+}
+
+/// One character device node found under the dev root.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct DevNode {
+    /// Container path (`/dev/nvidia0`); the host path is `dev_root` + this.
+    pub path: String,
+    pub major: u32,
+    pub minor: u32,
+    /// Permission bits (`0o666`, `0o444`), without the file type.
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// `lstat` of `dev_root` + `path`, when it is a character device.
+pub fn stat_node(dev_root: &Path, path: &str) -> Option<DevNode> {
+    let meta = std::fs::symlink_metadata(join_under(dev_root, Path::new(path))).ok()?;
+    if !meta.file_type().is_char_device() {
+        tracing::warn!(path, "not a character device; not declared");
+        return None;
+    }
+    let rdev = meta.rdev();
+    Some(DevNode {
+        path: path.to_string(),
+        major: libc::major(rdev),
+        minor: libc::minor(rdev),
+        mode: meta.mode() & 0o7777,
+        uid: meta.uid(),
+        gid: meta.gid(),
+    })
+}
+
+/// Every driver node of interest that exists under `dev_root`: control nodes, GPU nodes, MIG
+/// capability nodes (of the MIG devices and of `config`/`monitor`), sorted by path.
+pub fn discover_nodes(
+    dev_root: &Path,
+    gpus: &[Gpu],
+    mig_caps: Option<&MigControlCaps>,
+) -> Vec<DevNode> {
+    let mut paths: Vec<String> = CONTROL_NODES.iter().map(|p| p.to_string()).collect();
+    for gpu in gpus {
+        paths.push(gpu_node_path(gpu.minor));
+        for mig in &gpu.mig_devices {
+            paths.push(cap_node_path(mig.gi_cap_minor));
+            paths.push(cap_node_path(mig.ci_cap_minor));
+        }
+    }
+    if let Some(c) = mig_caps {
+        paths.push(cap_node_path(c.config_minor));
+        paths.push(cap_node_path(c.monitor_minor));
+    }
+    paths.sort();
+    paths.dedup();
+    paths
+        .iter()
+        .filter_map(|p| stat_node(dev_root, p))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nix::sys::stat::{makedev, mknod, Mode, SFlag};
+
+    fn mk(root: &Path, path: &str, minor: u64, mode: u32) -> bool {
+        let host = join_under(root, Path::new(path));
+        std::fs::create_dir_all(host.parent().unwrap()).unwrap();
+        let ok = mknod(
+            &host,
+            SFlag::S_IFCHR,
+            Mode::from_bits_truncate(mode),
+            makedev(195, minor),
+        )
+        .is_ok();
+        if ok {
+            // mknod's mode goes through the umask; make it exact.
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&host, std::fs::Permissions::from_mode(mode)).unwrap();
+        }
+        ok
+    }
+
+    /// NVIDIA takes mode, major, minor and gid from lstat of the host node (nvidia-container-
+    /// toolkit v1.20.0 internal/edits/device.go `fromPathOrDefault`, runc `DeviceFromPath`:
+    /// `FileMode: mode &^ S_IFMT`); a node that does not exist is not declared.
+    #[test]
+    fn reads_mode_and_skips_missing_nodes() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = dir.path();
+        if !mk(r, NVIDIACTL, 255, 0o666) {
+            eprintln!("skipping: mknod needs CAP_MKNOD");
+            return;
+        }
+        assert!(mk(r, "/dev/nvidia-caps/nvidia-cap21", 21, 0o444));
+        std::fs::write(join_under(r, Path::new(NVIDIA_UVM)), b"").unwrap();
+        let found = discover_nodes(r, &[], None);
+        let paths: Vec<&str> = found.iter().map(|n| n.path.as_str()).collect();
+        assert_eq!(paths, [NVIDIACTL], "regular file and missing nodes skipped");
+        assert_eq!(found[0].mode, 0o666);
+        let cap = stat_node(r, &cap_node_path(21)).unwrap();
+        assert_eq!((cap.major, cap.minor, cap.mode), (195, 21, 0o444));
+        assert!(stat_node(r, NVIDIA_MODESET).is_none());
+    }
+}
