@@ -51,8 +51,9 @@ pub enum CdiError {
         #[source]
         source: std::io::Error,
     },
-    /// Requested CDI devices that no loaded spec defines.
-    #[error("unresolvable CDI devices {}", names.join(", "))]
+    /// Requested CDI devices that no loaded spec defines (names come from a container: the
+    /// message shows a bounded number of them, each cut to a bounded length).
+    #[error("unresolvable CDI devices {}", capped_list(names))]
     Unresolvable { names: Vec<String> },
     /// A deviceNode without type/major whose host path is not a device.
     #[error("CDI device node {path} (host {}) : {message}", host_path.display())]
@@ -61,6 +62,9 @@ pub enum CdiError {
         host_path: PathBuf,
         message: String,
     },
+    /// A spec file larger than any real spec.
+    #[error("{} is larger than {limit} bytes: not a CDI spec gpuhook reads (remove or shrink it)", path.display())]
+    TooLarge { path: PathBuf, limit: u64 },
     /// The OCI runtime spec does not have the expected shape.
     #[error("invalid OCI spec: {0}")]
     OciSpec(String),
@@ -73,5 +77,47 @@ impl CdiError {
             path: path.into(),
             source,
         }
+    }
+}
+
+/// Most characters of one untrusted value echoed in an error message.
+pub const MAX_ECHOED_CHARS: usize = 128;
+/// Most values of an untrusted list echoed in an error message.
+pub const MAX_ECHOED_VALUES: usize = 16;
+
+/// `value`, cut to [`MAX_ECHOED_CHARS`] characters (with `…` when cut).
+pub fn capped(value: &str) -> String {
+    match value.char_indices().nth(MAX_ECHOED_CHARS) {
+        Some((at, _)) => format!("{}…", &value[..at]),
+        None => value.to_string(),
+    }
+}
+
+/// The first [`MAX_ECHOED_VALUES`] values, each [`capped`], joined by `, `, with the count of
+/// the others.
+pub fn capped_list(values: &[String]) -> String {
+    let mut out: Vec<String> = values
+        .iter()
+        .take(MAX_ECHOED_VALUES)
+        .map(|v| capped(v))
+        .collect();
+    if values.len() > MAX_ECHOED_VALUES {
+        out.push(format!("and {} more", values.len() - MAX_ECHOED_VALUES));
+    }
+    out.join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn echoed_values_are_capped() {
+        let long = "x".repeat(1000);
+        let names: Vec<String> = (0..40).map(|_| long.clone()).collect();
+        let msg = CdiError::Unresolvable { names }.to_string();
+        assert!(msg.len() < 3000, "{} bytes", msg.len());
+        assert!(msg.ends_with("and 24 more"), "{msg}");
+        assert_eq!(capped("nvidia.com/gpu=0"), "nvidia.com/gpu=0");
     }
 }

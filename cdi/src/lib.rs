@@ -31,6 +31,7 @@ pub mod error;
 pub mod generate;
 pub mod names;
 pub mod nodes;
+pub mod read;
 pub mod registry;
 pub mod spec;
 pub mod validate;
@@ -46,13 +47,16 @@ pub use error::CdiError;
 pub use generate::{generate, GenerateOptions, NameStrategy, DEFAULT_CLASS, DEFAULT_VENDOR};
 pub use names::{qualified_name, QualifiedName};
 pub use nodes::device_nodes;
-pub use registry::{Registry, RegistryDevice, RegistryError, DEFAULT_SPEC_DIRS};
+pub use read::{read_bounded, MAX_SPEC_BYTES};
+pub use registry::{
+    Conflict, ConflictGroup, Registry, RegistryDevice, RegistryError, DEFAULT_SPEC_DIRS,
+};
 pub use spec::{
     ContainerEdits, Device, DeviceNode, Format, Hook, IntelRdt, Mount, NetDevice, Spec,
 };
 pub use validate::{load_bytes, validate_bytes, validate_model, validate_spec, ValidationError};
 pub use version::minimum_version;
-pub use write::{default_file_name, is_ours, write_spec, WriteOutcome};
+pub use write::{default_file_name, is_ours, write_spec, write_spec_replacing, WriteOutcome};
 
 #[cfg(test)]
 pub(crate) mod test_support;

@@ -13,6 +13,7 @@ use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::read::{read_bounded, MAX_SPEC_BYTES};
 use crate::spec::{Device, Format, Spec};
 use crate::validate::{join_errors, load_bytes};
 use crate::CdiError;
@@ -55,6 +56,26 @@ impl fmt::Display for RegistryError {
     }
 }
 
+/// A device defined by more than one spec file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Conflict {
+    /// Qualified name.
+    pub device: String,
+    /// The files that define it, in load order.
+    pub files: Vec<PathBuf>,
+    /// The file a runtime takes it from: the one in the later directory; `None` when the files
+    /// share a directory and the device is dropped.
+    pub winner: Option<PathBuf>,
+}
+
+/// Devices that the same files define, with the same outcome (for one line of explanation).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConflictGroup {
+    pub files: Vec<PathBuf>,
+    pub winner: Option<PathBuf>,
+    pub devices: Vec<String>,
+}
+
 /// All devices defined by the spec directories.
 #[derive(Debug, Clone, Default)]
 pub struct Registry {
@@ -63,6 +84,8 @@ pub struct Registry {
     /// Every spec that loaded, in load order.
     pub specs: Vec<Arc<LoadedSpec>>,
     pub errors: Vec<RegistryError>,
+    /// Devices defined by two files: shadowed by a later directory, or dropped within one.
+    pub conflicts: Vec<Conflict>,
 }
 
 impl Registry {
@@ -71,15 +94,87 @@ impl Registry {
         Registry::load(DEFAULT_SPEC_DIRS)
     }
 
-    /// Loads `dirs` in priority order; a missing directory is skipped silently.
+    /// Loads `dirs` in priority order; a missing directory is skipped silently. Conflicts are
+    /// resolved as the CDI library does (container-device-interface pkg/cdi/cache.go
+    /// `refresh`): a later directory replaces a device, and a device defined twice within one
+    /// directory is dropped at the end, whatever a later directory says about it.
     pub fn load<P: AsRef<Path>>(dirs: &[P]) -> Registry {
         let mut reg = Registry::default();
+        let mut dropped: BTreeSet<String> = BTreeSet::new();
         for (priority, dir) in dirs.iter().enumerate() {
-            let dir = dir.as_ref();
-            let in_dir = reg.load_dir(dir, priority);
-            reg.devices.extend(in_dir);
+            for path in reg.spec_files(dir.as_ref()) {
+                let Some(spec) = reg.load_file(&path, priority) else {
+                    continue;
+                };
+                let spec = Arc::new(spec);
+                reg.specs.push(spec.clone());
+                for (index, (name, _)) in spec.spec.qualified_devices().enumerate() {
+                    let dev = RegistryDevice {
+                        spec: spec.clone(),
+                        index,
+                    };
+                    reg.add(name, dev, &mut dropped);
+                }
+            }
+        }
+        for name in &dropped {
+            reg.devices.remove(name);
+        }
+        for c in &mut reg.conflicts {
+            if dropped.contains(&c.device) {
+                c.winner = None;
+            }
         }
         reg
+    }
+
+    fn add(&mut self, name: String, dev: RegistryDevice, dropped: &mut BTreeSet<String>) {
+        let Some(old) = self.devices.get(&name) else {
+            self.devices.insert(name, dev);
+            return;
+        };
+        let files = vec![old.spec.path.clone(), dev.spec.path.clone()];
+        if old.spec.priority == dev.spec.priority {
+            self.error(
+                &dev.spec.path,
+                format!(
+                    "device {name} is also defined in {}; it is ignored (define each device in one file)",
+                    old.spec.path.display()
+                ),
+            );
+            dropped.insert(name.clone());
+            self.conflicts.push(Conflict {
+                device: name,
+                files,
+                winner: None,
+            });
+        } else {
+            self.conflicts.push(Conflict {
+                device: name.clone(),
+                files,
+                winner: Some(dev.spec.path.clone()),
+            });
+            self.devices.insert(name, dev);
+        }
+    }
+
+    /// [`Registry::conflicts`] grouped by files and outcome, in a stable order.
+    pub fn conflict_groups(&self) -> Vec<ConflictGroup> {
+        let mut groups: BTreeMap<(Vec<PathBuf>, Option<PathBuf>), Vec<String>> = BTreeMap::new();
+        for c in &self.conflicts {
+            groups
+                .entry((c.files.clone(), c.winner.clone()))
+                .or_default()
+                .push(c.device.clone());
+        }
+        groups
+            .into_iter()
+            .map(|((files, winner), devices)| ConflictGroup {
+                files,
+                winner,
+                devices,
+            })
+            .collect()
     }
 
     fn error(&mut self, path: &Path, message: impl Into<String>) {
@@ -89,14 +184,14 @@ impl Registry {
         });
     }
 
-    fn load_dir(&mut self, dir: &Path, priority: usize) -> BTreeMap<String, RegistryDevice> {
-        let mut devices: BTreeMap<String, RegistryDevice> = BTreeMap::new();
+    /// The `*.json` and `*.yaml` files of `dir`, in lexical order.
+    fn spec_files(&mut self, dir: &Path) -> Vec<PathBuf> {
         let entries = match fs::read_dir(dir) {
             Ok(e) => e,
-            Err(e) if e.kind() == ErrorKind::NotFound => return devices,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Vec::new(),
             Err(e) => {
                 self.error(dir, format!("cannot read spec directory: {e}"));
-                return devices;
+                return Vec::new();
             }
         };
         let mut files: Vec<PathBuf> = entries
@@ -105,38 +200,7 @@ impl Registry {
             .filter(|p| Format::from_path(p).is_some())
             .collect();
         files.sort();
-        let mut conflicts: BTreeSet<String> = BTreeSet::new();
-        for path in files {
-            let Some(spec) = self.load_file(&path, priority) else {
-                continue;
-            };
-            let spec = Arc::new(spec);
-            self.specs.push(spec.clone());
-            for (index, (name, _)) in spec.spec.qualified_devices().enumerate() {
-                if conflicts.contains(&name) {
-                    continue;
-                }
-                if let Some(other) = devices.remove(&name) {
-                    conflicts.insert(name.clone());
-                    self.error(
-                        &path,
-                        format!(
-                            "device {name} is also defined in {}; it is ignored (define each device in one file)",
-                            other.spec.path.display()
-                        ),
-                    );
-                    continue;
-                }
-                devices.insert(
-                    name,
-                    RegistryDevice {
-                        spec: spec.clone(),
-                        index,
-                    },
-                );
-            }
-        }
-        devices
+        files
     }
 
     fn load_file(&mut self, path: &Path, priority: usize) -> Option<LoadedSpec> {
@@ -148,10 +212,10 @@ impl Registry {
                 return None;
             }
         }
-        let bytes = match fs::read(path) {
+        let bytes = match read_bounded(path, MAX_SPEC_BYTES) {
             Ok(b) => b,
             Err(e) => {
-                self.error(path, format!("cannot read: {e}"));
+                self.error(path, e.to_string());
                 return None;
             }
         };

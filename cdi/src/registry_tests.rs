@@ -124,3 +124,58 @@ fn broken_files_reported_others_loaded_and_filters() {
         reg.errors[1]
     );
 }
+
+/// container-device-interface pkg/cdi/cache.go `refresh` (vendored in nvidia-container-toolkit
+/// v1.20.0): a later directory's device replaces an earlier one (`devPrio > oldPrio`), and a name
+/// defined twice at one priority goes into `conflicts` and is deleted at the end, even when a
+/// later directory defines it too.
+#[test]
+fn conflicts_follow_the_cdi_cache_and_are_explained() {
+    let etc = tempfile::tempdir().unwrap();
+    let run = tempfile::tempdir().unwrap();
+    let nv = etc.path().join("nvidia.yaml");
+    fs::write(
+        &nv,
+        spec_json("nvidia.com/gpu", &[("0", "/dev/a"), ("1", "/dev/a")]),
+    )
+    .unwrap();
+    let dup = etc.path().join("other.json");
+    fs::write(&dup, spec_json("nvidia.com/gpu", &[("1", "/dev/b")])).unwrap();
+    let ours = run.path().join("nvidia.com-gpu.json");
+    fs::write(
+        &ours,
+        spec_json("nvidia.com/gpu", &[("0", "/dev/c"), ("1", "/dev/c")]),
+    )
+    .unwrap();
+    let reg = Registry::load(&[etc.path(), run.path()]);
+    assert_eq!(
+        node_of(&reg, "nvidia.com/gpu=0"),
+        "/dev/c",
+        "later dir wins"
+    );
+    assert!(
+        reg.get("nvidia.com/gpu=1").is_none(),
+        "a same-directory conflict drops the name even though a later directory defines it"
+    );
+    let mut groups = reg.conflict_groups();
+    groups.sort_by(|a, b| (&a.devices, &a.files).cmp(&(&b.devices, &b.files)));
+    let mut want = vec![
+        ConflictGroup {
+            files: vec![nv.clone(), dup.clone()],
+            winner: None,
+            devices: vec!["nvidia.com/gpu=1".into()],
+        },
+        ConflictGroup {
+            files: vec![nv.clone(), ours.clone()],
+            winner: None,
+            devices: vec!["nvidia.com/gpu=1".into()],
+        },
+        ConflictGroup {
+            files: vec![nv, ours.clone()],
+            winner: Some(ours),
+            devices: vec!["nvidia.com/gpu=0".into()],
+        },
+    ];
+    want.sort_by(|a, b| (&a.devices, &a.files).cmp(&(&b.devices, &b.files)));
+    assert_eq!(groups, want);
+}

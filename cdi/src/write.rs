@@ -62,6 +62,25 @@ pub fn is_ours(existing: &Spec, kind: &str) -> Result<(), String> {
 /// 0644, creating the directory.
 /// On any error the previous file (if any) is untouched and no temporary file is left.
 pub fn write_spec(spec: &Spec, path: &Path, format: Format) -> Result<WriteOutcome, CdiError> {
+    write_checked(spec, path, format, true)
+}
+
+/// Like [`write_spec`], but replaces a valid spec file that gpuhook did not write (an explicit
+/// take-over, `gpuhook cdi generate --force`). Still refuses a non-regular file.
+pub fn write_spec_replacing(
+    spec: &Spec,
+    path: &Path,
+    format: Format,
+) -> Result<WriteOutcome, CdiError> {
+    write_checked(spec, path, format, false)
+}
+
+fn write_checked(
+    spec: &Spec,
+    path: &Path,
+    format: Format,
+    check_owner: bool,
+) -> Result<WriteOutcome, CdiError> {
     validate::validate_model(spec).map_err(|errors| CdiError::Invalid { errors })?;
     let bytes = spec.to_bytes(format)?;
     let Some(file_name) = path.file_name() else {
@@ -88,7 +107,7 @@ pub fn write_spec(spec: &Spec, path: &Path, format: Format) -> Result<WriteOutco
             })
         }
         Ok(meta) => {
-            let old = fs::read(path).map_err(|e| CdiError::io("read", path, e))?;
+            let old = crate::read::read_bounded(path, crate::read::MAX_SPEC_BYTES)?;
             if old == bytes {
                 if meta.permissions().mode() & 0o7777 != SPEC_FILE_MODE {
                     fs::set_permissions(path, fs::Permissions::from_mode(SPEC_FILE_MODE))
@@ -101,10 +120,12 @@ pub fn write_spec(spec: &Spec, path: &Path, format: Format) -> Result<WriteOutco
                 path: path.into(),
                 reason: format!("it is not a valid CDI spec ({e})"),
             })?;
-            is_ours(&existing, &spec.kind).map_err(|reason| CdiError::NotOurs {
-                path: path.into(),
-                reason,
-            })?;
+            if check_owner {
+                is_ours(&existing, &spec.kind).map_err(|reason| CdiError::NotOurs {
+                    path: path.into(),
+                    reason,
+                })?;
+            }
         }
     }
     write_atomic(&dir, file_name.as_ref(), &bytes)?;

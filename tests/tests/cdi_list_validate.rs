@@ -64,9 +64,28 @@ fn list_follows_priority_and_conflict_rules() {
         stderr.contains(&format!("{}:", high.join("e.json").display())),
         "{stderr}"
     );
+    // Conflicts are explained once, with both files and the outcome (container-device-interface
+    // pkg/cdi/cache.go `refresh`: same directory -> dropped, later directory -> it wins).
+    let conflict = stderr
+        .lines()
+        .find(|l| l.contains("conflict:") && l.contains("example.com/gpu=z"))
+        .unwrap_or_else(|| panic!("no conflict line:\n{stderr}"));
     assert!(
-        stderr.contains("example.com/gpu=z is also defined in"),
-        "{stderr}"
+        conflict.contains(s(&high.join("c.json"))) && conflict.contains("drop"),
+        "{conflict}"
+    );
+    let shadow = stderr
+        .lines()
+        .find(|l| l.contains("note:") && l.contains("example.com/gpu=x"))
+        .unwrap_or_else(|| panic!("no override note:\n{stderr}"));
+    assert!(
+        shadow.contains(&format!("runtimes use {}", high.join("b.json").display())),
+        "{shadow}"
+    );
+    assert_eq!(
+        stderr.matches("example.com/gpu=z").count(),
+        1,
+        "each conflict told once:\n{stderr}"
     );
     assert!(!stderr.contains("ignored.yml"), "{stderr}");
 

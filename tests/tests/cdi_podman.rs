@@ -135,7 +135,7 @@ fn probe_script(nodes: &BTreeSet<String>, libs: &[String], links: &[String]) -> 
     let mut s = String::new();
     for n in nodes {
         s.push_str(&format!(
-            "if [ -e {n} ]; then echo \"NODE {n} $(stat -c '%t:%T %F' {n})\"; \
+            "if [ -e {n} ]; then echo \"NODE {n} $(stat -c '%t:%T %F %a' {n})\"; \
              echo \"OPEN {n} $(cat {n} 2>&1 </dev/null | head -n1)\"; else echo \"ABSENT {n}\"; fi\n"
         ));
     }
@@ -153,19 +153,7 @@ fn probe_script(nodes: &BTreeSet<String>, libs: &[String], links: &[String]) -> 
 
 fn run_container(vendor: &str, name: &str, rootfs: &Path, script: &str) -> String {
     let device = format!("{vendor}/gpu={name}");
-    let out = Command::new("podman")
-        .args(["run", "--rm", "--runtime", "runc"])
-        .args([
-            "--ulimit",
-            "nofile=1024:1024",
-            "--ulimit",
-            "nproc=1024:1024",
-        ])
-        .args(["--network", "none", "--device", &device, "--rootfs"])
-        .arg(rootfs)
-        .args(["/bin/sh", "-c", script])
-        .output()
-        .expect("spawn podman");
+    let out = cdi_support::podman_run(&device, rootfs, script);
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success() && stdout.contains("DONE"),
@@ -176,7 +164,23 @@ fn run_container(vendor: &str, name: &str, rootfs: &Path, script: &str) -> Strin
     stdout
 }
 
-fn check_output(p: &NodeProfile, name: &str, sel: Select, stdout: &str, libs: &[String]) {
+/// The host node's permission bits, in octal as `stat -c %a` prints them: NVIDIA's spec gives a
+/// node the host node's mode (nvidia-container-toolkit v1.20.0 internal/edits/device.go
+/// `fromPathOrDefault`), so a 0444 MIG cap node stays read-only in the container.
+fn host_mode(root: &Path, path: &str) -> String {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::symlink_metadata(root.join(path.trim_start_matches('/')))
+        .unwrap_or_else(|e| panic!("host node {path} under {}: {e}", root.display()));
+    format!("{:o}", meta.mode() & 0o7777)
+}
+
+fn check_output(
+    p: &NodeProfile,
+    root: &Path,
+    (name, sel): (&str, Select),
+    stdout: &str,
+    libs: &[String],
+) {
     let ctx = format!("{} --device {name}", p.name);
     let mut want = selected_nodes(p, sel);
     want.extend(control_nodes(p));
@@ -193,8 +197,11 @@ fn check_output(p: &NodeProfile, name: &str, sel: Select, stdout: &str, libs: &[
             .unwrap_or_else(|| panic!("{ctx}: {path} missing in the container\n{stdout}"));
         assert_eq!(
             stat,
-            format!("{major:x}:{minor:x} character special file"),
-            "{ctx}: {path}"
+            format!(
+                "{major:x}:{minor:x} character special file {}",
+                host_mode(root, path)
+            ),
+            "{ctx}: {path} (numbers, type and the host node's mode)"
         );
         let open = lookup("OPEN", path).unwrap_or_default();
         assert!(
@@ -281,7 +288,7 @@ fn podman_profile(profile: &str) {
         let rootfs = cdi_support::busybox_rootfs(&tmp.path().join(format!("rootfs{i}")));
         let stdout = run_container(&vendor, &name, &rootfs, &script);
         eprintln!("{profile} --device {name}:\n{stdout}");
-        check_output(&p, &name, sel, &stdout, &libs);
+        check_output(&p, &root, (&name, sel), &stdout, &libs);
         assert!(
             host_ldcache_lists(&rootfs, "libcuda.so.1"),
             "{profile} --device {name}: the container's /etc/ld.so.cache does not list \

@@ -5,7 +5,9 @@
 //! the way a runtime's CDI library sees them, so an operator can tell why `--device
 //! nvidia.com/gpu=0` does not resolve without reading runtime logs.
 
+mod conflicts;
 mod generate;
+mod takeover;
 
 use std::path::{Path, PathBuf};
 
@@ -35,7 +37,8 @@ pub enum CdiCommand {
         Applies the rules of the runtimes' CDI library: directories in priority order (a later one \
         wins for the same device), *.json and *.yaml files in lexical order, a device defined by two \
         files of one directory is dropped. Qualified names go to stdout, one per line; broken spec \
-        files are reported on stderr. Exits non-zero when nothing could be listed because of errors."
+        files, and every device defined by more than one file (which files, which one wins, what \
+        to do), are reported on stderr. Exits non-zero when nothing could be listed because of errors."
     )]
     List(ListArgs),
     /// Validate a CDI spec file (JSON schema and spec rules)
@@ -128,6 +131,10 @@ pub struct GenerateArgs {
     /// Generate from /proc/driver/nvidia when NVML is unusable (full GPUs only, no MIG devices)
     #[arg(long)]
     pub allow_procfs_fallback: bool,
+    /// Replace a spec file of another tool (NVIDIA's nvidia.yaml) in the output directory that
+    /// defines the same devices: gpuhook's spec takes its name, so runtimes see one definition
+    #[arg(long)]
+    pub force: bool,
 }
 
 fn vendor(s: &str) -> Result<String, String> {
@@ -173,7 +180,12 @@ fn list(args: &ListArgs, config: &Config) -> anyhow::Result<()> {
     };
     let registry = gpuhook_cdi::Registry::load(dirs);
     for e in &registry.errors {
-        eprintln!("gpuhook: warning: {e}");
+        if !conflicts::is_conflict_error(&registry, &e.path, &e.message) {
+            eprintln!("gpuhook: warning: {e}");
+        }
+    }
+    for group in registry.conflict_groups() {
+        eprintln!("gpuhook: {}", conflicts::explain(&group));
     }
     let mut out = String::new();
     for (name, dev) in &registry.devices {
@@ -211,7 +223,7 @@ fn print_stdout(text: &str) -> anyhow::Result<()> {
 
 fn validate(args: &ValidateArgs) -> anyhow::Result<()> {
     let file = &args.file;
-    let bytes = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
+    let bytes = gpuhook_cdi::read_bounded(file, gpuhook_cdi::MAX_SPEC_BYTES).map_err(flat)?;
     let format = gpuhook_cdi::Format::from_path(file);
     if format.is_none() {
         eprintln!(

@@ -171,3 +171,21 @@ pub fn device_names(doc: &serde_json::Value) -> Vec<String> {
         .map(|d| d["name"].as_str().expect("name").to_string())
         .collect()
 }
+
+/// `podman run --rm --device DEVICE --rootfs ROOTFS /bin/sh -c SCRIPT` (runc, no network, small
+/// ulimits so busybox starts quickly).
+pub fn podman_run(device: &str, rootfs: &Path, script: &str) -> Output {
+    Command::new("podman")
+        .args(["run", "--rm", "--runtime", "runc"])
+        .args([
+            "--ulimit",
+            "nofile=1024:1024",
+            "--ulimit",
+            "nproc=1024:1024",
+        ])
+        .args(["--network", "none", "--device", device, "--rootfs"])
+        .arg(rootfs)
+        .args(["/bin/sh", "-c", script])
+        .output()
+        .expect("spawn podman")
+}

@@ -13,7 +13,7 @@ use anyhow::{bail, Context};
 use gpuhook_cdi::{default_file_name, Format, GenerateOptions, Spec, WriteOutcome};
 use gpuhook_node::{discover, DiscoverOptions, DiscoverySource, Inventory};
 
-use super::{canonical_dir, flat, print_stdout, GenerateArgs};
+use super::{canonical_dir, flat, print_stdout, takeover, GenerateArgs};
 use crate::config::Config;
 
 /// Where generated specs go by default (the runtimes' higher-priority, generated-specs directory).
@@ -23,14 +23,17 @@ pub const DEFAULT_OUTPUT_DIR: &str = "/var/run/cdi";
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Output {
     Stdout(Format),
+    /// A file the operator named.
     File(PathBuf, Format),
+    /// The default file name in a directory (the default one or `--output DIR`).
+    InDir(PathBuf, Format),
 }
 
 impl Output {
     fn resolve(output: Option<&Path>, format: Option<Format>, kind: &str) -> anyhow::Result<Self> {
         let in_dir = |dir: &Path| {
             let f = format.unwrap_or(Format::Json);
-            Output::File(dir.join(default_file_name(kind, f)), f)
+            Output::InDir(dir.join(default_file_name(kind, f)), f)
         };
         let Some(p) = output else {
             return Ok(in_dir(Path::new(DEFAULT_OUTPUT_DIR)));
@@ -182,7 +185,7 @@ pub(super) fn run(args: &GenerateArgs, config: &Config) -> anyhow::Result<()> {
     let spec = gpuhook_cdi::generate(&inv, &opts).map_err(flat)?;
     let generated = start.elapsed();
 
-    let (shown, outcome) = write(&spec, &output)?;
+    let (shown, outcome) = write(&spec, &output, args.force, &config.cdi_spec_dirs)?;
     let written = start.elapsed();
     if let Some(path) = cache_path(args, config) {
         save_cache(&inv, path);
@@ -206,17 +209,62 @@ pub(super) fn run(args: &GenerateArgs, config: &Config) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Writes the spec; returns how to name the output and what happened.
-fn write(spec: &Spec, output: &Output) -> anyhow::Result<(String, WriteOutcome)> {
+/// Writes the spec; returns how to name the output and what happened. Other spec files that
+/// define the same devices decide where it goes ([`takeover`]).
+fn write(
+    spec: &Spec,
+    output: &Output,
+    force: bool,
+    spec_dirs: &[PathBuf],
+) -> anyhow::Result<(String, WriteOutcome)> {
     match output {
         Output::Stdout(format) => {
             let bytes = spec.to_bytes(*format).map_err(flat)?;
             print_stdout(&String::from_utf8_lossy(&bytes))?;
             Ok(("<stdout>".into(), WriteOutcome::Written))
         }
-        Output::File(path, format) => {
-            let outcome = gpuhook_cdi::write_spec(spec, path, *format).map_err(flat)?;
-            Ok((path.display().to_string(), outcome))
+        Output::File(path, format) | Output::InDir(path, format) => {
+            let dir = path.parent().unwrap_or(Path::new("."));
+            let t = if takeover::is_spec_dir(dir, spec_dirs) {
+                for note in takeover::other_dirs(spec, path, spec_dirs) {
+                    eprintln!("gpuhook: note: {note}");
+                }
+                let named = matches!(output, Output::File(..));
+                takeover::target(spec, path, *format, force, named)?
+            } else {
+                takeover::Target::plain(path, *format)
+            };
+            let outcome = if t.replace_foreign {
+                tracing::warn!(path = %t.path.display(), "--force: replacing a spec file gpuhook did not write");
+                gpuhook_cdi::write_spec_replacing(spec, &t.path, t.format)
+            } else {
+                gpuhook_cdi::write_spec(spec, &t.path, t.format)
+            }
+            .map_err(flat)?;
+            if let Some(old) = &t.retire {
+                retire(old, &spec.kind);
+            }
+            Ok((t.path.display().to_string(), outcome))
+        }
+    }
+}
+
+/// Removes our earlier spec file `old` (now replaced by a file of another name), if it is ours.
+fn retire(old: &Path, kind: &str) {
+    let ours = gpuhook_cdi::read_bounded(old, gpuhook_cdi::MAX_SPEC_BYTES)
+        .ok()
+        .and_then(|b| Spec::from_slice(&b, Format::from_path(old)).ok())
+        .is_some_and(|s| gpuhook_cdi::is_ours(&s, kind).is_ok());
+    if !ours {
+        return;
+    }
+    match std::fs::remove_file(old) {
+        Ok(()) => eprintln!(
+            "gpuhook: removed {} (its devices now live in the file above)",
+            old.display()
+        ),
+        Err(e) => {
+            tracing::warn!(path = %old.display(), error = %e, "cannot remove the old spec; runtimes will drop its devices until it is removed")
         }
     }
 }
@@ -231,11 +279,11 @@ mod tests {
     fn output_defaults_to_the_generated_specs_dir() {
         assert_eq!(
             Output::resolve(None, None, KIND).unwrap(),
-            Output::File("/var/run/cdi/nvidia.com-gpu.json".into(), Format::Json)
+            Output::InDir("/var/run/cdi/nvidia.com-gpu.json".into(), Format::Json)
         );
         assert_eq!(
             Output::resolve(None, Some(Format::Yaml), KIND).unwrap(),
-            Output::File("/var/run/cdi/nvidia.com-gpu.yaml".into(), Format::Yaml)
+            Output::InDir("/var/run/cdi/nvidia.com-gpu.yaml".into(), Format::Yaml)
         );
         assert_eq!(
             Output::resolve(Some(Path::new("-")), None, KIND).unwrap(),
@@ -248,11 +296,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         assert_eq!(
             Output::resolve(Some(dir.path()), None, "example.com/gpu").unwrap(),
-            Output::File(dir.path().join("example.com-gpu.json"), Format::Json)
+            Output::InDir(dir.path().join("example.com-gpu.json"), Format::Json)
         );
         assert_eq!(
             Output::resolve(Some(Path::new("/nonexistent/new/")), None, KIND).unwrap(),
-            Output::File("/nonexistent/new/nvidia.com-gpu.json".into(), Format::Json)
+            Output::InDir("/nonexistent/new/nvidia.com-gpu.json".into(), Format::Json)
         );
         assert_eq!(
             Output::resolve(Some(Path::new("/x/s.yaml")), None, KIND).unwrap(),
