@@ -2,7 +2,11 @@
 //!
 //! They cover the shapes a GPU node takes in the field: a single cloud GPU (`t4`), an RPM-style
 //! library layout (`l20`), a multi-GPU NVSwitch box whose device minors differ from NVML indexes
-//! (`dgx-h100`), and MIG in mixed and single layouts on three GPU models.
+//! (`dgx-h100`), and MIG in mixed and single layouts on three GPU models. The second set adds the
+//! variation a real fleet has: a headless node without `nvidia-modeset`/`nvidia-uvm-tools`
+//! (`l20-minimal`), an RPM node without `.so` links whose NVML indexes differ from its device
+//! minors (`rhel-a100`), MIG mode on with no instances (`h100-mig-empty`), and a full desktop
+//! install with i386 libraries, GBM, X.org files and application profiles (`workstation-full`).
 
 const BUILTIN: &[(&str, &str)] = &[
     ("t4", include_str!("../profiles/t4.toml")),
@@ -14,6 +18,16 @@ const BUILTIN: &[(&str, &str)] = &[
     ),
     ("h100-mig", include_str!("../profiles/h100-mig.toml")),
     ("h20-mig", include_str!("../profiles/h20-mig.toml")),
+    ("l20-minimal", include_str!("../profiles/l20-minimal.toml")),
+    ("rhel-a100", include_str!("../profiles/rhel-a100.toml")),
+    (
+        "h100-mig-empty",
+        include_str!("../profiles/h100-mig-empty.toml"),
+    ),
+    (
+        "workstation-full",
+        include_str!("../profiles/workstation-full.toml"),
+    ),
 ];
 
 /// TOML text of a built-in profile.
@@ -65,6 +79,34 @@ mod tests {
             assert_eq!(p.gpus[0].mig_devices.len(), 7);
             assert!(p.gpus[0].mig_devices.iter().all(|m| m.profile == profile));
         }
+    }
+
+    #[test]
+    fn realism_profiles_have_their_variation() {
+        let minimal = NodeProfile::builtin("l20-minimal").unwrap();
+        let f = &minimal.features;
+        assert!(!f.nvidia_modeset && !f.nvidia_uvm_tools && f.nvidia_uvm);
+        let rhel = NodeProfile::builtin("rhel-a100").unwrap();
+        assert_eq!(rhel.lib_dir, "/usr/lib64");
+        assert!(rhel.features.dev_links.is_empty());
+        assert!(rhel.gpus.iter().all(|g| g.index != g.minor));
+        let ws = NodeProfile::builtin("workstation-full").unwrap();
+        let f = &ws.features;
+        assert_eq!(f.lib32_dir.as_deref(), Some("/usr/lib/i386-linux-gnu"));
+        assert!(f.gbm && f.xorg && f.application_profiles && f.graphics);
+        for stem in [
+            "libcuda.so",
+            "libnvidia-ml.so",
+            "libnvcuvid.so",
+            "libnvidia-encode.so",
+            "libnvidia-opencl.so",
+        ] {
+            assert!(f.dev_links.iter().any(|d| d == stem), "{stem}");
+        }
+        // Existing profiles keep the default set of development links.
+        let t4 = NodeProfile::builtin("t4").unwrap();
+        assert_eq!(t4.features.dev_links, crate::profile::DEFAULT_DEV_LINKS);
+        assert!(t4.features.nvidia_uvm_tools && t4.features.lib32_dir.is_none());
     }
 
     #[test]

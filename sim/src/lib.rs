@@ -7,6 +7,7 @@
 
 pub mod builtin;
 pub mod elf;
+pub mod elf32;
 pub mod materialise;
 pub mod profile;
 pub mod smi;

@@ -26,6 +26,12 @@
 //! fabricmanager_socket = false
 //! graphics = true                                # graphics libs + Vulkan/EGL/GLVND config files
 //! gsp_firmware = true
+//! nvidia_uvm_tools = true                        # /dev/nvidia-uvm-tools (needs nvidia_uvm)
+//! dev_links = ["libcuda.so", "libnvidia-ml.so"]  # optional: `.so` links (default: see DEFAULT_DEV_LINKS)
+//! lib32_dir = "/usr/lib/i386-linux-gnu"          # optional: 32-bit (i386) driver libraries
+//! gbm = false                                    # GBM backend link, libnvidia-egl-gbm, its json
+//! xorg = false                                   # X driver, GLX server module, xorg.conf.d, Wayland EGL
+//! application_profiles = false                   # /usr/share/nvidia/nvidia-application-profiles-<ver>-*
 //!
 //! [[gpus]]
 //! index = 0                                      # NVML index
@@ -94,7 +100,31 @@ pub struct Features {
     pub fabricmanager_socket: bool,
     pub graphics: bool,
     pub gsp_firmware: bool,
+    /// `/dev/nvidia-uvm-tools` (some installs, e.g. containers' driver roots, lack it).
+    pub nvidia_uvm_tools: bool,
+    /// Library stems (`libcuda.so`) that get a development link `<stem> -> <soname>`.
+    pub dev_links: Vec<String>,
+    /// Directory of the 32-bit (i386) libraries; `None`: a 64-bit-only install.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lib32_dir: Option<String>,
+    /// The GBM backend (`<lib_dir>/gbm/nvidia-drm_gbm.so -> ../libnvidia-allocator.so.1`),
+    /// `libnvidia-egl-gbm.so.1` and `15_nvidia_gbm.json`.
+    pub gbm: bool,
+    /// X.org driver and GLX server module, `10-nvidia.conf`, Wayland EGL library and json.
+    pub xorg: bool,
+    /// `/usr/share/nvidia/nvidia-application-profiles-<ver>-{rc,key-documentation}`.
+    pub application_profiles: bool,
 }
+
+/// Development links of a default profile: the ones the driver's `.run` installer makes for
+/// libraries applications link against at build time.
+pub const DEFAULT_DEV_LINKS: &[&str] = &[
+    "libnvidia-ml.so",
+    "libcuda.so",
+    "libnvidia-encode.so",
+    "libnvidia-opticalflow.so",
+    "libnvcuvid.so",
+];
 
 impl Default for Features {
     fn default() -> Self {
@@ -105,6 +135,12 @@ impl Default for Features {
             fabricmanager_socket: false,
             graphics: true,
             gsp_firmware: true,
+            nvidia_uvm_tools: true,
+            dev_links: DEFAULT_DEV_LINKS.iter().map(|s| s.to_string()).collect(),
+            lib32_dir: None,
+            gbm: false,
+            xorg: false,
+            application_profiles: false,
         }
     }
 }

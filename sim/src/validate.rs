@@ -160,16 +160,7 @@ pub fn validate(p: &NodeProfile) -> Result<(), Issue> {
             format!("{:?} is not major.minor like 12.8", p.cuda_driver_version),
         ));
     }
-    let lib_dir = std::path::Path::new(&p.lib_dir);
-    if !lib_dir.is_absolute()
-        || p.lib_dir == "/"
-        || lib_dir.components().any(|c| {
-            !matches!(
-                c,
-                std::path::Component::RootDir | std::path::Component::Normal(_)
-            )
-        })
-    {
+    if !is_lib_dir(&p.lib_dir) {
         return Err(issue(
             "lib_dir",
             format!(
@@ -179,6 +170,7 @@ pub fn validate(p: &NodeProfile) -> Result<(), Issue> {
         ));
     }
     validate_majors(p)?;
+    validate_features(p)?;
     if p.gpus.is_empty() {
         return Err(issue(
             "gpus",
@@ -205,6 +197,19 @@ pub fn validate(p: &NodeProfile) -> Result<(), Issue> {
         ));
     }
     Ok(())
+}
+
+/// True for an absolute, normalised directory other than `/`.
+pub fn is_lib_dir(dir: &str) -> bool {
+    let path = std::path::Path::new(dir);
+    path.is_absolute()
+        && dir != "/"
+        && path.components().all(|c| {
+            matches!(
+                c,
+                std::path::Component::RootDir | std::path::Component::Normal(_)
+            )
+        })
 }
 
 fn validate_majors(p: &NodeProfile) -> Result<(), Issue> {
@@ -316,6 +321,10 @@ fn validate_gpu(i: usize, g: &GpuProfile, seen: &mut HashMap<String, String>) ->
 #[path = "validate_mig.rs"]
 mod mig;
 use mig::validate_mig;
+
+#[path = "validate_features.rs"]
+mod features;
+use features::validate_features;
 
 #[cfg(test)]
 #[path = "validate_tests.rs"]

@@ -191,3 +191,41 @@ fn from_file_names_the_path() {
         "{err}"
     );
 }
+
+#[test]
+fn feature_rules_name_the_feature_field() {
+    let ws = || NodeProfile::builtin("workstation-full").unwrap();
+    let mut p = ws();
+    p.features.nvidia_uvm = false;
+    assert_rejected(&p, "features.nvidia_uvm_tools", "nvidia-uvm module");
+    let mut p = ws();
+    p.features.graphics = false;
+    p.features.dev_links.clear();
+    assert_rejected(&p, "features.gbm", "graphics");
+    let mut p = ws();
+    p.features.dev_links.push("libfoo.so".into());
+    assert_rejected(
+        &p,
+        "features.dev_links[10]",
+        "\"libfoo.so\" is not a driver library",
+    );
+    let mut p = ws();
+    p.features.dev_links.push("libcuda.so".into());
+    assert_rejected(&p, "features.dev_links[10]", "duplicate development link");
+    let mut p = a100();
+    p.features.dev_links = vec!["libGLX_nvidia.so".into()];
+    assert_rejected(&p, "features.dev_links[0]", "not installed by this profile");
+    let mut p = ws();
+    p.features.lib32_dir = Some("usr/lib32".into());
+    assert_rejected(&p, "features.lib32_dir", "absolute, normalised");
+    let mut p = ws();
+    p.features.lib32_dir = Some(p.lib_dir.clone());
+    assert_rejected(&p, "features.lib32_dir", "own directory");
+}
+
+#[test]
+fn mig_mode_without_instances_is_a_valid_profile() {
+    let p = NodeProfile::builtin("h100-mig-empty").unwrap();
+    assert!(p.gpus[0].mig_mode && p.gpus[0].mig_devices.is_empty());
+    assert_eq!(p.validate(), Ok(()));
+}

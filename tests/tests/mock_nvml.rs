@@ -11,6 +11,9 @@
 #[path = "mock_nvml/support.rs"]
 mod support;
 
+#[path = "mock_nvml/instances.rs"]
+mod instances;
+
 use nvml_wrapper::enum_wrappers::device::ComputeMode;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device, Nvml};
@@ -216,6 +219,23 @@ fn own_profiles_match_nvml() {
     for (name, text) in own_profiles() {
         check_node(name, text);
     }
+}
+
+#[test]
+fn mig_instances_and_profiles_follow_nvidias_walk_on_every_profile() {
+    for (name, text) in support::builtin_profiles()
+        .iter()
+        .map(|(n, t)| (n.as_str(), t.as_str()))
+        .chain(own_profiles())
+    {
+        instances::check_instances(name, &install(text));
+    }
+}
+
+#[test]
+fn versioned_profile_info_checks_the_version() {
+    let text = gpuhook_sim::builtin::text("h100-mig-empty").expect("built-in");
+    instances::check_versioned_profile_info(&install(text));
 }
 
 #[test]

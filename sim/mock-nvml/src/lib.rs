@@ -9,12 +9,17 @@
 //! Installed as `<driver-root>/<lib_dir>/libnvidia-ml.so.<ver>` with SONAME `libnvidia-ml.so.1`
 //! (set by `build.rs`). Module map: [`ffi`] C types, [`load`] finding the profile, [`table`] the
 //! device table and handle validation, [`state`] init refcount and persisted compute mode,
-//! `api_*` the exported entry points.
+//! `api_*` the exported entry points, [`instances`] the GPU/compute instances and MIG profiles
+//! ([`ffi_mig`] their C types).
 
 mod api_device;
+mod api_instances;
 mod api_mig;
+mod api_profiles;
 mod api_system;
 mod ffi;
+mod ffi_mig;
+mod instances;
 mod load;
 mod out;
 mod pci;

@@ -12,6 +12,7 @@ use std::path::PathBuf;
 use gpuhook_sim::profile::{GpuProfile, MigDeviceProfile, NodeProfile};
 
 use crate::ffi::{self, NvmlDevice, NvmlReturn};
+use crate::instances::{gi_profiles, gpu_instances, GiProfile, GpuInstance};
 use crate::pci::{self, PciAddr};
 
 const MIB: u64 = 1024 * 1024;
@@ -51,6 +52,10 @@ pub struct Gpu {
     pub max_mig: c_uint,
     /// MIG devices in NVML's enumeration order.
     pub migs: Vec<Mig>,
+    /// GPU instance profiles of the model (empty without MIG support).
+    pub profiles: Vec<GiProfile>,
+    /// GPU instances (with their compute instances) behind `migs`, in id order.
+    pub gis: Vec<GpuInstance>,
 }
 
 /// A MIG device (GPU instance + compute instance) of a GPU.
@@ -212,6 +217,12 @@ fn gpu_from_profile(p: &GpuProfile) -> Result<Gpu, String> {
     let mig_capable = p.mig_mode || model_supports_mig(&p.name, arch);
     // A30 has 4 MIG slices, every other MIG-capable model 7.
     let slices = if p.name.contains("A30") { 4 } else { 7 };
+    let profiles = if mig_capable {
+        gi_profiles(p)
+    } else {
+        Vec::new()
+    };
+    let gis = gpu_instances(p, &profiles);
     Ok(Gpu {
         index: p.index,
         minor: p.minor,
@@ -227,6 +238,8 @@ fn gpu_from_profile(p: &GpuProfile) -> Result<Gpu, String> {
         mig_enabled: p.mig_mode,
         max_mig: slices.max(migs.len() as c_uint),
         migs,
+        profiles,
+        gis,
     })
 }
 

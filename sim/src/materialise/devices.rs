@@ -75,12 +75,14 @@ pub fn device_nodes(p: &NodeProfile) -> Vec<DeviceNode> {
             0,
             0o666,
         ));
-        nodes.push(node(
-            "/dev/nvidia-uvm-tools".into(),
-            p.majors.nvidia_uvm,
-            1,
-            0o666,
-        ));
+        if p.features.nvidia_uvm_tools {
+            nodes.push(node(
+                "/dev/nvidia-uvm-tools".into(),
+                p.majors.nvidia_uvm,
+                1,
+                0o666,
+            ));
+        }
     }
     let caps = p.majors.nvidia_caps;
     let cap = |minor: u32, mode: u32| {

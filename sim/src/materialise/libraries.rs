@@ -10,271 +10,108 @@ use std::process::Command;
 
 use super::fsutil::{copy_atomic, mkdirs, symlink_atomic, under, write_atomic};
 use super::SimError;
-use crate::elf;
 use crate::profile::{NodeProfile, PROFILE_FILE_NAME};
+use crate::{elf, elf32};
 
-/// How a library's SONAME is formed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Soname {
-    /// `<stem>.<major>`, e.g. `libcuda.so.1`.
-    Major(&'static str),
-    /// The full file name `<stem>.<driver_version>` (graphics internals, gpucomp, pkcs11).
-    Version,
-}
-
-/// One driver library of the install table.
-#[derive(Debug, Clone, Copy)]
-pub struct LibrarySpec {
-    /// `libcuda.so`
-    pub stem: &'static str,
-    pub soname: Soname,
-    /// Driver capability (`utility`, `compute`, `video`, `graphics`, `ngx`).
-    pub capability: &'static str,
-    /// Exported function names of the stub.
-    pub symbols: &'static [&'static str],
-    /// Whether a development link `<stem> -> <soname>` exists.
-    pub dev_link: bool,
-}
-
-const fn lib(
-    stem: &'static str,
-    soname: Soname,
-    capability: &'static str,
-    symbols: &'static [&'static str],
-) -> LibrarySpec {
-    LibrarySpec {
-        stem,
-        soname,
-        capability,
-        symbols,
-        dev_link: false,
-    }
-}
-
-const fn dev(mut l: LibrarySpec) -> LibrarySpec {
-    l.dev_link = true;
-    l
-}
-
+pub use super::library_table::{LibrarySpec, Soname, EXTERNAL, LIBRARIES};
 use Soname::{Major, Version};
-
-/// Libraries of a driver install, by capability (libnvidia-container's table, current drivers).
-pub const LIBRARIES: &[LibrarySpec] = &[
-    dev(lib(
-        "libnvidia-ml.so",
-        Major("1"),
-        "utility",
-        &["nvmlInit_v2"],
-    )),
-    lib(
-        "libnvidia-cfg.so",
-        Major("1"),
-        "utility",
-        &["nvCfgGetPciBusDevicesCount"],
-    ),
-    lib(
-        "libnvidia-nscq.so",
-        Major("2"),
-        "utility",
-        &["nscq_session_create"],
-    ),
-    dev(lib(
-        "libcuda.so",
-        Major("1"),
-        "compute",
-        &["cuInit", "cuDriverGetVersion", "cuDeviceGetCount"],
-    )),
-    lib(
-        "libcudadebugger.so",
-        Major("1"),
-        "compute",
-        &["cudbgGetAPI"],
-    ),
-    lib(
-        "libnvidia-opencl.so",
-        Major("1"),
-        "compute",
-        &["clGetPlatformIDs", "clIcdGetPlatformIDsKHR"],
-    ),
-    lib(
-        "libnvidia-gpucomp.so",
-        Version,
-        "compute",
-        &["nvgpucompGetVersion"],
-    ),
-    lib(
-        "libnvidia-ptxjitcompiler.so",
-        Major("1"),
-        "compute",
-        &["__cuda_CallJitEntryPoint"],
-    ),
-    lib(
-        "libnvidia-allocator.so",
-        Major("1"),
-        "compute",
-        &["nvidia_allocator_init"],
-    ),
-    lib(
-        "libnvidia-pkcs11.so",
-        Version,
-        "compute",
-        &["C_GetFunctionList"],
-    ),
-    lib(
-        "libnvidia-pkcs11-openssl3.so",
-        Version,
-        "compute",
-        &["C_GetFunctionList"],
-    ),
-    lib("libnvidia-nvvm.so", Major("4"), "compute", &["nvvmVersion"]),
-    lib(
-        "libvdpau_nvidia.so",
-        Major("1"),
-        "video",
-        &["vdp_imp_device_create_x11"],
-    ),
-    dev(lib(
-        "libnvidia-encode.so",
-        Major("1"),
-        "video",
-        &["NvEncodeAPICreateInstance"],
-    )),
-    dev(lib(
-        "libnvidia-opticalflow.so",
-        Major("1"),
-        "video",
-        &["NvOFAPICreateInstanceCuda"],
-    )),
-    dev(lib(
-        "libnvcuvid.so",
-        Major("1"),
-        "video",
-        &["cuvidCreateDecoder"],
-    )),
-    lib(
-        "libnvidia-eglcore.so",
-        Version,
-        "graphics",
-        &["nvidia_eglcore_stub"],
-    ),
-    lib(
-        "libnvidia-glcore.so",
-        Version,
-        "graphics",
-        &["nvidia_glcore_stub"],
-    ),
-    lib(
-        "libnvidia-tls.so",
-        Version,
-        "graphics",
-        &["nvidia_tls_stub"],
-    ),
-    lib(
-        "libnvidia-glsi.so",
-        Version,
-        "graphics",
-        &["nvidia_glsi_stub"],
-    ),
-    lib(
-        "libnvidia-fbc.so",
-        Major("1"),
-        "graphics",
-        &["NvFBCCreateInstance"],
-    ),
-    lib(
-        "libnvidia-rtcore.so",
-        Version,
-        "graphics",
-        &["rtcoreGetVersion"],
-    ),
-    lib(
-        "libnvoptix.so",
-        Major("1"),
-        "graphics",
-        &["optixQueryFunctionTable"],
-    ),
-    lib(
-        "libGLX_nvidia.so",
-        Major("0"),
-        "graphics",
-        &["__glx_Main", "vk_icdGetInstanceProcAddr"],
-    ),
-    lib("libEGL_nvidia.so", Major("0"), "graphics", &["__egl_Main"]),
-    lib(
-        "libGLESv2_nvidia.so",
-        Major("2"),
-        "graphics",
-        &["glGetString"],
-    ),
-    lib(
-        "libGLESv1_CM_nvidia.so",
-        Major("1"),
-        "graphics",
-        &["glGetString"],
-    ),
-    lib(
-        "libnvidia-glvkspirv.so",
-        Version,
-        "graphics",
-        &["nvidia_glvkspirv_stub"],
-    ),
-    lib(
-        "libnvidia-cbl.so",
-        Version,
-        "graphics",
-        &["nvidia_cbl_stub"],
-    ),
-    lib(
-        "libnvidia-ngx.so",
-        Major("1"),
-        "ngx",
-        &["NVSDK_NGX_CUDA_Init"],
-    ),
-];
 
 /// A library file as installed for one profile.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InstalledLibrary {
+    /// Directory inside the root: `lib_dir`, or `features.lib32_dir` for an i386 build.
+    pub dir: String,
     /// `libcuda.so.570.158.01`
     pub file_name: String,
     /// `libcuda.so.1`
     pub soname: String,
     pub capability: &'static str,
+    /// `libcuda.so` when the profile lists it in `features.dev_links`.
     pub dev_link: Option<String>,
+    /// An i386 (ELF32) build.
+    pub i386: bool,
     symbols: &'static [&'static str],
 }
 
-/// The libraries a profile installs: graphics and NGX only with `features.graphics`, NSCQ only on
-/// NVSwitch systems (`features.fabricmanager_socket`).
+impl InstalledLibrary {
+    /// Path of the file inside the root.
+    pub fn path(&self) -> String {
+        format!("{}/{}", self.dir.trim_end_matches('/'), self.file_name)
+    }
+}
+
+/// True when the profile installs the library `l` at all: graphics and NGX only with
+/// `features.graphics`, NSCQ only on NVSwitch systems (`features.fabricmanager_socket`).
+pub fn installs(p: &NodeProfile, l: &LibrarySpec) -> bool {
+    match l.capability {
+        "graphics" | "ngx" => p.features.graphics,
+        _ if l.stem == "libnvidia-nscq.so" => p.features.fabricmanager_socket,
+        _ => true,
+    }
+}
+
+/// The libraries a profile installs: the x86-64 set, the i386 set in `features.lib32_dir`, and
+/// the EGL platform libraries of `features.gbm` / `features.xorg`.
 pub fn libraries(p: &NodeProfile) -> Vec<InstalledLibrary> {
-    LIBRARIES
-        .iter()
-        .filter(|l| match l.capability {
-            "graphics" | "ngx" => p.features.graphics,
-            _ if l.stem == "libnvidia-nscq.so" => p.features.fabricmanager_socket,
-            _ => true,
-        })
-        .map(|l| {
+    let mut dirs = vec![(p.lib_dir.clone(), false)];
+    dirs.extend(p.features.lib32_dir.clone().map(|d| (d, true)));
+    let mut out = Vec::new();
+    for (dir, i386) in dirs {
+        for l in LIBRARIES
+            .iter()
+            .filter(|l| installs(p, l) && (!i386 || l.lib32))
+        {
             let file_name = format!("{}.{}", l.stem, p.driver_version);
             let soname = match l.soname {
                 Major(m) => format!("{}.{m}", l.stem),
                 Version => file_name.clone(),
             };
-            InstalledLibrary {
-                dev_link: l.dev_link.then(|| l.stem.to_string()),
+            out.push(InstalledLibrary {
+                dir: dir.clone(),
+                dev_link: p
+                    .features
+                    .dev_links
+                    .iter()
+                    .any(|d| d == l.stem)
+                    .then(|| l.stem.to_string()),
                 file_name,
                 soname,
                 capability: l.capability,
+                i386,
                 symbols: l.symbols,
-            }
-        })
-        .collect()
+            });
+        }
+    }
+    for e in EXTERNAL.iter().filter(|e| match e.feature {
+        "gbm" => p.features.gbm,
+        _ => p.features.xorg,
+    }) {
+        out.push(InstalledLibrary {
+            dir: p.lib_dir.clone(),
+            file_name: e.file_name.to_string(),
+            soname: e.soname.to_string(),
+            capability: "graphics",
+            dev_link: None,
+            i386: false,
+            symbols: e.symbols,
+        });
+    }
+    out
 }
 
-/// Installs every library of the profile in `<root><lib_dir>`; returns their paths inside the root.
+/// Relative target and path inside the root of the GBM backend link the driver installs:
+/// `<lib_dir>/gbm/nvidia-drm_gbm.so -> ../libnvidia-allocator.so.1`.
+pub fn gbm_link(p: &NodeProfile) -> Option<(&'static str, String)> {
+    p.features.gbm.then(|| {
+        (
+            "../libnvidia-allocator.so.1",
+            format!("{}/gbm/nvidia-drm_gbm.so", p.lib_dir.trim_end_matches('/')),
+        )
+    })
+}
+
+/// Installs every library of the profile; returns their paths inside the root.
 pub fn install(root: &Path, p: &NodeProfile, mock_nvml: &Path) -> Result<Vec<String>, SimError> {
-    let dir = under(root, &p.lib_dir);
-    mkdirs(&dir)?;
     if !mock_nvml.is_file() {
         return Err(SimError::MockNvmlMissing {
             path: mock_nvml.to_path_buf(),
@@ -282,10 +119,18 @@ pub fn install(root: &Path, p: &NodeProfile, mock_nvml: &Path) -> Result<Vec<Str
     }
     let mut installed = Vec::new();
     for l in libraries(p) {
+        let dir = under(root, &l.dir);
+        mkdirs(&dir)?;
         let path = dir.join(&l.file_name);
-        if l.soname == "libnvidia-ml.so.1" {
+        if l.soname == "libnvidia-ml.so.1" && !l.i386 {
             copy_atomic(mock_nvml, &path, 0o755)?;
             write_atomic(&dir.join(PROFILE_FILE_NAME), p.to_toml().as_bytes(), 0o644)?;
+        } else if l.i386 {
+            write_atomic(
+                &path,
+                &elf32::shared_object_i386(&l.soname, l.symbols),
+                0o755,
+            )?;
         } else {
             write_atomic(&path, &elf::shared_object(&l.soname, l.symbols), 0o755)?;
         }
@@ -295,11 +140,14 @@ pub fn install(root: &Path, p: &NodeProfile, mock_nvml: &Path) -> Result<Vec<Str
         if let Some(link) = &l.dev_link {
             symlink_atomic(&l.soname, &dir.join(link))?;
         }
-        installed.push(format!(
-            "{}/{}",
-            p.lib_dir.trim_end_matches('/'),
-            l.file_name
-        ));
+        installed.push(l.path());
+    }
+    if let Some((target, link)) = gbm_link(p) {
+        let link = under(root, &link);
+        if let Some(parent) = link.parent() {
+            mkdirs(parent)?;
+        }
+        symlink_atomic(target, &link)?;
     }
     Ok(installed)
 }
@@ -311,10 +159,14 @@ pub fn write_ld_so_conf(root: &Path, p: &NodeProfile) -> Result<(), SimError> {
         b"include /etc/ld.so.conf.d/*.conf\n",
         0o644,
     )?;
-    let conf = format!(
+    let mut conf = format!(
         "# NVIDIA driver libraries (gpuhook-sim profile {})\n{}\n",
         p.name, p.lib_dir
     );
+    if let Some(lib32) = &p.features.lib32_dir {
+        conf.push_str(lib32);
+        conf.push('\n');
+    }
     write_atomic(
         &under(root, "/etc/ld.so.conf.d/00-nvidia-driver.conf"),
         conf.as_bytes(),

@@ -8,10 +8,12 @@
 //! marker file protects real directories: we only write into an empty directory or one that
 //! we built before.
 
+pub mod desktop;
 pub mod devices;
 pub mod files;
 mod fsutil;
 pub mod libraries;
+mod library_table;
 pub mod procfs;
 
 use std::path::{Path, PathBuf};
@@ -143,9 +145,12 @@ fn made_paths(p: &NodeProfile, report: &Report) -> Vec<String> {
     paths.extend(procfs::proc_files(p).into_iter().map(|(path, _)| path));
     paths.extend(report.libraries.iter().cloned());
     for l in libraries(p) {
-        paths.push(format!("{lib_dir}/{}", l.soname));
-        paths.extend(l.dev_link.map(|d| format!("{lib_dir}/{d}")));
+        let dir = l.dir.trim_end_matches('/');
+        paths.push(format!("{dir}/{}", l.soname));
+        paths.extend(l.dev_link.map(|d| format!("{dir}/{d}")));
     }
+    paths.extend(libraries::gbm_link(p).map(|(_, link)| link));
+    paths.extend(desktop::glxserver_link(p));
     paths.push(format!("{lib_dir}/{}", crate::profile::PROFILE_FILE_NAME));
     paths.extend(report.files.iter().cloned());
     paths.sort();
@@ -228,6 +233,7 @@ pub fn materialise(
     report.files.extend(files::firmware(&root, profile)?);
     report.files.extend(files::sockets(&root, profile)?);
     report.files.extend(files::config_files(&root, profile)?);
+    report.files.extend(desktop::install(&root, profile)?);
     libraries::write_ld_so_conf(&root, profile)?;
     let made = made_paths(profile, &report);
     remove_stale(&root, &old_paths, &made)?;

@@ -24,6 +24,10 @@ pub const ALL_PROFILES: &[&str] = &[
     "a100-mig-mixed",
     "h100-mig",
     "h20-mig",
+    "l20-minimal",
+    "rhel-a100",
+    "h100-mig-empty",
+    "workstation-full",
 ];
 
 /// An installed mock: `dir/libnvidia-ml.so.<ver>`, `dir/libnvidia-ml.so.1 -> that`, the profile.
@@ -142,8 +146,10 @@ pub fn bus_id_key(id: &str) -> String {
     )
 }
 
+/// The NVML brand of a profile's `brand` (`nvidia-rtx` and `nvidia_rtx` are the same, as in nvml.h's
+/// `NVML_BRAND_NVIDIA_RTX`).
 pub fn brand_of(name: &str) -> Brand {
-    match name {
+    match name.replace('-', "_").as_str() {
         "tesla" => Brand::Tesla,
         "nvidia" => Brand::Nvidia,
         "geforce" => Brand::GeForce,
