@@ -45,7 +45,23 @@ pub struct EditOptions {
     pub ldconfig_path: Option<PathBuf>,
     /// The hooks' environment; [`DEFAULT_HOOK_ENV`] by default. Never empty.
     pub hook_env: Vec<String>,
+    /// Steps of the setup hook left out, by NVIDIA's hook names (`nvidia-ctk cdi generate
+    /// --disable-hook`): `create-symlinks`, `update-ldcache`, `disable-device-node-modification`,
+    /// `enable-cuda-compat`; `all` leaves out the hook.
+    pub disabled_hooks: BTreeSet<String>,
 }
+
+/// NVIDIA's hook names that map to a step of our setup hook (nvidia-container-toolkit v1.20.0
+/// internal/discover/hooks.go), and `all`.
+pub const HOOK_NAMES: &[&str] = &[
+    "create-symlinks",
+    "update-ldcache",
+    "disable-device-node-modification",
+    "enable-cuda-compat",
+    "update-application-profile",
+    "chmod",
+    "all",
+];
 
 impl EditOptions {
     pub fn new(gpuhook_path: impl Into<PathBuf>) -> Self {
@@ -53,7 +69,12 @@ impl EditOptions {
             gpuhook_path: gpuhook_path.into(),
             ldconfig_path: None,
             hook_env: DEFAULT_HOOK_ENV.iter().map(|s| s.to_string()).collect(),
+            disabled_hooks: BTreeSet::new(),
         }
+    }
+
+    fn enabled(&self, hook: &str) -> bool {
+        !self.disabled_hooks.contains(hook) && !self.disabled_hooks.contains("all")
     }
 
     fn check(&self) -> Result<(), CdiError> {
@@ -164,12 +185,15 @@ fn hooks(
     caps: &BTreeSet<Capability>,
     opts: &EditOptions,
 ) -> Result<Vec<Hook>, CdiError> {
+    if !opts.enabled("all") {
+        return Ok(Vec::new());
+    }
     let mut args = vec![SETUP_HOOK.to_string()];
     let links: BTreeSet<(String, String)> = inv
         .files
         .symlinks
         .iter()
-        .filter(|s| caps.contains(&s.capability))
+        .filter(|s| caps.contains(&s.capability) && opts.enabled("create-symlinks"))
         .map(|s| Ok((path_str(&s.link)?, path_str(&s.target)?)))
         .collect::<Result<_, CdiError>>()?;
     for (link, target) in links {
@@ -196,7 +220,7 @@ fn hooks(
             folders.push(p);
         }
     }
-    if !folders.is_empty() {
+    if !folders.is_empty() && opts.enabled("update-ldcache") {
         if let Some(ldconfig) = &opts.ldconfig_path {
             args.push("--ldconfig-path".into());
             args.push(path_str(ldconfig)?);
@@ -206,7 +230,12 @@ fn hooks(
             args.push(path_str(f)?);
         }
     }
-    args.push(DISABLE_DEVICE_NODE_MODIFICATION_FLAG.into());
+    if opts.enabled("disable-device-node-modification") {
+        args.push(DISABLE_DEVICE_NODE_MODIFICATION_FLAG.into());
+    }
+    if args.len() == 1 {
+        return Ok(Vec::new());
+    }
     Ok(vec![hook(opts, args)?])
 }
 

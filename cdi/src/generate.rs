@@ -114,6 +114,10 @@ pub struct GenerateOptions {
     /// Applied in order to every device; duplicates are ignored.
     pub name_strategies: Vec<NameStrategy>,
     pub edits: EditOptions,
+    /// Emit the `all` device (`nvidia-ctk cdi generate --no-all-device` turns it off).
+    pub all_device: bool,
+    /// Restrict the spec to these devices (index, `N:M`, UUID, `gpuN`, `migN:M`); `None`: all.
+    pub device_ids: Option<Vec<String>>,
 }
 
 impl GenerateOptions {
@@ -124,6 +128,8 @@ impl GenerateOptions {
             class: DEFAULT_CLASS.into(),
             name_strategies: vec![NameStrategy::Index, NameStrategy::Uuid],
             edits: EditOptions::new(gpuhook_path),
+            all_device: true,
+            device_ids: None,
         }
     }
 
@@ -157,6 +163,46 @@ pub fn all_devices(inv: &Inventory) -> Vec<DeviceRef> {
     out
 }
 
+/// The devices of `all` that `ids` name (any strategy's name; `all` names every one), in
+/// `all`'s order; every id must name one (`nvidia-ctk cdi generate --device-id`).
+fn select(
+    inv: &Inventory,
+    all: Vec<DeviceRef>,
+    ids: Option<&[String]>,
+) -> Result<Vec<DeviceRef>, CdiError> {
+    let Some(ids) = ids.filter(|ids| !ids.iter().any(|i| i == ALL_DEVICE)) else {
+        return Ok(all);
+    };
+    const STRATEGIES: [NameStrategy; 3] = [
+        NameStrategy::Index,
+        NameStrategy::Uuid,
+        NameStrategy::TypeIndex,
+    ];
+    let named = |dev: &DeviceRef, id: &str| {
+        STRATEGIES
+            .iter()
+            .any(|s| s.name(inv, dev).is_ok_and(|n| n.eq_ignore_ascii_case(id)))
+    };
+    if let Some(bad) = ids.iter().find(|id| !all.iter().any(|d| named(d, id))) {
+        let known: Vec<String> = all
+            .iter()
+            .filter_map(|d| NameStrategy::Index.name(inv, d).ok())
+            .collect();
+        return Err(CdiError::InvalidOption {
+            option: "device id",
+            message: format!(
+                "{} names no device of this node (devices: {}, their UUIDs, or all)",
+                crate::error::capped(bad),
+                known.join(", ")
+            ),
+        });
+    }
+    Ok(all
+        .into_iter()
+        .filter(|d| ids.iter().any(|id| named(d, id)))
+        .collect())
+}
+
 /// Builds the spec of kind `vendor/class` for `inv`. The result passes [`validate::validate_spec`]
 /// (checked with [`validate::validate_model`]: the schema part in debug builds).
 pub fn generate(inv: &Inventory, opts: &GenerateOptions) -> Result<Spec, CdiError> {
@@ -175,7 +221,7 @@ pub fn generate(inv: &Inventory, opts: &GenerateOptions) -> Result<Spec, CdiErro
             "at least one is needed (index, uuid, type-index)".into(),
         ));
     }
-    let all = all_devices(inv);
+    let all = select(inv, all_devices(inv), opts.device_ids.as_deref())?;
     if all.is_empty() {
         return Err(bad(
             "inventory",
@@ -204,14 +250,16 @@ pub fn generate(inv: &Inventory, opts: &GenerateOptions) -> Result<Spec, CdiErro
             });
         }
     }
-    devices.push(Device {
-        name: crate::generate::ALL_DEVICE.into(),
-        annotations: Default::default(),
-        container_edits: ContainerEdits {
-            device_nodes: device_nodes(inv, &all)?,
-            ..Default::default()
-        },
-    });
+    if opts.all_device {
+        devices.push(Device {
+            name: crate::generate::ALL_DEVICE.into(),
+            annotations: Default::default(),
+            container_edits: ContainerEdits {
+                device_nodes: device_nodes(inv, &all)?,
+                ..Default::default()
+            },
+        });
+    }
     let caps: BTreeSet<Capability> = Capability::ALL.into_iter().collect();
     let mut spec = Spec {
         cdi_version: String::new(),

@@ -29,6 +29,7 @@ pub mod apply;
 pub mod edits;
 pub mod error;
 pub mod generate;
+pub mod modes;
 pub mod names;
 pub mod nodes;
 pub mod read;
@@ -45,6 +46,7 @@ pub use edits::{
 };
 pub use error::CdiError;
 pub use generate::{generate, GenerateOptions, NameStrategy, DEFAULT_CLASS, DEFAULT_VENDOR};
+pub use modes::{generate_mode, Mode};
 pub use names::{qualified_name, QualifiedName};
 pub use nodes::device_nodes;
 pub use read::{read_bounded, MAX_SPEC_BYTES};

@@ -94,6 +94,29 @@ pub fn discover_nodes(
         .collect()
 }
 
+/// Most directory entries looked at by one [`scan_nodes`].
+pub const MAX_SCANNED_ENTRIES: usize = 4096;
+
+/// The character devices of `dev_root` + `dir` whose names start with `prefix` (NVIDIA's
+/// `/dev/nvidia-fs*`-style patterns), sorted by path; bounded to [`MAX_SCANNED_ENTRIES`].
+pub fn scan_nodes(dev_root: &Path, dir: &str, prefix: &str) -> Vec<DevNode> {
+    let Ok(entries) = std::fs::read_dir(join_under(dev_root, Path::new(dir))) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = entries
+        .take(MAX_SCANNED_ENTRIES)
+        .flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| n.starts_with(prefix))
+        .collect();
+    names.sort();
+    let dir = dir.trim_end_matches('/');
+    names
+        .iter()
+        .filter_map(|n| stat_node(dev_root, &format!("{dir}/{n}")))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -137,5 +160,11 @@ mod tests {
         let cap = stat_node(r, &cap_node_path(21)).unwrap();
         assert_eq!((cap.major, cap.minor, cap.mode), (195, 21, 0o444));
         assert!(stat_node(r, NVIDIA_MODESET).is_none());
+        assert!(mk(r, "/dev/nvidia-fs0", 0, 0o666));
+        let fs: Vec<String> = scan_nodes(r, "/dev", "nvidia-fs")
+            .into_iter()
+            .map(|n| n.path)
+            .collect();
+        assert_eq!(fs, ["/dev/nvidia-fs0"]);
     }
 }
