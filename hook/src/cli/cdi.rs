@@ -7,7 +7,10 @@
 
 mod conflicts;
 mod generate;
+mod nvidia_flags;
 mod takeover;
+
+pub use nvidia_flags::NvidiaFlags;
 
 use std::path::{Path, PathBuf};
 
@@ -91,35 +94,55 @@ impl From<NameStrategy> for gpuhook_cdi::NameStrategy {
 #[derive(Debug, Clone, Args)]
 pub struct GenerateArgs {
     /// Root of the driver installation [default: driver-root from the config]
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", env = "NVIDIA_CTK_DRIVER_ROOT")]
     pub driver_root: Option<PathBuf>,
     /// Root of /dev/nvidia* [default: dev-root from the config, else the driver root]
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", env = "NVIDIA_CTK_DEV_ROOT")]
     pub dev_root: Option<PathBuf>,
     /// libnvidia-ml.so.1 to load [default: found through the driver root's ld.so.cache]
     #[arg(long, value_name = "PATH")]
     pub nvml_lib: Option<PathBuf>,
     /// Write the spec to FILE, to DIR/<vendor>-<class>.<format>, or to stdout (`-`)
     /// [default: /var/run/cdi/<vendor>-<class>.<format>]
-    #[arg(long, short, value_name = "FILE|DIR")]
+    #[arg(
+        long,
+        short,
+        value_name = "FILE|DIR",
+        env = "NVIDIA_CTK_CDI_OUTPUT_FILE_PATH"
+    )]
     pub output: Option<PathBuf>,
     /// Spec format [default: from the output file's extension, else json]
-    #[arg(long, value_enum)]
+    #[arg(
+        long,
+        value_enum,
+        ignore_case = true,
+        env = "NVIDIA_CTK_CDI_GENERATE_OUTPUT_FORMAT"
+    )]
     pub format: Option<SpecFormat>,
     /// Device names to emit, comma-separated
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "index,uuid")]
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "index,uuid",
+        env = "NVIDIA_CTK_CDI_GENERATE_DEVICE_NAME_STRATEGIES"
+    )]
     pub device_name_strategy: Vec<NameStrategy>,
     /// CDI vendor
-    #[arg(long, default_value = "nvidia.com", value_parser = vendor)]
+    #[arg(long, visible_alias = "cdi-vendor", default_value = "nvidia.com", value_parser = vendor, env = "NVIDIA_CTK_CDI_GENERATE_VENDOR")]
     pub vendor: String,
-    /// CDI class
-    #[arg(long, default_value = "gpu", value_parser = class)]
-    pub class: String,
+    /// CDI class [default: gpu; for --mode gds|mofed|nvswitch|gdrcopy that name, imex: imex-channel]
+    #[arg(long, visible_alias = "cdi-class", value_parser = class, env = "NVIDIA_CTK_CDI_GENERATE_CLASS")]
+    pub class: Option<String>,
     /// Absolute host path of the gpuhook binary the spec's hooks run [default: this executable]
     #[arg(long, value_name = "PATH")]
     pub gpuhook_path: Option<PathBuf>,
     /// Host ldconfig the update-ldcache hook runs [default: ldconfig from the hook's config]
-    #[arg(long, value_name = "PATH")]
+    #[arg(
+        long,
+        value_name = "PATH",
+        env = "NVIDIA_CTK_CDI_GENERATE_LDCONFIG_PATH"
+    )]
     pub ldconfig_path: Option<PathBuf>,
     /// Save the discovered inventory here for `gpuhook prestart`
     /// [default: inventory-cache from the config]
@@ -135,6 +158,9 @@ pub struct GenerateArgs {
     /// defines the same devices: gpuhook's spec takes its name, so runtimes see one definition
     #[arg(long)]
     pub force: bool,
+    /// The flags of `nvidia-ctk cdi generate` (see `gpuhook cdi generate --help`)
+    #[command(flatten)]
+    pub nvidia: NvidiaFlags,
 }
 
 fn vendor(s: &str) -> Result<String, String> {

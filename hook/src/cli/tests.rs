@@ -53,8 +53,8 @@ fn cdi_generate_flags() {
         vec![NameStrategy::Index, NameStrategy::TypeIndex]
     );
     assert_eq!(
-        (g.vendor.as_str(), g.class.as_str()),
-        ("example.com", "gpu")
+        (g.vendor.as_str(), g.class.as_deref()),
+        ("example.com", Some("gpu"))
     );
 
     let Command::Cdi(CdiCommand::Generate(g)) = parse(&["cdi", "generate"]).command else {
@@ -65,8 +65,8 @@ fn cdi_generate_flags() {
         vec![NameStrategy::Index, NameStrategy::Uuid]
     );
     assert_eq!(
-        (g.vendor.as_str(), g.class.as_str(), g.output),
-        ("nvidia.com", "gpu", None)
+        (g.vendor.as_str(), g.class.as_deref(), g.output),
+        ("nvidia.com", None, None)
     );
 
     assert!(parse_err(&["cdi", "generate", "--vendor", "bad vendor"]).contains("contains ' '"));

@@ -67,8 +67,8 @@ impl Output {
 }
 
 /// The gpuhook binary the spec's hooks run: `--gpuhook-path`, else this executable (canonical).
-fn gpuhook_path(args: &GenerateArgs) -> anyhow::Result<PathBuf> {
-    match &args.gpuhook_path {
+fn gpuhook_path(given: Option<&PathBuf>) -> anyhow::Result<PathBuf> {
+    match given {
         Some(p) if p.is_absolute() => {
             if !p.is_file() {
                 tracing::warn!(path = %p.display(), "--gpuhook-path does not exist on this host; the spec's hooks will fail until it does");
@@ -138,9 +138,16 @@ pub(super) fn run(args: &GenerateArgs, config: &Config) -> anyhow::Result<()> {
         .or(config.dev_root.as_deref())
         .map(|d| canonical_dir("dev root", d))
         .transpose()?;
-    let kind = format!("{}/{}", args.vendor, args.class);
+    let flags = args.nvidia.resolve()?;
+    let class = args.class.clone().unwrap_or_else(|| {
+        flags
+            .mode
+            .map_or(gpuhook_cdi::DEFAULT_CLASS, |m| m.default_class())
+            .to_string()
+    });
+    let kind = format!("{}/{class}", args.vendor);
     let output = Output::resolve(args.output.as_deref(), args.format.map(Into::into), &kind)?;
-    let gpuhook_path = gpuhook_path(args)?;
+    let gpuhook_path = gpuhook_path(args.gpuhook_path.as_ref().or(flags.gpuhook_path.as_ref()))?;
 
     let discovery = discover(&DiscoverOptions {
         driver_root,
@@ -148,41 +155,35 @@ pub(super) fn run(args: &GenerateArgs, config: &Config) -> anyhow::Result<()> {
         nvml_lib: args.nvml_lib.clone(),
     })
     .map_err(flat)?;
+    let needs_gpus = matches!(flags.mode, None | Some(gpuhook_cdi::Mode::Management));
+    check_nvml(&discovery, needs_gpus && !args.allow_procfs_fallback)?;
     let inv = discovery.inventory;
-    let nvml_failed = inv.source != DiscoverySource::Nvml && !args.allow_procfs_fallback;
-    let (nvml, other): (Vec<&String>, Vec<&String>) = discovery
-        .warnings
-        .iter()
-        .partition(|w| nvml_failed && w.contains("NVML"));
-    for w in other {
-        tracing::warn!("{w}");
-    }
-    if nvml_failed {
-        // The NVML warnings become the error line instead of being logged twice.
-        let nvml: Vec<&str> = nvml.into_iter().map(String::as_str).collect();
-        bail!(
-            "{}; a spec made without NVML lacks MIG devices: fix NVML (or point --nvml-lib at a \
-             working libnvidia-ml.so.1), or pass --allow-procfs-fallback to describe full GPUs from \
-             /proc/driver/nvidia only",
-            if nvml.is_empty() {
-                "NVML is unusable".to_string()
-            } else {
-                nvml.join("; ")
-            }
-        );
-    }
     let discovered = start.elapsed();
 
     let mut opts = GenerateOptions::new(gpuhook_path);
     opts.vendor = args.vendor.clone();
-    opts.class = args.class.clone();
+    opts.class = class;
     opts.name_strategies = args
         .device_name_strategy
         .iter()
         .map(|&s| s.into())
         .collect();
     opts.edits.ldconfig_path = args.ldconfig_path.clone();
-    let spec = gpuhook_cdi::generate(&inv, &opts).map_err(flat)?;
+    opts.edits.disabled_hooks = flags.disabled_hooks.clone();
+    opts.all_device = flags.all_device;
+    opts.device_ids = flags.device_ids.clone();
+    let spec_inv = if flags.no_ipc {
+        let mut i = inv.clone();
+        i.files.ipc.clear();
+        std::borrow::Cow::Owned(i)
+    } else {
+        std::borrow::Cow::Borrowed(&inv)
+    };
+    let spec = match flags.mode {
+        None => gpuhook_cdi::generate(&spec_inv, &opts),
+        Some(mode) => gpuhook_cdi::generate_mode(&spec_inv, mode, &opts),
+    }
+    .map_err(flat)?;
     let generated = start.elapsed();
 
     let (shown, outcome) = write(&spec, &output, args.force, &config.cdi_spec_dirs)?;
@@ -206,6 +207,33 @@ pub(super) fn run(args: &GenerateArgs, config: &Config) -> anyhow::Result<()> {
         spec.devices.len(),
         spec.cdi_version
     );
+    Ok(())
+}
+
+/// Logs discovery's warnings; with `required`, an unusable NVML is an error (its warnings become
+/// the error line instead of being logged twice).
+fn check_nvml(discovery: &gpuhook_node::Discovery, required: bool) -> anyhow::Result<()> {
+    let nvml_failed = discovery.inventory.source != DiscoverySource::Nvml && required;
+    let (nvml, other): (Vec<&String>, Vec<&String>) = discovery
+        .warnings
+        .iter()
+        .partition(|w| nvml_failed && w.contains("NVML"));
+    for w in other {
+        tracing::warn!("{w}");
+    }
+    if nvml_failed {
+        let nvml: Vec<&str> = nvml.into_iter().map(String::as_str).collect();
+        bail!(
+            "{}; a spec made without NVML lacks MIG devices: fix NVML (or point --nvml-lib at a \
+             working libnvidia-ml.so.1), or pass --allow-procfs-fallback to describe full GPUs from \
+             /proc/driver/nvidia only",
+            if nvml.is_empty() {
+                "NVML is unusable".to_string()
+            } else {
+                nvml.join("; ")
+            }
+        );
+    }
     Ok(())
 }
 
