@@ -21,8 +21,6 @@ use crate::config::Config;
 use crate::request::{validate_class, validate_vendor};
 
 /// `gpuhook cdi ...`.
-// Parsed once per process: the size of the generate variant does not matter.
-#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, Subcommand)]
 pub enum CdiCommand {
     /// Generate a CDI spec for this node's GPUs
@@ -33,7 +31,7 @@ pub enum CdiCommand {
         rename) with mode 0644 and the lowest cdiVersion its contents need; an unchanged spec is not \
         rewritten, and a file gpuhook did not write is never replaced. The discovered inventory is \
         also saved for `gpuhook prestart` (--inventory-cache). A one-line summary goes to stderr.")]
-    Generate(GenerateArgs),
+    Generate(Box<GenerateArgs>),
     /// List the CDI devices defined in the spec directories
     #[command(
         long_about = "List the CDI devices defined in the spec directories.\n\n\

@@ -114,7 +114,7 @@ fn generate_args(args: &[&str]) -> GenerateArgs {
     let mut argv = vec!["gpuhook", "cdi", "generate"];
     argv.extend_from_slice(args);
     match Cli::try_parse_from(argv).unwrap().command {
-        Command::Cdi(CdiCommand::Generate(g)) => g,
+        Command::Cdi(CdiCommand::Generate(g)) => *g,
         other => panic!("{other:?}"),
     }
 }
