@@ -10,6 +10,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 
+use crate::extras::{extra_configs, extra_links, xorg_modules, OWN_VERSION_PREFIXES};
 use crate::inventory::{Capability, ContainerSymlink, DriverFile, DriverFiles, DriverLibrary};
 use crate::ldcache::{LdCache, LibClass};
 use crate::nvml::STANDARD_LIB_DIRS;
@@ -63,6 +64,10 @@ pub const LIBRARIES: &[(Capability, &[&str])] = &[
             "libGLESv1_CM_nvidia.so",
             "libnvidia-glvkspirv.so",
             "libnvidia-cbl.so",
+            "libnvidia-egl-gbm.so",
+            "libnvidia-egl-wayland.so",
+            "libnvidia-egl-wayland2.so",
+            "libnvidia-vulkan-producer.so",
         ],
     ),
     (Capability::Ngx, &["libnvidia-ngx.so"]),
@@ -165,11 +170,22 @@ pub fn discover_files(
         }
     }
     files.symlinks = container_symlinks(&files.libraries);
+    let (xorg, xorg_links) = xorg_modules(resolver, &files.library_dirs, driver_version);
+    for link in extra_links(resolver, &files.libraries)
+        .into_iter()
+        .chain(xorg_links)
+    {
+        if !files.symlinks.iter().any(|l| l.link == link.link) {
+            files.symlinks.push(link);
+        }
+    }
     files.binaries = find_binaries(resolver);
     files.firmware = find_firmware(resolver, driver_version);
     files.ipc = existing(resolver, IPC);
     files.config_files = existing(resolver, CONFIG_FILES);
     files.config_files.extend(egl_platform_configs(resolver));
+    files.config_files.extend(extra_configs(resolver));
+    files.config_files.extend(xorg);
     files
 }
 
@@ -238,7 +254,8 @@ fn find_libraries(
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        if !matches_driver_version(&name, driver_version) {
+        if !matches_driver_version(&name, driver_version) && !OWN_VERSION_PREFIXES.contains(&prefix)
+        {
             tracing::debug!(path = %real.display(), driver_version, "skipping library of another driver version");
             continue;
         }

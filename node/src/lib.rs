@@ -10,6 +10,7 @@ pub mod cache;
 pub mod devnodes;
 pub mod discover;
 pub mod error;
+pub mod extras;
 pub mod files;
 pub mod gpus;
 pub mod inventory;
