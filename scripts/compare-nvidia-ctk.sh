@@ -80,16 +80,23 @@ def flag_values($f): [range(0; length) as $i | select(.[$i] == $f) | .[$i + 1]];
 JQ
 
 # Prints one side's extra entries of a set-valued section.
+# Prints one side's extra entries of each section. Device nodes are compared without their modes
+# first (which devices get which nodes), then modes separately (path mode=... over all devices).
 read -r -d '' DIFF <<'JQ' || true
 def sets: ["common_nodes", "node_permissions", "mounts", "links", "ldcache_folders", "hook_actions", "env"];
+def nomode: map(sub(" mode=[^ ]*"; ""));
+def modes: [(.devices[], .common_nodes)[] | split(" ") | "\(.[0]) \(.[2])"] | unique;
 . as [$nv, $ours] |
 (if $nv.cdiVersion != $ours.cdiVersion then "  cdiVersion: nvidia \($nv.cdiVersion), gpuhook \($ours.cdiVersion)" else empty end),
 (($nv.devices | keys) - ($ours.devices | keys) | select(length > 0) | "  devices only nvidia-ctk: \(join(" "))"),
 (($ours.devices | keys) - ($nv.devices | keys) | select(length > 0) | "  devices only gpuhook:    \(join(" "))"),
-([($nv.devices | keys)[] as $d | select($ours.devices[$d] != null and $ours.devices[$d] != $nv.devices[$d]) |
-  "  device \($d): nvidia-ctk \($nv.devices[$d] | join("; "))\n  device \($d): gpuhook    \($ours.devices[$d] | join("; "))"] | .[:4][]),
-(sets[] as $s | ($nv[$s] - $ours[$s])[] | "  \($s) only nvidia-ctk: \(.)"),
-(sets[] as $s | ($ours[$s] - $nv[$s])[] | "  \($s) only gpuhook:    \(.)"),
+(($nv.devices | keys)[] as $d | select($ours.devices[$d] != null and ($ours.devices[$d] | nomode) != ($nv.devices[$d] | nomode)) |
+  "  device \($d) nodes: nvidia-ctk \($nv.devices[$d] | nomode | join("; "))\n  device \($d) nodes: gpuhook    \($ours.devices[$d] | nomode | join("; "))"),
+(($nv | modes) - ($ours | modes) | select(length > 0) | "  node modes only nvidia-ctk: \(join(", "))"),
+(($ours | modes) - ($nv | modes) | select(length > 0) | "  node modes only gpuhook:    \(join(", "))"),
+def section($s): .[$s] | if $s == "common_nodes" then nomode else . end;
+(sets[] as $s | ($nv | section($s)) - ($ours | section($s)) | .[] | "  \($s) only nvidia-ctk: \(.)"),
+(sets[] as $s | ($ours | section($s)) - ($nv | section($s)) | .[] | "  \($s) only gpuhook:    \(.)"),
 (if ($nv.hooks_without_env + $ours.hooks_without_env) | length > 0 then "  hooks without env: nvidia \($nv.hooks_without_env), gpuhook \($ours.hooks_without_env)" else empty end)
 JQ
 
