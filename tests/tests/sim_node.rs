@@ -34,8 +34,9 @@ fn minor(rdev: u64) -> u32 {
     libc::minor(rdev as libc::dev_t) as u32
 }
 
-/// `ldconfig -p -C <cache>` as a map soname -> path.
-fn ld_cache(root: &Path) -> HashMap<String, String> {
+/// `ldconfig -p -C <cache>` as a map (soname, i386) -> path. An entry is x86-64 (`libc6,x86-64`)
+/// or i386 (plain `libc6`, what ldconfig records for an ELF32 EM_386 object needing libc.so.6).
+fn ld_cache(root: &Path) -> HashMap<(String, bool), String> {
     let out = run_ok(
         Command::new("ldconfig")
             .arg("-p")
@@ -47,8 +48,12 @@ fn ld_cache(root: &Path) -> HashMap<String, String> {
         .filter_map(|l| {
             let (left, path) = l.split_once(" => ")?;
             let name = left.split_whitespace().next()?;
-            assert!(left.contains("x86-64"), "64-bit entry: {l}");
-            Some((name.to_string(), path.trim().to_string()))
+            let i386 = match left.split_once('(').map(|(_, f)| f.trim_end_matches(')')) {
+                Some("libc6,x86-64") => false,
+                Some("libc6") => true,
+                other => panic!("unexpected cache flags {other:?}: {l}"),
+            };
+            Some(((name.to_string(), i386), path.trim().to_string()))
         })
         .collect()
 }
@@ -70,9 +75,9 @@ fn check_node(root: &Path, p: &NodeProfile) {
             && libs.iter().any(|l| l.soname == "libnvidia-ml.so.1")
     );
     for lib in &libs {
-        let want = format!("{}/{}", p.lib_dir, lib.soname);
+        let want = format!("{}/{}", lib.dir, lib.soname);
         assert_eq!(
-            cache.get(&lib.soname),
+            cache.get(&(lib.soname.clone(), lib.i386)),
             Some(&want),
             "{}: {} in the cache",
             p.name,
@@ -86,7 +91,7 @@ fn check_node(root: &Path, p: &NodeProfile) {
         );
         assert!(real.starts_with(root), "{want} stays inside the root");
     }
-    let graphics = cache.contains_key("libGLX_nvidia.so.0");
+    let graphics = cache.contains_key(&("libGLX_nvidia.so.0".to_string(), false));
     assert_eq!(
         graphics, p.features.graphics,
         "{}: graphics libraries iff the feature is on",
@@ -341,7 +346,10 @@ fn rebuilding_with_another_profile_removes_what_no_longer_belongs() {
     assert!(!root.join("run/nvidia-fabricmanager/socket").exists());
     let cache = ld_cache(root);
     assert!(cache.values().all(|p| !p.contains("580.")), "{cache:?}");
-    assert!(!cache.contains_key("libnvidia-nscq.so.2"), "{cache:?}");
+    assert!(
+        !cache.contains_key(&("libnvidia-nscq.so.2".to_string(), false)),
+        "{cache:?}"
+    );
 }
 
 fn walk(dir: &Path) -> Vec<PathBuf> {
