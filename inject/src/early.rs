@@ -15,6 +15,11 @@
 //! and waits for it. When the thread ends, its namespace and its mounts go with it: nothing is
 //! ever mounted on the host. The thread stays alive until ldconfig is done because the sandbox
 //! dies with the thread that forked it (PDEATHSIG).
+//!
+//! Mountpoints and links are made by [`ContainerRoot`] as the hook's are: each as the owner of its
+//! directory (a directory a container's user owns gets the user's files, never root's), and
+//! ldconfig runs as the owner of `/etc` (see [`crate::ldcache`]), whatever user the container's
+//! process runs as.
 
 use std::path::PathBuf;
 use std::sync::mpsc;
@@ -50,7 +55,8 @@ pub struct EarlySetup {
     pub folders: Vec<PathBuf>,
     /// The host ldconfig.
     pub ldconfig: PathBuf,
-    /// Limits and the container user ldconfig runs as.
+    /// ldconfig's limits (it runs as the owner of the container's `/etc`, see
+    /// [`crate::ldcache`]).
     pub ldcache: LdcacheOptions,
 }
 

@@ -1,6 +1,6 @@
 //! A recording in-memory [`Syscalls`] for unit tests of [`crate::ContainerRoot`]'s decisions.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -14,6 +14,8 @@ pub(crate) struct FakeSyscalls {
     pub files: RefCell<BTreeMap<PathBuf, Vec<u8>>>,
     pub host: BTreeMap<PathBuf, EntryKind>,
     pub calls: RefCell<Vec<String>>,
+    /// How many lookups ([`Syscalls::lstat`]) were made: the work a walk did.
+    pub lstats: Cell<usize>,
 }
 
 impl FakeSyscalls {
@@ -37,6 +39,9 @@ impl FakeSyscalls {
     pub fn calls(&self) -> Vec<String> {
         self.calls.borrow().clone()
     }
+    pub fn lstat_count(&self) -> usize {
+        self.lstats.get()
+    }
 }
 
 impl Syscalls for FakeSyscalls {
@@ -44,6 +49,7 @@ impl Syscalls for FakeSyscalls {
         &self.root
     }
     fn lstat(&self, path: &Path) -> Result<Option<EntryKind>> {
+        self.lstats.set(self.lstats.get() + 1);
         Ok(self.tree.borrow().get(path).cloned())
     }
     fn host_stat(&self, path: &Path) -> Result<Option<EntryKind>> {

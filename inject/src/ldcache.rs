@@ -1,7 +1,16 @@
 //! `update-ldcache`: refresh the container's `/etc/ld.so.cache` after driver libraries were
 //! mounted, with the *host's* ldconfig (CVE-2024-0136/0137: never run an ldconfig from the image)
-//! inside a sandbox (new namespaces, chroot, no capabilities, empty environment; see the private
-//! `sandbox` module).
+//! inside a sandbox (new namespaces, the root pivoted to, no capabilities, empty environment; see
+//! the private `sandbox` module).
+//!
+//! Who ldconfig runs as: the owner of the container's `/etc` (resolved inside the root), whoever
+//! the container's process runs as. ldconfig writes `/etc/ld.so.cache~` and renames it over
+//! `/etc/ld.so.cache`, so it needs exactly the owner's write access to `/etc`: uid 0 for an
+//! image's root-owned `/etc` (with no capabilities, uid 0 is held to the permission bits like
+//! anyone), the mapped uid for a user-namespaced root. Running as the container's user failed for
+//! every non-root container (it cannot write a root-owned `/etc`); running as root *with*
+//! capabilities would make it a confused deputy where `/etc` is a directory the container's user
+//! controls (a volume): there it runs as that user (see the `owner` module).
 
 use std::ffi::CString;
 use std::fs::File;
@@ -21,7 +30,8 @@ pub const LDSO_CONF_DEFAULT: &str = "include /etc/ld.so.conf.d/*.conf\n";
 /// Knobs for [`update_ldcache_with`].
 #[derive(Debug, Clone, Copy)]
 pub struct LdcacheOptions {
-    /// Container user and group ldconfig runs as.
+    /// The container process's user and group, for the log: ldconfig does not run as them but
+    /// as the owner of the container's `/etc` (see the module docs).
     pub uid: u32,
     pub gid: u32,
     /// RLIMIT_CPU for ldconfig.
@@ -245,13 +255,21 @@ pub fn start_ldcache_update(
             })?,
         );
     }
+    // After the drop-in: /etc exists now, made by us if the image had none.
+    let (uid, gid) = root.owner(Path::new("/etc"))?;
     let limits = Limits {
-        uid: opts.uid,
-        gid: opts.gid,
+        uid,
+        gid,
         cpu_seconds: opts.cpu_seconds,
         timeout: opts.timeout,
     };
-    tracing::debug!(rootfs = %rootfs.display(), "ld.so.conf drop-in written; starting ldconfig");
+    tracing::debug!(
+        rootfs = %rootfs.display(),
+        uid,
+        gid,
+        container_uid = opts.uid,
+        "ld.so.conf drop-in written; starting ldconfig as the owner of /etc"
+    );
     let process =
         spawn_sandboxed(root.root_fd(), root.path(), &exe, &args, limits).map_err(ldcfg_err)?;
     Ok(PendingLdcache {

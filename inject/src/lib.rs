@@ -16,6 +16,7 @@
 //! Minimum kernel: 5.12 (openat2, open_tree/move_mount/mount_setattr).
 
 pub mod cgroup;
+mod create;
 pub mod early;
 pub mod error;
 pub mod hooks;
@@ -24,11 +25,13 @@ mod mntns;
 mod mountapi;
 pub mod oci;
 mod openat2;
+mod owner;
 mod real;
 mod root;
 mod sandbox;
 mod seccomp;
 pub mod sys;
+mod walk;
 
 #[cfg(test)]
 mod fake;
@@ -50,6 +53,7 @@ pub use root::{
     normalize_container_path, CharDeviceSpec, ContainerRoot, DeviceSource, SymlinkOutcome,
 };
 pub use sys::{EntryKind, MountOptions, Syscalls};
+pub use walk::MAX_SYMLINKS;
 
 #[cfg(test)]
 #[path = "root_tests.rs"]

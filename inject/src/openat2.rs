@@ -10,7 +10,9 @@
 
 use std::ffi::{CString, OsStr};
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+
+use crate::create::{c_name, Dir};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path};
 
@@ -78,12 +80,19 @@ pub(crate) fn open_in_root(root: BorrowedFd<'_>, path: &Path, follow: bool) -> i
     Err(io::Error::from_raw_os_error(libc::EAGAIN))
 }
 
-/// `mkdir -p` of `path` inside `root`. Existing components (symlinks included, followed inside
-/// the root) are used; each missing one is made with `mkdirat` in its parent's fd and opened
-/// with `O_NOFOLLOW | O_DIRECTORY`, so a name swapped for a symlink by a racing container
-/// process makes this fail rather than follow it. A component that exists but is not a
-/// directory (or a symlink dangling inside the root) fails with ENOTDIR or ELOOP.
-pub(crate) fn mkdir_all_in_root(root: BorrowedFd<'_>, path: &Path, mode: u32) -> io::Result<()> {
+/// `mkdir -p` of `path` inside the root. `open` opens an absolute in-root path, following links
+/// inside the root ([`open_in_root`], or pathrs where openat2 is missing). Existing components
+/// (symlinks included, followed inside the root) are used; each missing one is made with
+/// `mkdirat` in its parent's fd, as that directory's owner (see the `owner` module), and opened
+/// with `O_NOFOLLOW | O_DIRECTORY`, so a name swapped for a symlink by a racing container process
+/// makes this fail rather than follow it. A component that exists but is not a directory (or a
+/// symlink dangling inside the root) fails with ENOTDIR or ELOOP.
+pub(crate) fn mkdir_all_in_root(
+    open: impl Fn(&Path) -> io::Result<OwnedFd>,
+    root_owner: u32,
+    path: &Path,
+    mode: u32,
+) -> io::Result<()> {
     let names: Vec<&OsStr> = path
         .components()
         .filter_map(|c| match c {
@@ -101,36 +110,20 @@ pub(crate) fn mkdir_all_in_root(root: BorrowedFd<'_>, path: &Path, mode: u32) ->
     let mut existing = names.len();
     let mut dir = loop {
         let prefix: std::path::PathBuf = names[..existing].iter().collect();
-        match open_in_root(root, &Path::new("/").join(&prefix), true) {
+        match open(&Path::new("/").join(&prefix)) {
             Ok(fd) => break fd,
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) && existing > 0 => existing -= 1,
             Err(e) => return Err(e),
         }
     };
     for name in &names[existing..] {
-        let c = CString::new(name.as_bytes())
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains NUL"))?;
-        // SAFETY: mkdirat in a live directory fd with a single-component, NUL-terminated name.
-        if unsafe { libc::mkdirat(dir.as_raw_fd(), c.as_ptr(), mode) } < 0 {
-            let err = io::Error::last_os_error();
-            // EEXIST: created meanwhile (or not a directory: the open below tells).
-            if err.raw_os_error() != Some(libc::EEXIST) {
-                return Err(err);
-            }
-        }
-        // SAFETY: openat of a single component in a live directory fd; never follows a link.
-        let fd = unsafe {
-            libc::openat(
-                dir.as_raw_fd(),
-                c.as_ptr(),
-                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-            )
+        let c = c_name(name)?;
+        let parent = Dir {
+            fd: dir.as_fd(),
+            root_owner,
         };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: a fresh descriptor owned by nobody else.
-        dir = unsafe { OwnedFd::from_raw_fd(fd) };
+        parent.mkdir(&c, mode)?;
+        dir = parent.open_dir(&c)?;
     }
     // The final fd must be a directory (a followed symlink to a file is not).
     // SAFETY: an all-zero `stat` is a valid value to be overwritten by fstat.
@@ -148,7 +141,6 @@ pub(crate) fn mkdir_all_in_root(root: BorrowedFd<'_>, path: &Path, mode: u32) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::fd::AsFd;
 
     fn tmp_root(tag: &str) -> (std::path::PathBuf, std::fs::File) {
         let d = std::env::temp_dir().join(format!("gpuhook-openat2-{tag}-{}", std::process::id()));
@@ -169,7 +161,13 @@ mod tests {
         std::fs::create_dir(d.join("real")).unwrap();
         std::os::unix::fs::symlink("/real", d.join("etc")).unwrap();
         std::fs::remove_file(d.join("escape")).unwrap();
-        mkdir_all_in_root(f.as_fd(), Path::new("/etc/ld.so.conf.d"), 0o755).unwrap();
+        mkdir_all_in_root(
+            |p| open_in_root(f.as_fd(), p, true),
+            0,
+            Path::new("/etc/ld.so.conf.d"),
+            0o755,
+        )
+        .unwrap();
         assert!(d.join("real/ld.so.conf.d").is_dir());
         std::fs::remove_dir_all(&d).unwrap();
     }
@@ -179,7 +177,13 @@ mod tests {
         let (d, f) = tmp_root("rel");
         std::fs::create_dir(d.join("tmp")).unwrap();
         std::os::unix::fs::symlink("../../../../../../../tmp", d.join("up")).unwrap();
-        mkdir_all_in_root(f.as_fd(), Path::new("/up/x"), 0o755).unwrap();
+        mkdir_all_in_root(
+            |p| open_in_root(f.as_fd(), p, true),
+            0,
+            Path::new("/up/x"),
+            0o755,
+        )
+        .unwrap();
         // `..` above the root is the root: the directory lands at <root>/tmp/x.
         assert!(d.join("tmp/x").is_dir());
         std::fs::remove_dir_all(&d).unwrap();
@@ -197,9 +201,21 @@ mod tests {
                 .raw_os_error(),
             Some(libc::ENOENT)
         );
-        let e = mkdir_all_in_root(f.as_fd(), Path::new("/file/sub"), 0o755).unwrap_err();
+        let e = mkdir_all_in_root(
+            |p| open_in_root(f.as_fd(), p, true),
+            0,
+            Path::new("/file/sub"),
+            0o755,
+        )
+        .unwrap_err();
         assert_eq!(e.raw_os_error(), Some(libc::ENOTDIR), "{e}");
-        let e = mkdir_all_in_root(f.as_fd(), Path::new("/dangling/sub"), 0o755).unwrap_err();
+        let e = mkdir_all_in_root(
+            |p| open_in_root(f.as_fd(), p, true),
+            0,
+            Path::new("/dangling/sub"),
+            0o755,
+        )
+        .unwrap_err();
         assert!(
             matches!(e.raw_os_error(), Some(libc::ENOTDIR) | Some(libc::ELOOP)),
             "{e}"

@@ -1,24 +1,28 @@
 //! The real [`Syscalls`]: every path inside the container root is resolved with openat2
 //! `RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS` (lookups and `mkdir -p` directly, see the `openat2`
-//! module; the rest through pathrs, which also falls back to userspace resolution on old kernels),
-//! and every mutation goes through the resulting fd or the parent directory fd — never through a
-//! re-resolved path string (CVE-2024-0132 / CVE-2025-23359).
+//! module; pathrs where the kernel has no openat2), and every mutation goes through the resulting
+//! fd or the parent directory fd — never through a re-resolved path string (CVE-2024-0132 /
+//! CVE-2025-23359). Every entry is created by the `create` module, as the owner of its directory
+//! (no confused deputy, see the `owner` module).
 
 use std::ffi::CString;
 use std::fs::Permissions;
 use std::io::{self, Read, Write};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use pathrs::flags::{OpenFlags, RenameFlags};
-use pathrs::{InodeType, Root};
+use pathrs::flags::OpenFlags;
+use pathrs::Root;
 
+pub(crate) use crate::create::fd_kind;
+use crate::create::{c_name, Dir};
 use crate::error::{pathrs_io, InjectError, Result};
 use crate::mountapi;
 use crate::openat2;
+use crate::owner::owner_of;
 use crate::sys::{EntryKind, MountOptions, Syscalls};
 
 /// Largest file [`Syscalls::read_file`] reads (our own config files are tiny).
@@ -29,6 +33,8 @@ const MAX_READ: u64 = 1 << 20;
 pub struct PathrsSyscalls {
     root: Root,
     root_path: PathBuf,
+    /// Owner of the root directory: directories it owns are the image's (see `owner`).
+    root_owner: u32,
 }
 
 impl PathrsSyscalls {
@@ -45,9 +51,14 @@ impl PathrsSyscalls {
             path: canonical.clone(),
             source: pathrs_io(e),
         })?;
+        let (root_owner, _) = owner_of(root.as_fd()).map_err(|source| InjectError::OpenRoot {
+            path: canonical.clone(),
+            source,
+        })?;
         Ok(PathrsSyscalls {
             root,
             root_path: canonical,
+            root_owner,
         })
     }
 
@@ -94,91 +105,42 @@ impl PathrsSyscalls {
         }
     }
 
-    fn resolve_existing(&self, op: &'static str, path: &Path) -> Result<OwnedFd> {
-        self.open_in_root(path, false)
-            .map_err(|e| self.err(op, path, e))
+    /// The parent directory of `path` (links followed inside the root) and the last component.
+    fn parent(&self, op: &'static str, path: &Path) -> Result<(OwnedFd, CString)> {
+        let name = path
+            .file_name()
+            .ok_or_else(|| self.err(op, path, io::Error::from_raw_os_error(libc::EINVAL)))?;
+        let parent = path.parent().unwrap_or(Path::new("/"));
+        let fd = self
+            .open_in_root(parent, true)
+            .map_err(|e| self.err(op, path, e))?;
+        let name = c_name(name).map_err(|e| self.err(op, path, e))?;
+        Ok((fd, name))
+    }
+
+    fn dir<'a>(&self, fd: &'a OwnedFd) -> Dir<'a> {
+        Dir {
+            fd: fd.as_fd(),
+            root_owner: self.root_owner,
+        }
+    }
+
+    /// Owner and group of `path` inside the root, links followed inside the root.
+    pub(crate) fn owner(&self, path: &Path) -> Result<(u32, u32)> {
+        self.open_in_root(path, true)
+            .and_then(|fd| owner_of(fd.as_fd()))
+            .map_err(|e| self.err("stat", path, e))
     }
 }
 
-/// Classify an fd (O_PATH fds are fine for fstat and readlinkat).
-pub(crate) fn fd_kind(fd: BorrowedFd<'_>) -> io::Result<EntryKind> {
-    // SAFETY: an all-zero `stat` is a valid value to be overwritten by fstat.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: `fd` is a live descriptor and `st` a valid out pointer.
-    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(match st.st_mode & libc::S_IFMT {
-        libc::S_IFDIR => EntryKind::Directory,
-        libc::S_IFREG => EntryKind::File,
-        libc::S_IFCHR => EntryKind::CharDevice {
-            major: libc::major(st.st_rdev),
-            minor: libc::minor(st.st_rdev),
-        },
-        libc::S_IFLNK => EntryKind::Symlink(readlink_fd(fd)?),
-        _ => EntryKind::Other,
-    })
-}
-
-fn readlink_fd(fd: BorrowedFd<'_>) -> io::Result<PathBuf> {
-    let mut buf = vec![0u8; libc::PATH_MAX as usize];
-    let empty = CString::default();
-    // SAFETY: readlinkat on an O_PATH symlink fd with an empty path reads the link itself; `buf`
-    // is valid for `buf.len()` bytes.
-    let n = unsafe {
-        libc::readlinkat(
-            fd.as_raw_fd(),
-            empty.as_ptr(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-        )
-    };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    buf.truncate(n as usize);
-    Ok(PathBuf::from(
-        <std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(buf),
-    ))
-}
-
-/// Set exact mode and owner through an O_PATH fd (mknod/creat are subject to the umask).
-fn fix_mode_owner(fd: BorrowedFd<'_>, mode: u32, uid: u32, gid: u32) -> io::Result<()> {
-    let empty = CString::default();
-    // SAFETY: fchownat with AT_EMPTY_PATH acts on the inode `fd` refers to; the path is empty.
-    let rc = unsafe {
-        libc::fchownat(
-            fd.as_raw_fd(),
-            empty.as_ptr(),
-            uid,
-            gid,
-            libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
-        )
-    };
-    if rc < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let path = mountapi::fd_path(fd);
-    // SAFETY: chmod through the fd's magic link reaches exactly the inode we hold (O_PATH fds
-    // cannot be fchmod'ed); the path is a valid NUL-terminated string.
-    if unsafe { libc::chmod(path.as_ptr(), mode & 0o7777) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-/// A temp sibling name for atomic replace; unique per process and call.
-fn temp_sibling(path: &Path) -> PathBuf {
+/// A temp sibling name for atomic replace of `name`; unique per process and call.
+fn temp_name(name: &CString) -> CString {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let name = path
-        .file_name()
-        .map(|n| n.as_bytes().to_vec())
-        .unwrap_or_default();
     let mut tmp = b".".to_vec();
-    tmp.extend_from_slice(&name);
+    tmp.extend_from_slice(name.as_bytes());
     tmp.extend_from_slice(format!(".gpuhook-{}-{n}", std::process::id()).as_bytes());
-    path.with_file_name(std::ffi::OsStr::from_bytes(&tmp))
+    CString::new(tmp).expect("no NUL in a name without NUL")
 }
 
 fn open_host_path(path: &Path) -> io::Result<OwnedFd> {
@@ -236,15 +198,8 @@ impl Syscalls for PathrsSyscalls {
     }
 
     fn mkdir_all(&self, path: &Path, mode: u32) -> Result<()> {
-        let made = match openat2::mkdir_all_in_root(self.root.as_fd(), path, mode) {
-            Err(e) if openat2::unsupported(&e) => self
-                .root
-                .mkdir_all(path, &Permissions::from_mode(mode))
-                .map(drop)
-                .map_err(pathrs_io),
-            other => other,
-        };
-        made.map_err(|e| {
+        let open = |p: &Path| self.open_in_root(p, true);
+        openat2::mkdir_all_in_root(open, self.root_owner, path, mode).map_err(|e| {
             if matches!(e.raw_os_error(), Some(libc::ENOTDIR) | Some(libc::ELOOP)) {
                 let op = "mkdir -p (a component is a file, or a symlink dangling inside the \
                           root; fix the image)";
@@ -256,11 +211,11 @@ impl Syscalls for PathrsSyscalls {
     }
 
     fn create_file(&self, path: &Path, mode: u32) -> Result<()> {
-        let flags = OpenFlags::O_RDONLY | OpenFlags::O_CREAT | OpenFlags::O_CLOEXEC;
+        let (parent, name) = self.parent("create file", path)?;
         let file = self
-            .root
-            .create_file(path, flags, &Permissions::from_mode(mode))
-            .map_err(|e| self.perr("create file", path, e))?;
+            .dir(&parent)
+            .create_file(&name, mode, false)
+            .map_err(|e| self.err("create file", path, e))?;
         let md = file.metadata().map_err(|e| self.err("stat", path, e))?;
         if !md.is_file() {
             return Err(InjectError::WrongType {
@@ -281,14 +236,13 @@ impl Syscalls for PathrsSyscalls {
         uid: u32,
         gid: u32,
     ) -> Result<()> {
-        let dev = libc::makedev(major, minor);
-        self.root
-            .create(
-                path,
-                &InodeType::CharacterDevice(Permissions::from_mode(mode), dev),
-            )
-            .map_err(|e| self.perr("mknod", path, e))?;
-        let h = self.resolve_existing("open created node", path)?;
+        let (parent, name) = self.parent("mknod", path)?;
+        let dir = self.dir(&parent);
+        dir.mknod_char(&name, mode, libc::makedev(major, minor))
+            .map_err(|e| self.err("mknod", path, e))?;
+        let h = dir
+            .open_path(&name)
+            .map_err(|e| self.err("open created node", path, e))?;
         // Re-check what we hold: a racing container process could have swapped the name.
         match fd_kind(h.as_fd()).map_err(|e| self.err("stat", path, e))? {
             EntryKind::CharDevice { major: m, minor: n } if m == major && n == minor => {}
@@ -299,52 +253,54 @@ impl Syscalls for PathrsSyscalls {
                 })
             }
         }
-        fix_mode_owner(h.as_fd(), mode, uid, gid).map_err(|e| self.err("chmod/chown", path, e))
+        dir.fix_mode_owner(h.as_fd(), mode, uid, gid)
+            .map_err(|e| self.err("chmod/chown", path, e))
     }
 
     fn chmod_chown(&self, path: &Path, mode: u32, uid: u32, gid: u32) -> Result<()> {
-        let h = self.resolve_existing("open", path)?;
+        let (parent, name) = self.parent("open", path)?;
+        let dir = self.dir(&parent);
+        let h = dir
+            .open_path(&name)
+            .map_err(|e| self.err("open", path, e))?;
         if let EntryKind::Symlink(_) = fd_kind(h.as_fd()).map_err(|e| self.err("stat", path, e))? {
             return Err(InjectError::Refused {
                 path: path.to_path_buf(),
                 reason: "will not chmod/chown through a symlink".into(),
             });
         }
-        fix_mode_owner(h.as_fd(), mode, uid, gid).map_err(|e| self.err("chmod/chown", path, e))
+        dir.fix_mode_owner(h.as_fd(), mode, uid, gid)
+            .map_err(|e| self.err("chmod/chown", path, e))
     }
 
     fn symlink(&self, target: &Path, link: &Path) -> Result<()> {
+        let (parent, name) = self.parent("symlink", link)?;
+        let dir = self.dir(&parent);
+        let target = c_name(target.as_os_str()).map_err(|e| self.err("symlink", link, e))?;
         // A new link is made in place (symlinkat is atomic and never follows the name); only an
-        // existing one is replaced through a temp name and rename. One metadata operation less
-        // per link on the container start path.
-        match self
-            .root
-            .create(link, &InodeType::Symlink(target.to_path_buf()))
-            .map_err(pathrs_io)
-        {
+        // existing one is replaced through a temp name and rename.
+        match dir.symlink(&target, &name) {
             Ok(()) => return Ok(()),
             Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
             Err(e) => return Err(self.err("symlink", link, e)),
         }
-        let tmp = temp_sibling(link);
-        self.root
-            .create(&tmp, &InodeType::Symlink(target.to_path_buf()))
-            .map_err(|e| self.perr("symlink", link, e))?;
-        if let Err(e) = self.root.rename(&tmp, link, RenameFlags::empty()) {
-            let _ = self.root.remove_file(&tmp);
-            return Err(self.perr("rename symlink into place", link, e));
+        let tmp = temp_name(&name);
+        dir.symlink(&target, &tmp)
+            .map_err(|e| self.err("symlink", link, e))?;
+        if let Err(e) = dir.rename(&tmp, &name) {
+            let _ = dir.unlink(&tmp);
+            return Err(self.err("rename symlink into place", link, e));
         }
         Ok(())
     }
 
     fn write_file(&self, path: &Path, contents: &[u8], mode: u32) -> Result<()> {
-        let tmp = temp_sibling(path);
-        let flags =
-            OpenFlags::O_WRONLY | OpenFlags::O_CREAT | OpenFlags::O_EXCL | OpenFlags::O_CLOEXEC;
-        let mut file = self
-            .root
-            .create_file(&tmp, flags, &Permissions::from_mode(mode))
-            .map_err(|e| self.perr("create temp file", path, e))?;
+        let (parent, name) = self.parent("create temp file", path)?;
+        let dir = self.dir(&parent);
+        let tmp = temp_name(&name);
+        let mut file = dir
+            .create_file(&tmp, mode, true)
+            .map_err(|e| self.err("create temp file", path, e))?;
         // No fsync: these are files in a container root (ld.so.conf drop-ins), which does not
         // outlive a host crash in any useful way; temp + rename already keeps readers from ever
         // seeing half a file, and an fsync costs milliseconds on every container start.
@@ -353,12 +309,12 @@ impl Syscalls for PathrsSyscalls {
             .and_then(|()| file.set_permissions(Permissions::from_mode(mode)));
         drop(file);
         if let Err(e) = written {
-            let _ = self.root.remove_file(&tmp);
+            let _ = dir.unlink(&tmp);
             return Err(self.err("write", path, e));
         }
-        if let Err(e) = self.root.rename(&tmp, path, RenameFlags::empty()) {
-            let _ = self.root.remove_file(&tmp);
-            return Err(self.perr("rename into place", path, e));
+        if let Err(e) = dir.rename(&tmp, &name) {
+            let _ = dir.unlink(&tmp);
+            return Err(self.err("rename into place", path, e));
         }
         Ok(())
     }

@@ -63,9 +63,14 @@ impl ContainerRoot<PathrsSyscalls> {
         })
     }
 
-    /// The root directory's O_PATH fd (the ldconfig sandbox chroots through it).
+    /// The root directory's O_PATH fd (the ldconfig sandbox pivots into it).
     pub fn root_fd(&self) -> BorrowedFd<'_> {
         self.sys.root_fd()
+    }
+
+    /// Owner and group of `path` (links followed inside the root).
+    pub fn owner(&self, path: &Path) -> Result<(u32, u32)> {
+        self.sys.owner(&normalize_container_path(path)?)
     }
 }
 

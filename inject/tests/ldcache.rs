@@ -1,6 +1,7 @@
 //! The sandboxed host ldconfig, for real (root): the cache lists the stub library; an image whose
 //! /etc points at a host directory cannot make us write there; the sandbox really is one (pid 1,
-//! container uid, empty env, masked /proc) — checked with a static fake ldconfig.
+//! owner of /etc without capabilities, empty env, masked /proc) — checked with a static fake
+//! ldconfig.
 
 mod common;
 
@@ -110,15 +111,14 @@ fn etc_symlinked_to_host_dir_writes_nothing_on_host() {
 }
 
 #[test]
-fn sandbox_is_pid1_container_uid_empty_env_masked_proc() {
+fn sandbox_is_pid1_owner_of_etc_without_capabilities_empty_env_masked_proc() {
     if !is_root("sandbox") {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
     let rootfs = rootfs_with_stub(tmp.path());
-    // Let uid 65534 write the report at the root of the rootfs.
-    std::fs::set_permissions(&rootfs, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
     let fake = common::build_fake_ldconfig(tmp.path());
+    // The container runs as 65534; ldconfig runs as the owner of /etc (root, made by us).
     update_ldcache_with(
         &rootfs,
         &[LIBDIR.into()],
@@ -130,8 +130,12 @@ fn sandbox_is_pid1_container_uid_empty_env_masked_proc() {
     let lines: Vec<&str> = report.lines().collect();
     assert!(lines.contains(&"pid=1"), "new pid namespace: {report}");
     assert!(
-        lines.contains(&"uid=65534") && lines.contains(&"gid=65534"),
-        "{report}"
+        lines.contains(&"uid=0") && lines.contains(&"gid=0"),
+        "the owner of /etc: {report}"
+    );
+    assert!(
+        lines.contains(&"cap_eff=000000000") && lines.contains(&"cap_prm=000000000"),
+        "uid 0 without any capability: {report}"
     );
     assert!(
         !report.contains("env="),

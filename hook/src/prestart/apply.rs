@@ -14,7 +14,7 @@
 //! it last. An error on the way kills ldconfig.
 
 use std::collections::HashSet;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use gpuhook_inject::hooks::{create_symlinks_in, disable_device_node_modification};
 use gpuhook_inject::{
@@ -198,71 +198,6 @@ fn refused(path: &Path, reason: String) -> InjectError {
     }
 }
 
-/// Most symlinks followed while checking one path (Linux's limit).
-const MAX_LINKS: u32 = 40;
-
-/// Walks `path` inside the root as openat2 `RESOLVE_IN_ROOT` would (absolute link targets mean
-/// the root, `..` stops at the root), with lstat only. `Some(resolved)` when every component is
-/// a directory, `None` when a plain component is missing (it will be created). A symlink whose
-/// target does not exist inside the root, or a non-directory component, is an error: creating
-/// directories through it fails, and that must be found before anything is changed.
-fn walk_dirs(
-    root: &ContainerRoot,
-    path: &Path,
-    depth: u32,
-) -> Result<Option<PathBuf>, InjectError> {
-    let mut cur = PathBuf::from("/");
-    for c in path.components() {
-        let name = match c {
-            Component::Normal(n) => n,
-            Component::ParentDir => {
-                cur.pop();
-                continue;
-            }
-            _ => continue,
-        };
-        let next = cur.join(name);
-        match root.lstat(&next)? {
-            None => return Ok(None),
-            Some(EntryKind::Directory) => cur = next,
-            Some(EntryKind::Symlink(target)) => {
-                if depth >= MAX_LINKS {
-                    return Err(refused(&next, "too many levels of symlinks".into()));
-                }
-                let abs = if target.is_absolute() {
-                    target.clone()
-                } else {
-                    cur.join(&target)
-                };
-                match walk_dirs(root, &abs, depth + 1)? {
-                    Some(resolved) => cur = resolved,
-                    None => {
-                        return Err(refused(
-                            &next,
-                            format!(
-                                "the image's symlink to {} dangles inside the container root; \
-                                 fix the image (the link is resolved inside the root, never on \
-                                 the host)",
-                                target.display()
-                            ),
-                        ))
-                    }
-                }
-            }
-            Some(other) => {
-                return Err(refused(
-                    &next,
-                    format!(
-                        "the image has {} there, where a directory is needed",
-                        other.describe()
-                    ),
-                ))
-            }
-        }
-    }
-    Ok(Some(cur))
-}
-
 /// Checks that the parent of every destination can be created or used (memoised per folder).
 fn check_parents<'a>(
     root: &ContainerRoot,
@@ -272,7 +207,8 @@ fn check_parents<'a>(
     for p in paths {
         if let Some(parent) = p.parent() {
             if seen.insert(parent) {
-                walk_dirs(root, parent, 0)?;
+                // Bounded: at most 40 links in all, as the kernel (see `walk_dirs`).
+                root.walk_dirs(parent)?;
             }
         }
     }
@@ -381,7 +317,7 @@ mod tests {
         std::os::unix::fs::symlink("loop2", r.join("loop1")).unwrap();
         std::os::unix::fs::symlink("loop1", r.join("loop2")).unwrap();
         let root = ContainerRoot::open(r).unwrap();
-        let walk = |p: &str| walk_dirs(&root, Path::new(p), 0);
+        let walk = |p: &str| root.walk_dirs(Path::new(p));
 
         for p in ["/usr/lib/abs/x", "/usr/lib/rel"] {
             let err = walk(p).unwrap_err().to_string();

@@ -3,14 +3,17 @@
 //! The child must not be trusted with anything: the image controls every file it will read. So
 //! the binary is the host's, opened as an fd before anything else and started with execveat (no
 //! path in the image is ever executed, no dynamic loader from the image either — the caller checks
-//! it is static); it runs in new mount, pid and ipc namespaces with all mounts made private, is
-//! chrooted into the root through the root's fd, sees only read-only empty tmpfs over /proc,
-//! /sys and /dev, has CPU/memory/file rlimits, no capabilities, no_new_privs, the container's
-//! uid/gid, an *empty* environment (CVE-2025-23266: nothing like LD_PRELOAD can reach it), and a
-//! seccomp filter that makes its fsync a no-op (see the `seccomp` module).
+//! it is static); it runs in new mount, pid and ipc namespaces with all mounts made private, with
+//! the container root pivoted to (`pivot_root` and the old root detached: no path leads back to
+//! the host's tree), sees only read-only empty tmpfs over /proc, /sys and /dev, has CPU/memory/file
+//! rlimits, no capabilities (bounding, ambient, permitted and effective sets empty, and the
+//! `SECBIT_NOROOT` securebits locked so uid 0 regains none at exec), no_new_privs, an *empty*
+//! environment (CVE-2025-23266: nothing like LD_PRELOAD can reach it), and a seccomp filter that
+//! makes its fsync a no-op (see the `seccomp` module).
 //!
-//! chroot rather than pivot_root: the process has no capabilities left when it runs, so it cannot
-//! use the classic chroot escapes, and the root fd needs no bind-mount-on-itself dance.
+//! Its uid and gid are the caller's choice ([`Limits`]): ldconfig runs as the owner of the
+//! directory it writes the cache into (see `ldcache`), which is what writing the cache needs and
+//! no more; without capabilities, uid 0 can write only where the owner bits let it.
 //!
 //! Process shape: we fork an intermediate that unshares the namespaces and
 //! forks again; the grandchild is pid 1 of the new pid namespace and execs ldconfig. Both set
@@ -34,6 +37,7 @@ pub(crate) use process::Sandboxed;
 /// Limits for the sandboxed process.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Limits {
+    /// Who it runs as (the owner of the directory it writes; see `ldcache`).
     pub uid: u32,
     pub gid: u32,
     pub cpu_seconds: u64,
@@ -166,8 +170,7 @@ impl Plan {
             if st.st_dev != self.root_dev || st.st_ino != self.root_ino {
                 fail(b"rootfs path no longer refers to the opened root");
             }
-            check(libc::chroot(c".".as_ptr()), b"chroot");
-            check(libc::chdir(c"/".as_ptr()), b"chdir(/)");
+            self.pivot_into_cwd();
             for dir in self.masks {
                 let mut st: libc::stat = std::mem::zeroed();
                 let p = dir.as_ptr().cast();
@@ -210,6 +213,18 @@ impl Plan {
                 0,
                 0,
             );
+            // uid 0 gets no capabilities back at exec, whatever the file says (needs
+            // CAP_SETPCAP, so before the capabilities go).
+            check(
+                libc::prctl(
+                    libc::PR_SET_SECUREBITS,
+                    SECBIT_NOROOT | SECBIT_NOROOT_LOCKED,
+                    0,
+                    0,
+                    0,
+                ),
+                b"securebits(NOROOT)",
+            );
             check(libc::setgroups(0, std::ptr::null()), b"setgroups");
             check(libc::setresgid(l.gid, l.gid, l.gid), b"setresgid");
             check(libc::setresuid(l.uid, l.uid, l.uid), b"setresuid");
@@ -241,6 +256,52 @@ impl Plan {
         }
     }
 }
+
+impl Plan {
+    /// Makes the current directory (the rootfs, checked) the root of the mount namespace:
+    /// bind-mounted onto itself with its submounts (pivot_root needs a mount point; the driver
+    /// libraries mounted below it must stay visible), `pivot_root(".", ".")`, then the old root,
+    /// stacked on top, detached. Unlike chroot, nothing of the host's tree stays reachable.
+    ///
+    /// Runs in the forked grandchild, with CAP_SYS_ADMIN, before the capabilities are dropped.
+    fn pivot_into_cwd(&self) {
+        // SAFETY: only async-signal-safe syscalls on NUL-terminated static strings and the
+        // prepared plan; `st` is a valid out pointer.
+        unsafe {
+            check(
+                libc::mount(
+                    c".".as_ptr(),
+                    c".".as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_BIND | libc::MS_REC,
+                    std::ptr::null(),
+                ),
+                b"bind-mount the rootfs onto itself",
+            );
+            // Enter the new mount (the cwd still refers to the one below it) and check it is still
+            // the directory the root fd refers to.
+            check(libc::chdir(self.root_path.as_ptr()), b"chdir(rootfs mount)");
+            let mut st: libc::stat = std::mem::zeroed();
+            check(libc::stat(c".".as_ptr(), &mut st), b"stat(rootfs mount)");
+            if st.st_dev != self.root_dev || st.st_ino != self.root_ino {
+                fail(b"rootfs path no longer refers to the opened root");
+            }
+            check(
+                libc::syscall(libc::SYS_pivot_root, c".".as_ptr(), c".".as_ptr()) as libc::c_int,
+                b"pivot_root",
+            );
+            check(
+                libc::umount2(c".".as_ptr(), libc::MNT_DETACH),
+                b"detach the old root",
+            );
+            check(libc::chdir(c"/".as_ptr()), b"chdir(/)");
+        }
+    }
+}
+
+/// `SECBIT_NOROOT` and its lock from `<linux/securebits.h>`.
+const SECBIT_NOROOT: libc::c_ulong = 1 << 0;
+const SECBIT_NOROOT_LOCKED: libc::c_ulong = 1 << 1;
 
 fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0; 2];

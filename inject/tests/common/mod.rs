@@ -108,11 +108,19 @@ const FAKE: &str = r#"
 #include <unistd.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/syscall.h>
+#include <linux/capability.h>
 extern char **environ;
 int main(int argc, char **argv) {
     FILE *f = fopen("/sandbox-report", "w");
     if (!f) return 3;
     fprintf(f, "pid=%d\nuid=%d\ngid=%d\n", (int)getpid(), (int)getuid(), (int)getgid());
+    struct __user_cap_header_struct h = { _LINUX_CAPABILITY_VERSION_3, 0 };
+    struct __user_cap_data_struct c[2];
+    syscall(SYS_capget, &h, c);
+    fprintf(f, "cap_eff=%x%08x\ncap_prm=%x%08x\n", c[1].effective, c[0].effective,
+            c[1].permitted, c[0].permitted);
+
     for (int i = 0; i < argc; i++) fprintf(f, "arg=%s\n", argv[i]);
     for (char **e = environ; *e; e++) fprintf(f, "env=%s\n", *e);
     DIR *d = opendir("/proc");

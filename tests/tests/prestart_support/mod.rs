@@ -168,6 +168,12 @@ impl Bundle {
         self
     }
 
+    /// Runs the container's process as `uid:gid` (a non-root container).
+    pub fn user(&mut self, uid: u32, gid: u32) -> &mut Self {
+        self.config["process"]["user"] = json!({"uid": uid, "gid": gid});
+        self
+    }
+
     pub fn hook(&mut self, hook: Value) -> &mut Self {
         self.config["hooks"] = json!({ "prestart": [hook] });
         self
