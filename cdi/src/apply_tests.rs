@@ -245,3 +245,26 @@ fn foreign_hook_without_env_gets_path_only() {
         json!(["PATH=/usr/sbin:/usr/bin:/sbin:/bin"])
     );
 }
+
+/// Issue #14.11: a spec file over the limit is reported and skipped, never read whole.
+#[test]
+fn huge_spec_file_is_skipped_with_an_error() {
+    let (dir, _) = registry();
+    let big = dir.path().join("zz-big.json");
+    std::fs::File::create(&big)
+        .unwrap()
+        .set_len(700 << 20)
+        .unwrap();
+    let reg = Registry::load(&[dir.path()]);
+    assert_eq!(reg.errors.len(), 1, "{:?}", reg.errors);
+    assert_eq!(reg.errors[0].path, big);
+    assert!(
+        reg.errors[0].message.contains("larger than"),
+        "{:?}",
+        reg.errors
+    );
+    assert!(
+        reg.get("nvidia.com/gpu=0").is_some(),
+        "the other specs still load"
+    );
+}

@@ -148,10 +148,16 @@ impl Registry {
                 return None;
             }
         }
-        let bytes = match fs::read(path) {
+        // Bounded: a spec dir is root's, but a huge file must cost an error, not the memory.
+        use gpuhook_node::bounded::{read_bounded, BoundedReadError, MAX_CDI_SPEC_BYTES};
+        let bytes = match read_bounded(path, MAX_CDI_SPEC_BYTES) {
             Ok(b) => b,
-            Err(e) => {
-                self.error(path, format!("cannot read: {e}"));
+            Err(BoundedReadError::TooLarge { limit, .. }) => {
+                self.error(path, format!("larger than {limit} bytes; not loaded"));
+                return None;
+            }
+            Err(BoundedReadError::Io { source, .. }) => {
+                self.error(path, format!("cannot read: {source}"));
                 return None;
             }
         };

@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use gpuhook_cdi::registry::LoadedSpec;
 use gpuhook_cdi::{apply_devices, apply_edits, ContainerEdits, Registry, RegistryDevice, Spec};
+use gpuhook_node::bounded::{read_bounded, BoundedReadError, MAX_OCI_CONFIG_BYTES};
 use serde_json::Value;
 use thiserror::Error;
 
@@ -104,12 +105,9 @@ impl Default for RuntimeConfig {
 pub enum RuntimeError {
     #[error(transparent)]
     Argv(#[from] ArgvError),
-    #[error("cannot read {}: {source} (is --bundle the container's bundle directory?)", path.display())]
-    ReadSpec {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    /// Unreadable, or larger than [`MAX_OCI_CONFIG_BYTES`].
+    #[error("{0} (is --bundle the container's bundle directory?)")]
+    ReadSpec(BoundedReadError),
     #[error("cannot parse {} as an OCI runtime spec: {source}", path.display())]
     ParseSpec {
         path: PathBuf,
@@ -277,10 +275,7 @@ pub fn edit_bundle_with(
     let generate = ext.generate;
     let start = std::time::Instant::now();
     let path = bundle.join("config.json");
-    let bytes = std::fs::read(&path).map_err(|source| RuntimeError::ReadSpec {
-        path: path.clone(),
-        source,
-    })?;
+    let bytes = read_bounded(&path, MAX_OCI_CONFIG_BYTES).map_err(RuntimeError::ReadSpec)?;
     let mut spec: Value =
         serde_json::from_slice(&bytes).map_err(|source| RuntimeError::ParseSpec {
             path: path.clone(),

@@ -528,3 +528,23 @@ fn applying_the_same_devices_again_changes_nothing() {
     prepare(&create_argv(&f), &f.config, &env_request, None).unwrap();
     assert_eq!(read_spec(&f), once);
 }
+
+/// Issue #14.11: a huge `config.json` (700 MB, sparse) is refused from its size with one clear
+/// error, before anything is read into memory; the bundle is left as it was.
+#[test]
+fn huge_config_json_is_refused_without_reading_it() {
+    let f = fixture();
+    let path = f.bundle.join("config.json");
+    let file = fs::OpenOptions::new().write(true).open(&path).unwrap();
+    file.set_len(700 << 20).unwrap();
+    let request = |_: &Value| -> Result<Vec<String>, BoxError> { Ok(vec![]) };
+    let err = edit_bundle(&f.bundle, None, &f.config, &request, None).unwrap_err();
+    assert!(matches!(err, RuntimeError::ReadSpec(_)), "{err:?}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("larger than the limit of 4194304 bytes"),
+        "{msg}"
+    );
+    assert!(msg.contains("config.json"), "{msg}");
+    assert_eq!(fs::metadata(&path).unwrap().len(), 700 << 20);
+}

@@ -9,6 +9,7 @@ mod errors;
 
 use std::path::{Path, PathBuf};
 
+use gpuhook_node::bounded::{read_bounded_string, MAX_CONFIG_FILE_BYTES};
 use gpuhook_node::Capability;
 use serde::Deserialize;
 
@@ -116,18 +117,14 @@ impl Config {
             Some(p) => (p, true),
             None => (Path::new(DEFAULT_CONFIG_PATH), false),
         };
-        match std::fs::read_to_string(path) {
+        let not_found = Some(std::io::ErrorKind::NotFound);
+        match read_bounded_string(path, MAX_CONFIG_FILE_BYTES) {
             Ok(text) => Config::from_toml(&text, path),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !explicit => {
-                Ok(Config::default())
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(ConfigError::Missing {
+            Err(e) if e.io_kind() == not_found && !explicit => Ok(Config::default()),
+            Err(e) if e.io_kind() == not_found => Err(ConfigError::Missing {
                 path: path.to_path_buf(),
             }),
-            Err(source) => Err(ConfigError::Read {
-                path: path.to_path_buf(),
-                source,
-            }),
+            Err(e) => Err(ConfigError::Read(e)),
         }
     }
 

@@ -243,3 +243,20 @@ fn early_setup_must_be_a_boolean() {
         "{e}"
     );
 }
+
+/// Issue #14.11: a config file over the limit is refused with one error naming it, unread.
+#[test]
+fn huge_config_file_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.toml");
+    std::fs::File::create(&path)
+        .unwrap()
+        .set_len(600 << 20)
+        .unwrap();
+    let err = Config::load(Some(&path)).unwrap_err().to_string();
+    assert!(
+        err.contains("larger than the limit of 1048576 bytes"),
+        "{err}"
+    );
+    assert!(err.contains("config.toml"), "{err}");
+}
