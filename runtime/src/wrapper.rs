@@ -37,10 +37,12 @@ pub enum Injection {
 }
 
 /// Turns a container's OCI spec into what to inject; `Ok(None)`: not a GPU container.
-/// `container` is the id runc was given (for the decision log; `None` if argv had none).
+/// `bundle` is the container's bundle directory (where `spec` was read from); `container` is the
+/// id runc was given (for the decision log; `None` if argv had none).
 pub trait DeviceRequest {
     fn injection(
         &self,
+        bundle: &Path,
         container: Option<&str>,
         spec: &Value,
     ) -> Result<Option<Injection>, BoxError>;
@@ -51,7 +53,12 @@ impl<F> DeviceRequest for F
 where
     F: Fn(&Value) -> Result<Vec<String>, BoxError>,
 {
-    fn injection(&self, _: Option<&str>, spec: &Value) -> Result<Option<Injection>, BoxError> {
+    fn injection(
+        &self,
+        _: &Path,
+        _: Option<&str>,
+        spec: &Value,
+    ) -> Result<Option<Injection>, BoxError> {
         let names = self(spec)?;
         Ok((!names.is_empty()).then_some(Injection::Cdi(names)))
     }
@@ -281,13 +288,12 @@ pub fn edit_bundle_with(
             path: path.clone(),
             source,
         })?;
-    let injection =
-        request
-            .injection(container, &spec)
-            .map_err(|source| RuntimeError::Request {
-                path: path.clone(),
-                source,
-            })?;
+    let injection = request
+        .injection(bundle, container, &spec)
+        .map_err(|source| RuntimeError::Request {
+            path: path.clone(),
+            source,
+        })?;
     let injection = injection.filter(|i| !matches!(i, Injection::Cdi(n) if n.is_empty()));
     let Some(injection) = injection else {
         tracing::debug!(bundle = %bundle.display(), "no GPU request, spec untouched");

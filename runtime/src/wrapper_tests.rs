@@ -234,7 +234,12 @@ fn request_errors_and_bad_specs_leave_config_untouched() {
     };
     struct R<F>(F);
     impl<F: Fn(&Value) -> Result<Option<Injection>, BoxError>> DeviceRequest for R<F> {
-        fn injection(&self, _: Option<&str>, spec: &Value) -> Result<Option<Injection>, BoxError> {
+        fn injection(
+            &self,
+            _: &Path,
+            _: Option<&str>,
+            spec: &Value,
+        ) -> Result<Option<Injection>, BoxError> {
             (self.0)(spec)
         }
     }
@@ -455,7 +460,12 @@ fn failure_exits_1_and_reaches_the_log_without_running_the_runtime() {
 struct EditsRequest(ContainerEdits);
 
 impl DeviceRequest for EditsRequest {
-    fn injection(&self, _: Option<&str>, _: &Value) -> Result<Option<Injection>, BoxError> {
+    fn injection(
+        &self,
+        _: &Path,
+        _: Option<&str>,
+        _: &Value,
+    ) -> Result<Option<Injection>, BoxError> {
         Ok(Some(Injection::Edits(Box::new(self.0.clone()))))
     }
 }
@@ -498,7 +508,12 @@ fn an_empty_cdi_request_is_no_request() {
     let before = fs::read(&p).unwrap();
     struct Empty;
     impl DeviceRequest for Empty {
-        fn injection(&self, _: Option<&str>, _: &Value) -> Result<Option<Injection>, BoxError> {
+        fn injection(
+            &self,
+            _: &Path,
+            _: Option<&str>,
+            _: &Value,
+        ) -> Result<Option<Injection>, BoxError> {
             Ok(Some(Injection::Cdi(vec![])))
         }
     }

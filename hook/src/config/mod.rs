@@ -39,6 +39,9 @@ pub struct Config {
     pub accept_envvar_when_unprivileged: bool,
     /// Read device lists from `/dev/null` mounts under `/var/run/nvidia-container-devices/`.
     pub accept_device_list_as_volume_mounts: bool,
+    /// CDI devices (qualified-name globs) a pod annotation may request; empty: none (only
+    /// container annotations, set by a device plugin, are grants).
+    pub allow_cdi_devices_from_pod_annotations: Vec<String>,
     /// Capabilities offered to containers.
     pub supported_capabilities: Vec<Capability>,
     /// Host ldconfig (`@/path` = host path; `/path` = inside `driver_root`).
@@ -86,6 +89,7 @@ impl Default for Config {
             dev_root: None,
             accept_envvar_when_unprivileged: true,
             accept_device_list_as_volume_mounts: false,
+            allow_cdi_devices_from_pod_annotations: Vec::new(),
             supported_capabilities: Capability::ALL.to_vec(),
             ldconfig: DEFAULT_LDCONFIG.to_string(),
             inventory_cache: PathBuf::from("/var/run/gpuhook/inventory.json"),
@@ -167,6 +171,19 @@ impl Config {
                 ),
             ));
         }
+        for p in &self.allow_cdi_devices_from_pod_annotations {
+            let shaped = p
+                .split_once('=')
+                .is_some_and(|(kind, name)| kind.contains('/') && !name.is_empty());
+            if !shaped {
+                return Err((
+                    "allow-cdi-devices-from-pod-annotations",
+                    format!(
+                        "{p:?} is not a qualified CDI name glob such as \"nvidia.com/gpu-mps=*\""
+                    ),
+                ));
+            }
+        }
         if self.supported_capabilities.is_empty() {
             return Err((
                 "supported-capabilities",
@@ -193,6 +210,7 @@ impl Config {
             accept_envvar_when_unprivileged: self.accept_envvar_when_unprivileged,
             accept_device_list_as_volume_mounts: self.accept_device_list_as_volume_mounts,
             supported_capabilities: self.supported_capabilities.iter().copied().collect(),
+            pod_cdi_allow: self.allow_cdi_devices_from_pod_annotations.clone(),
             ..RequestPolicy::default()
         }
     }

@@ -167,7 +167,7 @@ fn load_default_missing_is_defaults_explicit_missing_is_error() {
     assert!(Config::load(Some(dir.path()))
         .unwrap_err()
         .to_string()
-        .starts_with("cannot read config file"));
+        .starts_with("config file: cannot read"));
 }
 
 #[test]
@@ -259,4 +259,16 @@ fn huge_config_file_is_refused() {
         "{err}"
     );
     assert!(err.contains("config.toml"), "{err}");
+}
+
+#[test]
+fn pod_annotation_allow_list_reaches_the_policy_and_is_checked() {
+    let c = parse("allow-cdi-devices-from-pod-annotations = [\"nvidia.com/gpu-mps=*\"]\n").unwrap();
+    assert_eq!(c.request_policy().pod_cdi_allow, ["nvidia.com/gpu-mps=*"]);
+    assert!(Config::default().request_policy().pod_cdi_allow.is_empty());
+    let e = err("allow-cdi-devices-from-pod-annotations = [\"gpu=0\"]\n");
+    assert!(
+        e.contains(":1: key `allow-cdi-devices-from-pod-annotations`: \"gpu=0\" is not"),
+        "{e}"
+    );
 }

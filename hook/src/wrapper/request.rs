@@ -16,7 +16,7 @@
 //! `NVIDIA_REQUIRE_*` constraints are checked against the node's inventory in every mode, when
 //! there are any (only then is the inventory loaded); a failure fails `create` with the message.
 
-use std::collections::BTreeMap;
+use std::path::Path;
 
 use gpuhook_cdi::{ContainerEdits, Hook};
 use gpuhook_runtime::{BoxError, DeviceRequest, Injection};
@@ -27,7 +27,7 @@ use crate::config::{Config, RuntimeMode, CONFIG_ENV};
 use crate::logging::{Decision, Outcome};
 use crate::request::{
     self, resolve_selection, ContainerRequest, ParseOutcome, QualifiedName, RequestPolicy,
-    RequestSource, CDI_ANNOTATION_PREFIX,
+    RequestSource,
 };
 
 const COMMAND: &str = "runtime create";
@@ -40,27 +40,16 @@ pub struct WrapperRequest<'a> {
     node: &'a NodeState<'a>,
 }
 
-/// Every name of every `cdi.k8s.io/*` annotation, by annotation key, validated.
-pub fn annotation_names(spec: &Value) -> Result<Vec<QualifiedName>, BoxError> {
-    let Some(map) = spec.get("annotations").and_then(Value::as_object) else {
-        return Ok(Vec::new());
-    };
-    let sorted: BTreeMap<&String, &Value> = map
-        .iter()
-        .filter(|(k, _)| k.starts_with(CDI_ANNOTATION_PREFIX))
-        .collect();
-    let mut out = Vec::new();
-    for (key, value) in sorted {
-        let value = value
-            .as_str()
-            .ok_or_else(|| format!("annotation {key} is not a string"))?;
-        for name in value.split(',').map(str::trim).filter(|n| !n.is_empty()) {
-            let q = QualifiedName::parse_reason(name).map_err(|reason| {
-                format!("annotation {key}: {name:?} is not a qualified CDI device name: {reason}")
-            })?;
-            if !out.contains(&q) {
-                out.push(q);
-            }
+/// Every name of every `cdi.k8s.io/*` annotation the policy admits (a pod annotation only when
+/// allow-listed, see [`crate::request::provenance`]), by annotation key, validated, each once.
+pub fn annotation_names(
+    spec: &Value,
+    policy: &RequestPolicy,
+) -> Result<Vec<QualifiedName>, BoxError> {
+    let mut out: Vec<QualifiedName> = Vec::new();
+    for q in request::annotation_names(spec, policy)? {
+        if !out.contains(&q) {
+            out.push(q);
         }
     }
     Ok(out)
@@ -138,12 +127,16 @@ impl<'a> WrapperRequest<'a> {
         })
     }
 
-    fn decide(&self, spec: &Value) -> Result<(Option<Injection>, String), BoxError> {
-        let annotations = annotation_names(spec)?;
-        if !request::is_gpu_container(spec, &self.policy) && annotations.is_empty() {
+    fn decide(
+        &self,
+        spec: &Value,
+        policy: &RequestPolicy,
+    ) -> Result<(Option<Injection>, String), BoxError> {
+        let annotations = annotation_names(spec, policy)?;
+        if !request::is_gpu_container(spec, policy) && annotations.is_empty() {
             return Ok((None, "no GPU requested".into()));
         }
-        let req = match request::parse(spec, &self.policy)? {
+        let req = match request::parse(spec, policy)? {
             ParseOutcome::Gpu(r) => r,
             ParseOutcome::NotGpu(reason) if annotations.is_empty() => {
                 return Ok((None, format!("{reason:?}")))
@@ -185,12 +178,14 @@ impl<'a> WrapperRequest<'a> {
 impl DeviceRequest for WrapperRequest<'_> {
     fn injection(
         &self,
+        bundle: &Path,
         container: Option<&str>,
         spec: &Value,
     ) -> Result<Option<Injection>, BoxError> {
         // runc's container id; a spec's hostname only when argv had none.
         let hostname = container.or_else(|| spec.get("hostname").and_then(Value::as_str));
-        match self.decide(spec) {
+        let policy = self.policy.for_container(spec, bundle);
+        match self.decide(spec, &policy) {
             Ok((None, reason)) => {
                 let mut d = Decision::new(COMMAND, Outcome::Skip);
                 d.container = hostname;
