@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use gpuhook_cdi::registry::LoadedSpec;
 use gpuhook_cdi::{apply_devices, apply_edits, ContainerEdits, Registry, RegistryDevice, Spec};
-use gpuhook_node::bounded::{read_bounded, BoundedReadError, MAX_OCI_CONFIG_BYTES};
+use gpuhook_node::bounded::{preview_list, read_bounded, BoundedReadError, MAX_OCI_CONFIG_BYTES};
 use serde_json::Value;
 use thiserror::Error;
 
@@ -23,6 +23,9 @@ use crate::{atomic, legacy, reinject, runclog};
 
 /// Error type of the caller's callbacks.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Most device names an error message lists (the rest are counted): a container chooses them.
+pub const MAX_NAMES_SHOWN: usize = 16;
 
 /// Exit status of the wrapper when it fails (runc's own failure status).
 pub const EXIT_FAILURE: i32 = 1;
@@ -123,7 +126,10 @@ pub enum RuntimeError {
     },
     #[error("cannot work out the GPU request of the container in {}: {source}", path.display())]
     Request { path: PathBuf, source: BoxError },
-    #[error("cannot generate CDI specs for {}: {source}", names.join(", "))]
+    #[error(
+        "cannot generate CDI specs for {}: {source}",
+        preview_list(names, MAX_NAMES_SHOWN)
+    )]
     Generate {
         names: Vec<String>,
         source: BoxError,
@@ -132,7 +138,7 @@ pub enum RuntimeError {
     #[error(
         "unresolvable CDI devices {} (no spec in {} defines them; run `gpuhook cdi generate`, \
          or check the container's request)",
-        names.join(", "),
+        preview_list(names, MAX_NAMES_SHOWN),
         dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
     )]
     Unresolvable {
@@ -343,7 +349,8 @@ pub fn edit_bundle_with(
         }
     })?;
     if let Injection::Cdi(names) = &injection {
-        tracing::info!(bundle = %bundle.display(), devices = ?names, "injected CDI devices");
+        let devices = preview_list(names, MAX_NAMES_SHOWN);
+        tracing::info!(bundle = %bundle.display(), devices = %devices, "injected CDI devices");
     }
     tracing::debug!(
         request_us = requested.as_micros() as u64,

@@ -563,3 +563,24 @@ fn huge_config_json_is_refused_without_reading_it() {
     assert!(msg.contains("config.json"), "{msg}");
     assert_eq!(fs::metadata(&path).unwrap().len(), 700 << 20);
 }
+
+/// Issue #14.11: a container asking for thousands of unknown devices gets an error that lists a
+/// bounded number of them (and counts the rest), not a message as large as its request.
+#[test]
+fn unresolvable_error_lists_a_bounded_number_of_names() {
+    let f = fixture();
+    let many = |_: &Value| -> Result<Vec<String>, BoxError> {
+        Ok((0..4000).map(|i| format!("nvidia.com/gpu={i}x")).collect())
+    };
+    let err = edit_bundle(&f.bundle, None, &f.config, &many, None).unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.starts_with("unresolvable CDI devices nvidia.com/gpu=0x, "),
+        "{msg}"
+    );
+    assert!(
+        msg.contains(&format!("and {} more", 4000 - MAX_NAMES_SHOWN)),
+        "{msg}"
+    );
+    assert!(msg.len() < 1000, "{} bytes", msg.len());
+}

@@ -195,7 +195,9 @@ impl DeviceRequest for WrapperRequest<'_> {
             }
             Ok((Some(injection), source)) => {
                 let devices = match &injection {
-                    Injection::Cdi(names) => names.join(","),
+                    Injection::Cdi(names) => {
+                        gpuhook_node::bounded::preview_list(names, gpuhook_runtime::MAX_NAMES_SHOWN)
+                    }
                     Injection::Edits(_) => format!("{:?} edits", self.config.runtime.mode),
                 };
                 let mut d = Decision::new(COMMAND, Outcome::Inject);
