@@ -72,6 +72,11 @@ where
 /// it leaves undefined is reported as unresolvable.
 pub trait GenerateMissing {
     fn generate(&self, missing: &[String]) -> Result<Vec<Spec>, BoxError>;
+
+    /// For the error about names nothing defines: what does exist (e.g. the node's devices).
+    fn explain(&self, _unresolved: &[String]) -> Option<String> {
+        None
+    }
 }
 
 impl<F> GenerateMissing for F
@@ -137,13 +142,16 @@ pub enum RuntimeError {
     /// The exact wording runtimes use, followed by where we looked and the fix.
     #[error(
         "unresolvable CDI devices {} (no spec in {} defines them; run `gpuhook cdi generate`, \
-         or check the container's request)",
+         or check the container's request){}",
         preview_list(names, MAX_NAMES_SHOWN),
-        dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
+        dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", "),
+        hint.as_ref().map_or(String::new(), |h| format!("; {h}"))
     )]
     Unresolvable {
         names: Vec<String>,
         dirs: Vec<PathBuf>,
+        /// What does exist, when the caller can tell ([`GenerateMissing::explain`]).
+        hint: Option<String>,
     },
     #[error("cannot apply CDI edits to {}: {source}", path.display())]
     Apply {
@@ -226,9 +234,11 @@ fn resolve(
         unknown = missing(&registry);
     }
     if !unknown.is_empty() {
+        let hint = generate.and_then(|g| g.explain(&unknown));
         return Err(RuntimeError::Unresolvable {
             names: unknown,
             dirs: config.spec_dirs.clone(),
+            hint,
         });
     }
     Ok(registry)

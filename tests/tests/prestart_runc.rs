@@ -50,14 +50,13 @@ fn expected_nodes(inv: &Inventory, sel: &[Sel], any: bool) -> BTreeSet<NodeSpec>
     out
 }
 
+/// libnvidia-container `src/cli/common.c` `select_devices`: `all` is every GPU
+/// (`select_all_gpu_devices`, MIG-enabled ones too) and every MIG device.
 fn all_selection(inv: &Inventory) -> Vec<Sel> {
     let mut out = Vec::new();
     for (gi, g) in inv.gpus.iter().enumerate() {
-        if g.mig_enabled {
-            out.extend((0..g.mig_devices.len()).map(|m| Sel::Mig(gi, m)));
-        } else {
-            out.push(Sel::Gpu(gi));
-        }
+        out.push(Sel::Gpu(gi));
+        out.extend((0..g.mig_devices.len()).map(|m| Sel::Mig(gi, m)));
     }
     out
 }
@@ -89,6 +88,11 @@ fn cases(inv: &Inventory) -> Vec<(String, Vec<Sel>, bool)> {
         .enumerate()
         .find(|(_, g)| g.mig_enabled && !g.mig_devices.is_empty());
     if let Some((gi, g)) = mig {
+        // Issue #13.3: the MIG-enabled GPU itself (libnvc `select_gpu_device` ignores MIG
+        // mode; NVIDIA's device plugin with MIG strategy `none` hands out its UUID): its
+        // /dev/nvidia<minor> and no MIG cap node.
+        out.push((g.uuid.clone(), vec![Sel::Gpu(gi)], true));
+        out.push((g.index.to_string(), vec![Sel::Gpu(gi)], true));
         let last = g.mig_devices.len() - 1;
         let m = &g.mig_devices[last];
         out.push((m.uuid.clone(), vec![Sel::Mig(gi, last)], true));

@@ -433,10 +433,20 @@ fn a100_mig_through_containerd_with_and_without_spec_file() {
     let mut want = rig.mig_nodes(0, 0);
     want.extend(rig.mig_nodes(1, 0));
     rig.check_request("NVIDIA_VISIBLE_DEVICES=0:0,1:0", &env("0:0,1:0"), &want);
-    // A MIG-enabled GPU as a whole is no device.
-    let stderr = rig.run_err(&env("0"));
+    // Issue #13.3: a MIG-enabled GPU as a whole, by index or UUID (NVIDIA's device plugin with
+    // MIG strategy `none` hands out such UUIDs), is its /dev/nvidia<minor> without MIG caps, as
+    // libnvidia-container's `select_gpu_device` (src/cli/common.c) selects it. The spec file
+    // keeps NVIDIA's device set (no whole-GPU device for it): generated in memory.
+    let whole0: Nodes = [rig.gpu_node(0)].into_iter().collect();
+    rig.check_request("MIG-enabled GPU 0 by index", &env("0"), &whole0);
+    let uuid1 = p.gpus[1].uuid.clone();
+    let whole1: Nodes = [rig.gpu_node(1)].into_iter().collect();
+    rig.check_request("MIG-enabled GPU 1 by UUID", &env(&uuid1), &whole1);
+    // An id that resolves to nothing: the error lists what exists.
+    let stderr = rig.run_err(&env("7"));
     assert!(
-        stderr.contains("unresolvable CDI devices nvidia.com/gpu=0"),
+        stderr.contains("unresolvable CDI devices nvidia.com/gpu=7")
+            && stderr.contains(&format!("1 ({uuid1}, MIG enabled)")),
         "{stderr}"
     );
 
@@ -445,16 +455,9 @@ fn a100_mig_through_containerd_with_and_without_spec_file() {
     let saved = rig.tmp.path().join("saved-spec.json");
     std::fs::rename(&rig.spec_file, &saved).unwrap();
     rig.check_request("0:1 without a spec file", &env("0:1"), &rig.mig_nodes(0, 1));
-    // GPU 1 is MIG-enabled: its PCI bus id does not resolve to a whole GPU, spec or not.
+    // GPU 1 is MIG-enabled: its PCI bus id is that GPU, spec file or not.
     let pci = p.gpus[1].pci_bus_id.clone();
-    let stderr = rig.run_err(&env(&pci));
-    assert!(
-        stderr.to_lowercase().contains(&format!(
-            "unresolvable cdi devices nvidia.com/gpu={}",
-            pci.to_lowercase()
-        )),
-        "{stderr}"
-    );
+    rig.check_request("MIG-enabled GPU 1 by PCI bus id", &env(&pci), &whole1);
     std::fs::rename(&saved, &rig.spec_file).unwrap();
 }
 

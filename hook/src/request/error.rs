@@ -76,13 +76,6 @@ pub enum RequestError {
         origin: RequestSource,
         hint: String,
     },
-    /// A MIG-enabled GPU asked for as a whole.
-    #[error("device {id:?} requested by {origin} is GPU {index}, which has MIG enabled: select its MIG devices instead (e.g. \"{index}:0\" or a MIG-<uuid>)")]
-    MigEnabledGpu {
-        id: String,
-        origin: RequestSource,
-        index: u32,
-    },
     /// A token of `NVIDIA_DRIVER_CAPABILITIES` that is not a capability.
     #[error("unknown driver capability {token:?} in NVIDIA_DRIVER_CAPABILITIES: valid values are compute, compat32, graphics, utility, video, display, ngx or all")]
     UnknownCapability { token: String },
