@@ -37,6 +37,18 @@ pub enum Injection {
     Cdi(Vec<String>),
     /// Edits computed by the caller (e.g. a prestart hook in legacy mode, or JIT edits).
     Edits(Box<ContainerEdits>),
+    /// CDI names, then edits the caller adds (device nodes no spec has, e.g. MIG capabilities).
+    CdiWithEdits(Vec<String>, Box<ContainerEdits>),
+}
+
+impl Injection {
+    /// The CDI names to resolve, if any.
+    pub fn cdi_names(&self) -> Option<&[String]> {
+        match self {
+            Injection::Cdi(n) | Injection::CdiWithEdits(n, _) => Some(n),
+            Injection::Edits(_) => None,
+        }
+    }
 }
 
 /// Turns a container's OCI spec into what to inject; `Ok(None)`: not a GPU container.
@@ -317,9 +329,9 @@ pub fn edit_bundle_with(
     };
     // Resolve before touching anything: an unresolvable name leaves the spec as it was.
     let requested = start.elapsed();
-    let registry = match &injection {
-        Injection::Cdi(names) => Some(resolve(names, config, generate)?),
-        Injection::Edits(_) => None,
+    let registry = match injection.cdi_names() {
+        Some(names) => Some(resolve(names, config, generate)?),
+        None => None,
     };
     let resolved = start.elapsed();
     let removed = legacy::remove_legacy_hooks(&mut spec);
@@ -327,10 +339,14 @@ pub fn edit_bundle_with(
         tracing::info!(hooks = ?removed, "removed legacy GPU prestart hooks");
     }
     let before_edits = spec.clone();
-    let applied = match (&injection, &registry) {
-        (Injection::Cdi(names), Some(reg)) => apply_devices(&mut spec, reg, names),
-        (Injection::Cdi(names), None) => apply_devices(&mut spec, &Registry::default(), names),
-        (Injection::Edits(edits), _) => apply_edits(&mut spec, edits),
+    let empty = Registry::default();
+    let reg = registry.as_ref().unwrap_or(&empty);
+    let applied = match &injection {
+        Injection::Cdi(names) => apply_devices(&mut spec, reg, names),
+        Injection::CdiWithEdits(names, edits) => {
+            apply_devices(&mut spec, reg, names).and_then(|()| apply_edits(&mut spec, edits))
+        }
+        Injection::Edits(edits) => apply_edits(&mut spec, edits),
     };
     applied.map_err(|source| RuntimeError::Apply {
         path: path.clone(),
@@ -358,7 +374,7 @@ pub fn edit_bundle_with(
             source,
         }
     })?;
-    if let Injection::Cdi(names) = &injection {
+    if let Some(names) = injection.cdi_names() {
         let devices = preview_list(names, MAX_NAMES_SHOWN);
         tracing::info!(bundle = %bundle.display(), devices = %devices, "injected CDI devices");
     }

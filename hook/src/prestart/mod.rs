@@ -21,6 +21,7 @@
 pub mod apply;
 pub mod cdi_devices;
 pub mod error;
+pub mod extras;
 pub mod input;
 pub mod inventory;
 pub mod plan;

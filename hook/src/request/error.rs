@@ -100,6 +100,13 @@ pub enum RequestError {
     /// A variable only a privileged container may use.
     #[error("{variable} requires a privileged container (CAP_SYS_ADMIN in process.capabilities.bounding); drop the variable or run the container privileged")]
     NotPrivileged { variable: String },
+    /// A feature NVIDIA's legacy mode enables (`NVIDIA_GDS=enabled`, ...) that gpuhook does not
+    /// inject: refused rather than silently dropped.
+    #[error("{variable}=enabled is not supported by gpuhook: it does not inject {what}; drop the variable, or give the container those devices another way (a CDI spec of their vendor, or a device plugin)")]
+    UnsupportedFeature {
+        variable: &'static str,
+        what: &'static str,
+    },
     /// Any other malformed variable.
     #[error("invalid {variable}: {reason}")]
     InvalidValue { variable: String, reason: String },

@@ -35,7 +35,10 @@ pub use cdi_name::{
 };
 pub use devices::{normalize_pci_bus_id, parse_id, DeviceId, DeviceSelection};
 pub use error::{RequestError, RequestSource};
-pub use extras::{parse_imex_channels, parse_mig_access, parse_mps_pipe_dir, ImexChannels};
+pub use extras::{
+    check_feature_gates, parse_imex_channels, parse_mig_access, parse_mps_pipe_dir, ImexChannels,
+    FEATURE_GATES,
+};
 pub use oci::{CDI_ANNOTATION_PREFIX, DEVICE_LIST_MOUNT_ROOT};
 pub use require::{
     compare_versions, is_truthy, legacy_cuda_constraint, parse_expression, parse_version,
@@ -210,6 +213,7 @@ pub fn parse(config: &Value, policy: &RequestPolicy) -> Result<ParseOutcome, Req
         Err(reason) => return Ok(ParseOutcome::NotGpu(reason)),
     };
 
+    check_feature_gates(|k| env.get(k))?;
     let mut capabilities = parse_capabilities(env.get("NVIDIA_DRIVER_CAPABILITIES"), legacy_image)?;
     capabilities.retain(|c| policy.supported_capabilities.contains(c));
     let disabled = env.get("NVIDIA_DISABLE_REQUIRE").is_some_and(is_truthy);

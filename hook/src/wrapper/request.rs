@@ -18,13 +18,14 @@
 
 use std::path::Path;
 
-use gpuhook_cdi::{ContainerEdits, Hook};
+use gpuhook_cdi::{ContainerEdits, DeviceNode, Hook};
 use gpuhook_runtime::{BoxError, DeviceRequest, Injection};
 use serde_json::Value;
 
 use super::node::NodeState;
 use crate::config::{Config, RuntimeMode, CONFIG_ENV};
 use crate::logging::{Decision, Outcome};
+use crate::prestart::extras::{extra_nodes, Extras};
 use crate::request::{
     self, resolve_selection, ContainerRequest, ParseOutcome, QualifiedName, RequestPolicy,
     RequestSource,
@@ -127,6 +128,20 @@ impl<'a> WrapperRequest<'a> {
         })
     }
 
+    /// The MIG config/monitor and IMEX channel nodes the request asks for (no spec has them);
+    /// the inventory is loaded only when it asks for any.
+    fn extra_nodes(&self, req: &ContainerRequest) -> Result<Vec<DeviceNode>, BoxError> {
+        let extras = Extras {
+            mig_config: req.mig_config,
+            mig_monitor: req.mig_monitor,
+            imex_channels: &req.imex_channels,
+        };
+        if !extras.any() {
+            return Ok(Vec::new());
+        }
+        Ok(extra_nodes(self.node.inventory()?, &extras)?)
+    }
+
     fn decide(
         &self,
         spec: &Value,
@@ -152,21 +167,33 @@ impl<'a> WrapperRequest<'a> {
         let injection = match self.config.runtime.mode {
             RuntimeMode::Cdi => {
                 let names = self.cdi_names(&req, &annotations)?;
-                if names.is_empty() {
-                    Injection::Edits(Box::new(self.node.common_edits()?))
-                } else {
-                    Injection::Cdi(names)
+                let extra = self.extra_nodes(&req)?;
+                match (names.is_empty(), extra.is_empty()) {
+                    (true, _) => {
+                        let mut edits = self.node.common_edits()?;
+                        edits.device_nodes.extend(extra);
+                        Injection::Edits(Box::new(edits))
+                    }
+                    (false, true) => Injection::Cdi(names),
+                    (false, false) => Injection::CdiWithEdits(
+                        names,
+                        Box::new(ContainerEdits {
+                            device_nodes: extra,
+                            ..Default::default()
+                        }),
+                    ),
                 }
             }
             RuntimeMode::JitCdi => {
                 let inv = self.node.inventory()?;
                 let resolved = req.resolve(inv)?;
-                let edits = gpuhook_cdi::edits_for(
+                let mut edits = gpuhook_cdi::edits_for(
                     inv,
                     &resolved.devices,
                     &resolved.capabilities,
                     &self.node.edit_options()?,
                 )?;
+                edits.device_nodes.extend(self.extra_nodes(&req)?);
                 Injection::Edits(Box::new(edits))
             }
             RuntimeMode::Legacy => Injection::Edits(Box::new(self.legacy_hook()?)),
@@ -194,11 +221,11 @@ impl DeviceRequest for WrapperRequest<'_> {
                 Ok(None)
             }
             Ok((Some(injection), source)) => {
-                let devices = match &injection {
-                    Injection::Cdi(names) => {
+                let devices = match injection.cdi_names() {
+                    Some(names) => {
                         gpuhook_node::bounded::preview_list(names, gpuhook_runtime::MAX_NAMES_SHOWN)
                     }
-                    Injection::Edits(_) => format!("{:?} edits", self.config.runtime.mode),
+                    None => format!("{:?} edits", self.config.runtime.mode),
                 };
                 let mut d = Decision::new(COMMAND, Outcome::Inject);
                 d.container = hostname;

@@ -382,3 +382,6 @@ fn bundle_edit_end_to_end_without_runc() {
         .to_string()
         .contains("unresolvable CDI devices nvidia.com/gpu=0"));
 }
+
+#[path = "extras_tests.rs"]
+mod extras;
