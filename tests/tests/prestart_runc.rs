@@ -281,10 +281,22 @@ fn gpu_nodes(stdout: &str) -> Vec<&str> {
 
 #[test]
 fn unprivileged_envvar_is_refused_by_policy_and_logged_but_cdi_annotations_work() {
+    unprivileged_envvar_policy("accept-envvar-when-unprivileged = false");
+}
+
+/// Issue #13.7: the same policy written with NVIDIA's key name (toolkit
+/// `internal/config/config.go`, `Config.AcceptEnvvarUnprivileged`), as in
+/// `/etc/nvidia-container-runtime/config.toml`.
+#[test]
+fn nvidia_config_key_sets_the_same_policy() {
+    unprivileged_envvar_policy("accept-nvidia-visible-devices-envvar-when-unprivileged = false");
+}
+
+fn unprivileged_envvar_policy(config: &str) {
     if !gpuhook_e2e::e2e_ready("prestart_runc::unprivileged_envvar", &["runc", "ldconfig"]) {
         return;
     }
-    let n = node("dgx-h100", "accept-envvar-when-unprivileged = false");
+    let n = node("dgx-h100", config);
     // An image that bakes NVIDIA_VISIBLE_DEVICES=all in (like CUDA base images).
     let mut b = Bundle::new(SCRIPT, true);
     b.env("NVIDIA_VISIBLE_DEVICES=all").hook(n.hook());

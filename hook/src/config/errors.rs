@@ -102,3 +102,10 @@ pub(super) fn invalid(text: &str, path: &Path, key: &str, message: String) -> Co
         message,
     }
 }
+
+/// The key a serde message names (`unknown field `x``, `invalid type ... for key `x``), if any.
+pub(super) fn key_in_message(message: &str) -> Option<String> {
+    let start = message.find('`')? + 1;
+    let len = message[start..].find('`')?;
+    Some(message[start..start + len].to_string())
+}

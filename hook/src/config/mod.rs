@@ -6,6 +6,7 @@
 //! (`--config`, `GPUHOOK_CONFIG`) must exist. Every key is documented in `config.toml.example`.
 
 mod errors;
+pub mod nvidia;
 
 use std::path::{Path, PathBuf};
 
@@ -55,6 +56,9 @@ pub struct Config {
     pub log_level: LogLevel,
     pub log_format: LogFormat,
     pub runtime: RuntimeConfig,
+    /// Keys of an NVIDIA config file gpuhook ignored ([`nvidia`]); logged by [`Config::log_warnings`].
+    #[serde(skip)]
+    pub warnings: Vec<String>,
 }
 
 /// `[runtime]`: the containerd runtime wrapper.
@@ -98,6 +102,7 @@ impl Default for Config {
             log_level: LogLevel::default(),
             log_format: LogFormat::default(),
             runtime: RuntimeConfig::default(),
+            warnings: Vec::new(),
         }
     }
 }
@@ -134,12 +139,41 @@ impl Config {
 
     /// Parses and validates config text; `path` is only used in messages.
     pub fn from_toml(text: &str, path: &Path) -> Result<Config, ConfigError> {
-        let config: Config =
-            toml::from_str(text).map_err(|e| errors::parse_error(&e, text, path))?;
+        let parse_error = |e: toml::de::Error| errors::parse_error(&e, text, path);
+        // The substring test keeps gpuhook's own file at one parse (the container start path).
+        let nvidia_doc = if nvidia::may_be_nvidia(text) {
+            Some(toml::from_str::<toml::Table>(text).map_err(parse_error)?)
+                .filter(nvidia::is_nvidia)
+        } else {
+            None
+        };
+        let config = match nvidia_doc {
+            Some(doc) => Config::from_nvidia(doc, text, path)?,
+            None => toml::from_str(text).map_err(parse_error)?,
+        };
         config
             .validate()
             .map_err(|(key, message)| errors::invalid(text, path, key, message))?;
         Ok(config)
+    }
+
+    /// NVIDIA's config file (see [`nvidia`]), translated into gpuhook's keys.
+    fn from_nvidia(doc: toml::Table, text: &str, path: &Path) -> Result<Config, ConfigError> {
+        let (table, warnings) = nvidia::translate(doc)
+            .map_err(|(key, message)| errors::invalid(text, path, &key, message))?;
+        let mut config: Config = toml::Table::try_into(table).map_err(|e| {
+            let key = errors::key_in_message(e.message()).unwrap_or_default();
+            errors::invalid(text, path, &key, e.message().trim().to_string())
+        })?;
+        config.warnings = warnings;
+        Ok(config)
+    }
+
+    /// Logs the warnings of loading (call once logging is set up).
+    pub fn log_warnings(&self) {
+        for w in &self.warnings {
+            tracing::warn!(warning = %w, "config");
+        }
     }
 
     /// Checks what serde cannot: absolute paths, non-empty lists.

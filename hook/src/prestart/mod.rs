@@ -79,6 +79,7 @@ fn skip_reason(r: NotGpuReason) -> &'static str {
 
 /// Runs the hook: the OCI state is read from `stdin`.
 pub fn run(stdin: impl Read, config: &Config) -> Result<PrestartOutcome, PrestartError> {
+    config.log_warnings();
     let state = input::read_state(stdin)?;
     let container = state.id.as_str();
     let result = run_for(&state, config);
