@@ -213,9 +213,14 @@ fn apply_to(root: &mut Map<String, Value>, e: &ContainerEdits) -> Result<(), Cdi
         if !h.args.is_empty() {
             v["args"] = json!(h.args);
         }
-        if !h.env.is_empty() {
-            v["env"] = json!(h.env);
-        }
+        // A hook without `env` would run with whatever env the runtime gives it; older runc
+        // gave a createContainer hook the container's (CVE-2025-23266: an image's LD_PRELOAD
+        // ran as root on the host). Every hook we write gets an explicit env: PATH only.
+        v["env"] = if h.env.is_empty() {
+            json!(crate::edits::DEFAULT_HOOK_ENV)
+        } else {
+            json!(h.env)
+        };
         if let Some(t) = h.timeout {
             v["timeout"] = json!(t);
         }

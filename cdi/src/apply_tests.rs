@@ -207,3 +207,64 @@ fn not_an_object_is_an_error() {
         Err(CdiError::OciSpec(_))
     ));
 }
+
+/// Issue #14.1 (CVE-2025-23266): a hook of another vendor's spec with no `env` must not run with
+/// the container's env (older runc gave a createContainer hook the container's, LD_PRELOAD
+/// included): it gets PATH only; a hook that has an env keeps exactly its own.
+#[test]
+fn foreign_hook_without_env_gets_path_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = json!({
+        "cdiVersion": "0.5.0",
+        "kind": "example.com/dev",
+        "devices": [{"name": "a", "containerEdits": {"hooks": [
+            {"hookName": "createContainer", "path": "/opt/x/hook", "args": ["hook", "a"]},
+            {"hookName": "startContainer", "path": "/opt/x/hook", "env": ["A=1"]}
+        ]}}]
+    });
+    std::fs::write(dir.path().join("example.json"), spec.to_string()).unwrap();
+    let reg = Registry::load(&[dir.path()]);
+    assert!(reg.errors.is_empty(), "{:?}", reg.errors);
+    let mut v = oci();
+    v["process"]["env"] = json!(["LD_PRELOAD=/proc/self/cwd/poc.so", "PATH=/bin"]);
+    apply_devices(&mut v, &reg, &names(&["example.com/dev=a"])).unwrap();
+    let create = &v["hooks"]["createContainer"][0];
+    assert_eq!(create["env"], json!(crate::edits::DEFAULT_HOOK_ENV));
+    assert_eq!(create["env"], json!(["PATH=/usr/sbin:/usr/bin:/sbin:/bin"]));
+    assert_eq!(v["hooks"]["startContainer"][0]["env"], json!(["A=1"]));
+
+    // The same through apply_edits (the wrapper's jit-cdi and legacy modes).
+    let edits: ContainerEdits = serde_json::from_value(json!({"hooks": [
+        {"hookName": "prestart", "path": "/usr/bin/other"}
+    ]}))
+    .unwrap();
+    let mut v = oci();
+    apply_edits(&mut v, &edits).unwrap();
+    assert_eq!(
+        v["hooks"]["prestart"][0]["env"],
+        json!(["PATH=/usr/sbin:/usr/bin:/sbin:/bin"])
+    );
+}
+
+/// Issue #14.11: a spec file over the limit is reported and skipped, never read whole.
+#[test]
+fn huge_spec_file_is_skipped_with_an_error() {
+    let (dir, _) = registry();
+    let big = dir.path().join("zz-big.json");
+    std::fs::File::create(&big)
+        .unwrap()
+        .set_len(700 << 20)
+        .unwrap();
+    let reg = Registry::load(&[dir.path()]);
+    assert_eq!(reg.errors.len(), 1, "{:?}", reg.errors);
+    assert_eq!(reg.errors[0].path, big);
+    assert!(
+        reg.errors[0].message.contains("larger than"),
+        "{:?}",
+        reg.errors
+    );
+    assert!(
+        reg.get("nvidia.com/gpu=0").is_some(),
+        "the other specs still load"
+    );
+}

@@ -6,6 +6,7 @@
 //! `/`) without assuming anything about where that root came from, so the same code runs against a
 //! real driver and against a simulated node.
 
+pub mod bounded;
 pub mod cache;
 pub mod devnodes;
 pub mod discover;

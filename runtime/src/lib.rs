@@ -33,4 +33,5 @@ pub use takeover::{EarlyWork, HookTakeover};
 pub use wrapper::{
     main, main_with, prepare, prepare_with, report_error, run, BoxError, DeviceRequest, Edited,
     Extensions, GenerateMissing, Injection, Prepared, RuntimeConfig, RuntimeError, EXIT_FAILURE,
+    MAX_NAMES_SHOWN,
 };

@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use gpuhook_cdi::registry::LoadedSpec;
 use gpuhook_cdi::{apply_devices, apply_edits, ContainerEdits, Registry, RegistryDevice, Spec};
+use gpuhook_node::bounded::{preview_list, read_bounded, BoundedReadError, MAX_OCI_CONFIG_BYTES};
 use serde_json::Value;
 use thiserror::Error;
 
@@ -23,6 +24,9 @@ use crate::{atomic, legacy, reinject, runclog};
 /// Error type of the caller's callbacks.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// Most device names an error message lists (the rest are counted): a container chooses them.
+pub const MAX_NAMES_SHOWN: usize = 16;
+
 /// Exit status of the wrapper when it fails (runc's own failure status).
 pub const EXIT_FAILURE: i32 = 1;
 
@@ -33,13 +37,27 @@ pub enum Injection {
     Cdi(Vec<String>),
     /// Edits computed by the caller (e.g. a prestart hook in legacy mode, or JIT edits).
     Edits(Box<ContainerEdits>),
+    /// CDI names, then edits the caller adds (device nodes no spec has, e.g. MIG capabilities).
+    CdiWithEdits(Vec<String>, Box<ContainerEdits>),
+}
+
+impl Injection {
+    /// The CDI names to resolve, if any.
+    pub fn cdi_names(&self) -> Option<&[String]> {
+        match self {
+            Injection::Cdi(n) | Injection::CdiWithEdits(n, _) => Some(n),
+            Injection::Edits(_) => None,
+        }
+    }
 }
 
 /// Turns a container's OCI spec into what to inject; `Ok(None)`: not a GPU container.
-/// `container` is the id runc was given (for the decision log; `None` if argv had none).
+/// `bundle` is the container's bundle directory (where `spec` was read from); `container` is the
+/// id runc was given (for the decision log; `None` if argv had none).
 pub trait DeviceRequest {
     fn injection(
         &self,
+        bundle: &Path,
         container: Option<&str>,
         spec: &Value,
     ) -> Result<Option<Injection>, BoxError>;
@@ -50,7 +68,12 @@ impl<F> DeviceRequest for F
 where
     F: Fn(&Value) -> Result<Vec<String>, BoxError>,
 {
-    fn injection(&self, _: Option<&str>, spec: &Value) -> Result<Option<Injection>, BoxError> {
+    fn injection(
+        &self,
+        _: &Path,
+        _: Option<&str>,
+        spec: &Value,
+    ) -> Result<Option<Injection>, BoxError> {
         let names = self(spec)?;
         Ok((!names.is_empty()).then_some(Injection::Cdi(names)))
     }
@@ -61,6 +84,11 @@ where
 /// it leaves undefined is reported as unresolvable.
 pub trait GenerateMissing {
     fn generate(&self, missing: &[String]) -> Result<Vec<Spec>, BoxError>;
+
+    /// For the error about names nothing defines: what does exist (e.g. the node's devices).
+    fn explain(&self, _unresolved: &[String]) -> Option<String> {
+        None
+    }
 }
 
 impl<F> GenerateMissing for F
@@ -104,12 +132,9 @@ impl Default for RuntimeConfig {
 pub enum RuntimeError {
     #[error(transparent)]
     Argv(#[from] ArgvError),
-    #[error("cannot read {}: {source} (is --bundle the container's bundle directory?)", path.display())]
-    ReadSpec {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    /// Unreadable, or larger than [`MAX_OCI_CONFIG_BYTES`].
+    #[error("{0} (is --bundle the container's bundle directory?)")]
+    ReadSpec(BoundedReadError),
     #[error("cannot parse {} as an OCI runtime spec: {source}", path.display())]
     ParseSpec {
         path: PathBuf,
@@ -118,7 +143,10 @@ pub enum RuntimeError {
     },
     #[error("cannot work out the GPU request of the container in {}: {source}", path.display())]
     Request { path: PathBuf, source: BoxError },
-    #[error("cannot generate CDI specs for {}: {source}", names.join(", "))]
+    #[error(
+        "cannot generate CDI specs for {}: {source}",
+        preview_list(names, MAX_NAMES_SHOWN)
+    )]
     Generate {
         names: Vec<String>,
         source: BoxError,
@@ -126,13 +154,16 @@ pub enum RuntimeError {
     /// The exact wording runtimes use, followed by where we looked and the fix.
     #[error(
         "unresolvable CDI devices {} (no spec in {} defines them; run `gpuhook cdi generate`, \
-         or check the container's request)",
-        names.join(", "),
-        dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
+         or check the container's request){}",
+        preview_list(names, MAX_NAMES_SHOWN),
+        dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", "),
+        hint.as_ref().map_or(String::new(), |h| format!("; {h}"))
     )]
     Unresolvable {
         names: Vec<String>,
         dirs: Vec<PathBuf>,
+        /// What does exist, when the caller can tell ([`GenerateMissing::explain`]).
+        hint: Option<String>,
     },
     #[error("cannot apply CDI edits to {}: {source}", path.display())]
     Apply {
@@ -215,9 +246,11 @@ fn resolve(
         unknown = missing(&registry);
     }
     if !unknown.is_empty() {
+        let hint = generate.and_then(|g| g.explain(&unknown));
         return Err(RuntimeError::Unresolvable {
             names: unknown,
             dirs: config.spec_dirs.clone(),
+            hint,
         });
     }
     Ok(registry)
@@ -277,22 +310,18 @@ pub fn edit_bundle_with(
     let generate = ext.generate;
     let start = std::time::Instant::now();
     let path = bundle.join("config.json");
-    let bytes = std::fs::read(&path).map_err(|source| RuntimeError::ReadSpec {
-        path: path.clone(),
-        source,
-    })?;
+    let bytes = read_bounded(&path, MAX_OCI_CONFIG_BYTES).map_err(RuntimeError::ReadSpec)?;
     let mut spec: Value =
         serde_json::from_slice(&bytes).map_err(|source| RuntimeError::ParseSpec {
             path: path.clone(),
             source,
         })?;
-    let injection =
-        request
-            .injection(container, &spec)
-            .map_err(|source| RuntimeError::Request {
-                path: path.clone(),
-                source,
-            })?;
+    let injection = request
+        .injection(bundle, container, &spec)
+        .map_err(|source| RuntimeError::Request {
+            path: path.clone(),
+            source,
+        })?;
     let injection = injection.filter(|i| !matches!(i, Injection::Cdi(n) if n.is_empty()));
     let Some(injection) = injection else {
         tracing::debug!(bundle = %bundle.display(), "no GPU request, spec untouched");
@@ -300,9 +329,9 @@ pub fn edit_bundle_with(
     };
     // Resolve before touching anything: an unresolvable name leaves the spec as it was.
     let requested = start.elapsed();
-    let registry = match &injection {
-        Injection::Cdi(names) => Some(resolve(names, config, generate)?),
-        Injection::Edits(_) => None,
+    let registry = match injection.cdi_names() {
+        Some(names) => Some(resolve(names, config, generate)?),
+        None => None,
     };
     let resolved = start.elapsed();
     let removed = legacy::remove_legacy_hooks(&mut spec);
@@ -310,10 +339,14 @@ pub fn edit_bundle_with(
         tracing::info!(hooks = ?removed, "removed legacy GPU prestart hooks");
     }
     let before_edits = spec.clone();
-    let applied = match (&injection, &registry) {
-        (Injection::Cdi(names), Some(reg)) => apply_devices(&mut spec, reg, names),
-        (Injection::Cdi(names), None) => apply_devices(&mut spec, &Registry::default(), names),
-        (Injection::Edits(edits), _) => apply_edits(&mut spec, edits),
+    let empty = Registry::default();
+    let reg = registry.as_ref().unwrap_or(&empty);
+    let applied = match &injection {
+        Injection::Cdi(names) => apply_devices(&mut spec, reg, names),
+        Injection::CdiWithEdits(names, edits) => {
+            apply_devices(&mut spec, reg, names).and_then(|()| apply_edits(&mut spec, edits))
+        }
+        Injection::Edits(edits) => apply_edits(&mut spec, edits),
     };
     applied.map_err(|source| RuntimeError::Apply {
         path: path.clone(),
@@ -341,8 +374,9 @@ pub fn edit_bundle_with(
             source,
         }
     })?;
-    if let Injection::Cdi(names) = &injection {
-        tracing::info!(bundle = %bundle.display(), devices = ?names, "injected CDI devices");
+    if let Some(names) = injection.cdi_names() {
+        let devices = preview_list(names, MAX_NAMES_SHOWN);
+        tracing::info!(bundle = %bundle.display(), devices = %devices, "injected CDI devices");
     }
     tracing::debug!(
         request_us = requested.as_micros() as u64,

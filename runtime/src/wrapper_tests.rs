@@ -234,7 +234,12 @@ fn request_errors_and_bad_specs_leave_config_untouched() {
     };
     struct R<F>(F);
     impl<F: Fn(&Value) -> Result<Option<Injection>, BoxError>> DeviceRequest for R<F> {
-        fn injection(&self, _: Option<&str>, spec: &Value) -> Result<Option<Injection>, BoxError> {
+        fn injection(
+            &self,
+            _: &Path,
+            _: Option<&str>,
+            spec: &Value,
+        ) -> Result<Option<Injection>, BoxError> {
             (self.0)(spec)
         }
     }
@@ -455,7 +460,12 @@ fn failure_exits_1_and_reaches_the_log_without_running_the_runtime() {
 struct EditsRequest(ContainerEdits);
 
 impl DeviceRequest for EditsRequest {
-    fn injection(&self, _: Option<&str>, _: &Value) -> Result<Option<Injection>, BoxError> {
+    fn injection(
+        &self,
+        _: &Path,
+        _: Option<&str>,
+        _: &Value,
+    ) -> Result<Option<Injection>, BoxError> {
         Ok(Some(Injection::Edits(Box::new(self.0.clone()))))
     }
 }
@@ -498,7 +508,12 @@ fn an_empty_cdi_request_is_no_request() {
     let before = fs::read(&p).unwrap();
     struct Empty;
     impl DeviceRequest for Empty {
-        fn injection(&self, _: Option<&str>, _: &Value) -> Result<Option<Injection>, BoxError> {
+        fn injection(
+            &self,
+            _: &Path,
+            _: Option<&str>,
+            _: &Value,
+        ) -> Result<Option<Injection>, BoxError> {
             Ok(Some(Injection::Cdi(vec![])))
         }
     }
@@ -527,4 +542,45 @@ fn applying_the_same_devices_again_changes_nothing() {
     );
     prepare(&create_argv(&f), &f.config, &env_request, None).unwrap();
     assert_eq!(read_spec(&f), once);
+}
+
+/// Issue #14.11: a huge `config.json` (700 MB, sparse) is refused from its size with one clear
+/// error, before anything is read into memory; the bundle is left as it was.
+#[test]
+fn huge_config_json_is_refused_without_reading_it() {
+    let f = fixture();
+    let path = f.bundle.join("config.json");
+    let file = fs::OpenOptions::new().write(true).open(&path).unwrap();
+    file.set_len(700 << 20).unwrap();
+    let request = |_: &Value| -> Result<Vec<String>, BoxError> { Ok(vec![]) };
+    let err = edit_bundle(&f.bundle, None, &f.config, &request, None).unwrap_err();
+    assert!(matches!(err, RuntimeError::ReadSpec(_)), "{err:?}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("larger than the limit of 4194304 bytes"),
+        "{msg}"
+    );
+    assert!(msg.contains("config.json"), "{msg}");
+    assert_eq!(fs::metadata(&path).unwrap().len(), 700 << 20);
+}
+
+/// Issue #14.11: a container asking for thousands of unknown devices gets an error that lists a
+/// bounded number of them (and counts the rest), not a message as large as its request.
+#[test]
+fn unresolvable_error_lists_a_bounded_number_of_names() {
+    let f = fixture();
+    let many = |_: &Value| -> Result<Vec<String>, BoxError> {
+        Ok((0..4000).map(|i| format!("nvidia.com/gpu={i}x")).collect())
+    };
+    let err = edit_bundle(&f.bundle, None, &f.config, &many, None).unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.starts_with("unresolvable CDI devices nvidia.com/gpu=0x, "),
+        "{msg}"
+    );
+    assert!(
+        msg.contains(&format!("and {} more", 4000 - MAX_NAMES_SHOWN)),
+        "{msg}"
+    );
+    assert!(msg.len() < 1000, "{} bytes", msg.len());
 }

@@ -86,10 +86,21 @@ fn assert_gpuhook(dump: &toml::Table, binary: &Path, systemd: bool) {
     let rt = runtime(dump, "gpuhook");
     assert_eq!(rt["runtime_type"].as_str(), Some("io.containerd.runc.v2"));
     assert_eq!(rt["privileged_without_host_devices"].as_bool(), Some(true));
-    let ann = rt["pod_annotations"].as_array().expect("pod_annotations");
+    // containerd's own dump shows it knows the key (containerd 1.6 has container_annotations).
+    let ann = rt["container_annotations"]
+        .as_array()
+        .expect("container_annotations");
     assert!(
         ann.iter().any(|v| v.as_str() == Some("cdi.k8s.io/*")),
         "{ann:?}"
+    );
+    // Issue #14.5: pod annotations are the pod author's, not a device grant.
+    let pod = rt.get("pod_annotations").and_then(|a| a.as_array());
+    assert!(
+        !pod.into_iter()
+            .flatten()
+            .any(|v| v.as_str() == Some("cdi.k8s.io/*")),
+        "{pod:?}"
     );
     assert_eq!(rt["options"]["BinaryName"].as_str(), binary.to_str());
     assert_eq!(rt["options"]["SystemdCgroup"].as_bool(), Some(systemd));

@@ -50,14 +50,13 @@ fn expected_nodes(inv: &Inventory, sel: &[Sel], any: bool) -> BTreeSet<NodeSpec>
     out
 }
 
+/// libnvidia-container `src/cli/common.c` `select_devices`: `all` is every GPU
+/// (`select_all_gpu_devices`, MIG-enabled ones too) and every MIG device.
 fn all_selection(inv: &Inventory) -> Vec<Sel> {
     let mut out = Vec::new();
     for (gi, g) in inv.gpus.iter().enumerate() {
-        if g.mig_enabled {
-            out.extend((0..g.mig_devices.len()).map(|m| Sel::Mig(gi, m)));
-        } else {
-            out.push(Sel::Gpu(gi));
-        }
+        out.push(Sel::Gpu(gi));
+        out.extend((0..g.mig_devices.len()).map(|m| Sel::Mig(gi, m)));
     }
     out
 }
@@ -89,6 +88,11 @@ fn cases(inv: &Inventory) -> Vec<(String, Vec<Sel>, bool)> {
         .enumerate()
         .find(|(_, g)| g.mig_enabled && !g.mig_devices.is_empty());
     if let Some((gi, g)) = mig {
+        // Issue #13.3: the MIG-enabled GPU itself (libnvc `select_gpu_device` ignores MIG
+        // mode; NVIDIA's device plugin with MIG strategy `none` hands out its UUID): its
+        // /dev/nvidia<minor> and no MIG cap node.
+        out.push((g.uuid.clone(), vec![Sel::Gpu(gi)], true));
+        out.push((g.index.to_string(), vec![Sel::Gpu(gi)], true));
         let last = g.mig_devices.len() - 1;
         let m = &g.mig_devices[last];
         out.push((m.uuid.clone(), vec![Sel::Mig(gi, last)], true));
@@ -277,10 +281,22 @@ fn gpu_nodes(stdout: &str) -> Vec<&str> {
 
 #[test]
 fn unprivileged_envvar_is_refused_by_policy_and_logged_but_cdi_annotations_work() {
+    unprivileged_envvar_policy("accept-envvar-when-unprivileged = false");
+}
+
+/// Issue #13.7: the same policy written with NVIDIA's key name (toolkit
+/// `internal/config/config.go`, `Config.AcceptEnvvarUnprivileged`), as in
+/// `/etc/nvidia-container-runtime/config.toml`.
+#[test]
+fn nvidia_config_key_sets_the_same_policy() {
+    unprivileged_envvar_policy("accept-nvidia-visible-devices-envvar-when-unprivileged = false");
+}
+
+fn unprivileged_envvar_policy(config: &str) {
     if !gpuhook_e2e::e2e_ready("prestart_runc::unprivileged_envvar", &["runc", "ldconfig"]) {
         return;
     }
-    let n = node("dgx-h100", "accept-envvar-when-unprivileged = false");
+    let n = node("dgx-h100", config);
     // An image that bakes NVIDIA_VISIBLE_DEVICES=all in (like CUDA base images).
     let mut b = Bundle::new(SCRIPT, true);
     b.env("NVIDIA_VISIBLE_DEVICES=all").hook(n.hook());

@@ -433,10 +433,20 @@ fn a100_mig_through_containerd_with_and_without_spec_file() {
     let mut want = rig.mig_nodes(0, 0);
     want.extend(rig.mig_nodes(1, 0));
     rig.check_request("NVIDIA_VISIBLE_DEVICES=0:0,1:0", &env("0:0,1:0"), &want);
-    // A MIG-enabled GPU as a whole is no device.
-    let stderr = rig.run_err(&env("0"));
+    // Issue #13.3: a MIG-enabled GPU as a whole, by index or UUID (NVIDIA's device plugin with
+    // MIG strategy `none` hands out such UUIDs), is its /dev/nvidia<minor> without MIG caps, as
+    // libnvidia-container's `select_gpu_device` (src/cli/common.c) selects it. The spec file
+    // keeps NVIDIA's device set (no whole-GPU device for it): generated in memory.
+    let whole0: Nodes = [rig.gpu_node(0)].into_iter().collect();
+    rig.check_request("MIG-enabled GPU 0 by index", &env("0"), &whole0);
+    let uuid1 = p.gpus[1].uuid.clone();
+    let whole1: Nodes = [rig.gpu_node(1)].into_iter().collect();
+    rig.check_request("MIG-enabled GPU 1 by UUID", &env(&uuid1), &whole1);
+    // An id that resolves to nothing: the error lists what exists.
+    let stderr = rig.run_err(&env("7"));
     assert!(
-        stderr.contains("unresolvable CDI devices nvidia.com/gpu=0"),
+        stderr.contains("unresolvable CDI devices nvidia.com/gpu=7")
+            && stderr.contains(&format!("1 ({uuid1}, MIG enabled)")),
         "{stderr}"
     );
 
@@ -445,15 +455,77 @@ fn a100_mig_through_containerd_with_and_without_spec_file() {
     let saved = rig.tmp.path().join("saved-spec.json");
     std::fs::rename(&rig.spec_file, &saved).unwrap();
     rig.check_request("0:1 without a spec file", &env("0:1"), &rig.mig_nodes(0, 1));
-    // GPU 1 is MIG-enabled: its PCI bus id does not resolve to a whole GPU, spec or not.
+    // GPU 1 is MIG-enabled: its PCI bus id is that GPU, spec file or not.
     let pci = p.gpus[1].pci_bus_id.clone();
-    let stderr = rig.run_err(&env(&pci));
-    assert!(
-        stderr.to_lowercase().contains(&format!(
-            "unresolvable cdi devices nvidia.com/gpu={}",
-            pci.to_lowercase()
-        )),
-        "{stderr}"
-    );
+    rig.check_request("MIG-enabled GPU 1 by PCI bus id", &env(&pci), &whole1);
     std::fs::rename(&saved, &rig.spec_file).unwrap();
+}
+
+/// Issue #14.5: under the CRI plugin, a `cdi.k8s.io/*` *pod* annotation (pod_annotations copies
+/// it into both the pod sandbox's and the container's spec: containerd 1.6/1.7
+/// `pkg/cri/server/container_create_linux.go` `containerSpec` and `sandbox_run_linux.go`
+/// `sandboxContainerSpec`) is not a device grant: ignored with a log line. A container annotation
+/// (a device plugin's, through kubelet; not in the sandbox's spec) is honoured. `ctr` sets the
+/// CRI annotations by hand here, and the pod sandbox's bundle is written where containerd keeps
+/// it (a sibling of the container's bundle).
+#[test]
+fn pod_annotations_are_not_a_grant_through_containerd() {
+    if !gpuhook_e2e::e2e_ready(
+        "runtime_containerd",
+        &["containerd", "ctr", "runc", "ldconfig"],
+    ) {
+        return;
+    }
+    let rig = Rig::new("dgx-h100");
+    let sandbox_id = format!("feedc0de{}", std::process::id());
+    let sandbox = rig
+        .tmp
+        .path()
+        .join("state/io.containerd.runtime.v2.task/default")
+        .join(&sandbox_id);
+    std::fs::create_dir_all(&sandbox).unwrap();
+    let pod = ("cdi.k8s.io/pod", "nvidia.com/gpu=all");
+    std::fs::write(
+        sandbox.join("config.json"),
+        format!(
+            r#"{{"annotations": {{"{}": "{}", "io.kubernetes.cri.container-type": "sandbox"}}}}"#,
+            pod.0, pod.1
+        ),
+    )
+    .unwrap();
+    let cri = |extra: &[(&str, &str)]| -> Vec<String> {
+        let mut args = Vec::new();
+        for (k, v) in [
+            ("io.kubernetes.cri.container-type", "container"),
+            ("io.kubernetes.cri.sandbox-id", sandbox_id.as_str()),
+        ]
+        .iter()
+        .chain(extra)
+        {
+            args.extend(["--annotation".to_string(), format!("{k}={v}")]);
+        }
+        args
+    };
+    // The pod annotation alone: no GPU at all.
+    let (stdout, _) = rig.run_ok(&cri(&[pod]), &rig.probe_script());
+    let result = std::panic::catch_unwind(|| {
+        assert!(nvidia_entries_in_dev(&stdout) == Some(0), "{stdout}");
+        let log = std::fs::read_to_string(&rig.gpuhook_log).unwrap();
+        assert!(
+            log.contains("a pod annotation is not a device grant")
+                && log.contains("nvidia.com/gpu=all"),
+            "{log}"
+        );
+        // With the device plugin's container annotation: exactly its GPU.
+        let one: Nodes = [rig.gpu_node(3)].into_iter().collect();
+        rig.check_request(
+            "pod annotation all + container annotation 3",
+            &cri(&[pod, ("cdi.k8s.io/dp", "nvidia.com/gpu=3")]),
+            &one,
+        );
+    });
+    std::fs::remove_dir_all(&sandbox).unwrap();
+    if let Err(e) = result {
+        std::panic::resume_unwind(e);
+    }
 }

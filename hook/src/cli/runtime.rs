@@ -63,6 +63,10 @@ pub struct ConfigureArgs {
     /// Turn on enable_cdi in the CRI plugin (containerd 1.7+)
     #[arg(long)]
     pub enable_cdi: bool,
+    /// Also pass cdi.k8s.io/* pod annotations to the runtime (pod_annotations); honoured only
+    /// for devices in allow-cdi-devices-from-pod-annotations of gpuhook's config
+    #[arg(long)]
+    pub pod_cdi_annotations: bool,
     /// Print the diff instead of writing (exit status as if written)
     #[arg(long)]
     pub dry_run: bool,
@@ -78,6 +82,7 @@ impl ConfigureArgs {
             binary: self.binary.clone(),
             set_as_default: self.set_as_default,
             enable_cdi: self.enable_cdi,
+            pod_cdi_annotations: self.pod_cdi_annotations,
         }
     }
 }

@@ -7,11 +7,9 @@ use std::path::{Path, PathBuf};
 pub enum ConfigError {
     #[error("config file {} does not exist: create it (see config.toml.example) or name an existing file with --config / GPUHOOK_CONFIG", path.display())]
     Missing { path: PathBuf },
-    #[error("cannot read config file {}: {source}", path.display())]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    /// Unreadable, not UTF-8, or larger than the limit.
+    #[error("config file: {0}")]
+    Read(gpuhook_node::bounded::BoundedReadError),
     /// Syntax, unknown key, or a value of the wrong type.
     #[error("{}:{line}:{column}: {}{message}", path.display(), key_prefix(key))]
     Parse {
@@ -103,4 +101,11 @@ pub(super) fn invalid(text: &str, path: &Path, key: &str, message: String) -> Co
         key: key.to_string(),
         message,
     }
+}
+
+/// The key a serde message names (`unknown field `x``, `invalid type ... for key `x``), if any.
+pub(super) fn key_in_message(message: &str) -> Option<String> {
+    let start = message.find('`')? + 1;
+    let len = message[start..].find('`')?;
+    Some(message[start..start + len].to_string())
 }

@@ -6,9 +6,11 @@
 //! (`--config`, `GPUHOOK_CONFIG`) must exist. Every key is documented in `config.toml.example`.
 
 mod errors;
+pub mod nvidia;
 
 use std::path::{Path, PathBuf};
 
+use gpuhook_node::bounded::{read_bounded_string, MAX_CONFIG_FILE_BYTES};
 use gpuhook_node::Capability;
 use serde::Deserialize;
 
@@ -38,6 +40,9 @@ pub struct Config {
     pub accept_envvar_when_unprivileged: bool,
     /// Read device lists from `/dev/null` mounts under `/var/run/nvidia-container-devices/`.
     pub accept_device_list_as_volume_mounts: bool,
+    /// CDI devices (qualified-name globs) a pod annotation may request; empty: none (only
+    /// container annotations, set by a device plugin, are grants).
+    pub allow_cdi_devices_from_pod_annotations: Vec<String>,
     /// Capabilities offered to containers.
     pub supported_capabilities: Vec<Capability>,
     /// Host ldconfig (`@/path` = host path; `/path` = inside `driver_root`).
@@ -51,6 +56,9 @@ pub struct Config {
     pub log_level: LogLevel,
     pub log_format: LogFormat,
     pub runtime: RuntimeConfig,
+    /// Keys of an NVIDIA config file gpuhook ignored ([`nvidia`]); logged by [`Config::log_warnings`].
+    #[serde(skip)]
+    pub warnings: Vec<String>,
 }
 
 /// `[runtime]`: the containerd runtime wrapper.
@@ -85,6 +93,7 @@ impl Default for Config {
             dev_root: None,
             accept_envvar_when_unprivileged: true,
             accept_device_list_as_volume_mounts: false,
+            allow_cdi_devices_from_pod_annotations: Vec::new(),
             supported_capabilities: Capability::ALL.to_vec(),
             ldconfig: DEFAULT_LDCONFIG.to_string(),
             inventory_cache: PathBuf::from("/var/run/gpuhook/inventory.json"),
@@ -93,6 +102,7 @@ impl Default for Config {
             log_level: LogLevel::default(),
             log_format: LogFormat::default(),
             runtime: RuntimeConfig::default(),
+            warnings: Vec::new(),
         }
     }
 }
@@ -116,29 +126,54 @@ impl Config {
             Some(p) => (p, true),
             None => (Path::new(DEFAULT_CONFIG_PATH), false),
         };
-        match std::fs::read_to_string(path) {
+        let not_found = Some(std::io::ErrorKind::NotFound);
+        match read_bounded_string(path, MAX_CONFIG_FILE_BYTES) {
             Ok(text) => Config::from_toml(&text, path),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !explicit => {
-                Ok(Config::default())
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(ConfigError::Missing {
+            Err(e) if e.io_kind() == not_found && !explicit => Ok(Config::default()),
+            Err(e) if e.io_kind() == not_found => Err(ConfigError::Missing {
                 path: path.to_path_buf(),
             }),
-            Err(source) => Err(ConfigError::Read {
-                path: path.to_path_buf(),
-                source,
-            }),
+            Err(e) => Err(ConfigError::Read(e)),
         }
     }
 
     /// Parses and validates config text; `path` is only used in messages.
     pub fn from_toml(text: &str, path: &Path) -> Result<Config, ConfigError> {
-        let config: Config =
-            toml::from_str(text).map_err(|e| errors::parse_error(&e, text, path))?;
+        let parse_error = |e: toml::de::Error| errors::parse_error(&e, text, path);
+        // The substring test keeps gpuhook's own file at one parse (the container start path).
+        let nvidia_doc = if nvidia::may_be_nvidia(text) {
+            Some(toml::from_str::<toml::Table>(text).map_err(parse_error)?)
+                .filter(nvidia::is_nvidia)
+        } else {
+            None
+        };
+        let config = match nvidia_doc {
+            Some(doc) => Config::from_nvidia(doc, text, path)?,
+            None => toml::from_str(text).map_err(parse_error)?,
+        };
         config
             .validate()
             .map_err(|(key, message)| errors::invalid(text, path, key, message))?;
         Ok(config)
+    }
+
+    /// NVIDIA's config file (see [`nvidia`]), translated into gpuhook's keys.
+    fn from_nvidia(doc: toml::Table, text: &str, path: &Path) -> Result<Config, ConfigError> {
+        let (table, warnings) = nvidia::translate(doc)
+            .map_err(|(key, message)| errors::invalid(text, path, &key, message))?;
+        let mut config: Config = toml::Table::try_into(table).map_err(|e| {
+            let key = errors::key_in_message(e.message()).unwrap_or_default();
+            errors::invalid(text, path, &key, e.message().trim().to_string())
+        })?;
+        config.warnings = warnings;
+        Ok(config)
+    }
+
+    /// Logs the warnings of loading (call once logging is set up).
+    pub fn log_warnings(&self) {
+        for w in &self.warnings {
+            tracing::warn!(warning = %w, "config");
+        }
     }
 
     /// Checks what serde cannot: absolute paths, non-empty lists.
@@ -170,6 +205,19 @@ impl Config {
                 ),
             ));
         }
+        for p in &self.allow_cdi_devices_from_pod_annotations {
+            let shaped = p
+                .split_once('=')
+                .is_some_and(|(kind, name)| kind.contains('/') && !name.is_empty());
+            if !shaped {
+                return Err((
+                    "allow-cdi-devices-from-pod-annotations",
+                    format!(
+                        "{p:?} is not a qualified CDI name glob such as \"nvidia.com/gpu-mps=*\""
+                    ),
+                ));
+            }
+        }
         if self.supported_capabilities.is_empty() {
             return Err((
                 "supported-capabilities",
@@ -196,6 +244,7 @@ impl Config {
             accept_envvar_when_unprivileged: self.accept_envvar_when_unprivileged,
             accept_device_list_as_volume_mounts: self.accept_device_list_as_volume_mounts,
             supported_capabilities: self.supported_capabilities.iter().copied().collect(),
+            pod_cdi_allow: self.allow_cdi_devices_from_pod_annotations.clone(),
             ..RequestPolicy::default()
         }
     }

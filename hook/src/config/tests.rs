@@ -167,7 +167,7 @@ fn load_default_missing_is_defaults_explicit_missing_is_error() {
     assert!(Config::load(Some(dir.path()))
         .unwrap_err()
         .to_string()
-        .starts_with("cannot read config file"));
+        .starts_with("config file: cannot read"));
 }
 
 #[test]
@@ -240,6 +240,35 @@ fn early_setup_must_be_a_boolean() {
     assert!(e.contains("/etc/gpuhook/config.toml"), "{e}");
     assert!(
         e.contains(":2:") && e.contains("runtime.early-setup") && e.contains("expected a boolean"),
+        "{e}"
+    );
+}
+
+/// Issue #14.11: a config file over the limit is refused with one error naming it, unread.
+#[test]
+fn huge_config_file_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.toml");
+    std::fs::File::create(&path)
+        .unwrap()
+        .set_len(600 << 20)
+        .unwrap();
+    let err = Config::load(Some(&path)).unwrap_err().to_string();
+    assert!(
+        err.contains("larger than the limit of 1048576 bytes"),
+        "{err}"
+    );
+    assert!(err.contains("config.toml"), "{err}");
+}
+
+#[test]
+fn pod_annotation_allow_list_reaches_the_policy_and_is_checked() {
+    let c = parse("allow-cdi-devices-from-pod-annotations = [\"nvidia.com/gpu-mps=*\"]\n").unwrap();
+    assert_eq!(c.request_policy().pod_cdi_allow, ["nvidia.com/gpu-mps=*"]);
+    assert!(Config::default().request_policy().pod_cdi_allow.is_empty());
+    let e = err("allow-cdi-devices-from-pod-annotations = [\"gpu=0\"]\n");
+    assert!(
+        e.contains(":1: key `allow-cdi-devices-from-pod-annotations`: \"gpu=0\" is not"),
         "{e}"
     );
 }

@@ -9,6 +9,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use gpuhook_inject::OciState;
+use gpuhook_node::bounded::{read_bounded, read_bounded_from, BoundedReadError};
 use serde_json::Value;
 
 use super::error::PrestartError;
@@ -16,25 +17,14 @@ use super::error::PrestartError;
 /// Largest OCI state accepted on stdin.
 pub const MAX_STATE_BYTES: u64 = 1 << 20;
 /// Largest `config.json` accepted.
-pub const MAX_CONFIG_BYTES: u64 = 4 << 20;
-
-/// Reads at most `limit` bytes; `Err(true)` when there was more.
-fn read_capped(reader: impl Read, limit: u64) -> std::io::Result<Result<Vec<u8>, ()>> {
-    let mut buf = Vec::new();
-    reader.take(limit + 1).read_to_end(&mut buf)?;
-    Ok(if buf.len() as u64 > limit {
-        Err(())
-    } else {
-        Ok(buf)
-    })
-}
+pub const MAX_CONFIG_BYTES: u64 = gpuhook_node::bounded::MAX_OCI_CONFIG_BYTES;
 
 /// Reads and parses the OCI state (from a hook's stdin).
 pub fn read_state(reader: impl Read) -> Result<OciState, PrestartError> {
     let state_err = |reason: String| PrestartError::State { reason };
-    let bytes = read_capped(reader, MAX_STATE_BYTES)
+    let bytes = read_bounded_from(reader, MAX_STATE_BYTES)
         .map_err(|e| state_err(format!("read: {e}")))?
-        .map_err(|()| state_err(format!("larger than {} bytes", MAX_STATE_BYTES)))?;
+        .ok_or_else(|| state_err(format!("larger than {MAX_STATE_BYTES} bytes")))?;
     let state = OciState::from_slice(&bytes).map_err(|e| state_err(e.to_string()))?;
     if !state.bundle.is_absolute() {
         return Err(state_err(format!(
@@ -61,15 +51,13 @@ pub fn read_bundle_config(bundle: &Path) -> Result<BundleJson, PrestartError> {
         path: path.clone(),
         reason,
     };
-    let file = std::fs::File::open(&path).map_err(|e| err(e.to_string()))?;
-    let bytes = read_capped(file, MAX_CONFIG_BYTES)
-        .map_err(|e| err(e.to_string()))?
-        .map_err(|()| {
-            err(format!(
-                "larger than {} MiB; refusing to parse it",
-                MAX_CONFIG_BYTES >> 20
-            ))
-        })?;
+    let bytes = read_bounded(&path, MAX_CONFIG_BYTES).map_err(|e| match e {
+        BoundedReadError::TooLarge { .. } => err(format!(
+            "larger than {} MiB; refusing to parse it",
+            MAX_CONFIG_BYTES >> 20
+        )),
+        BoundedReadError::Io { source, .. } => err(source.to_string()),
+    })?;
     let value: Value = serde_json::from_slice(&bytes).map_err(|e| err(e.to_string()))?;
     if !value.is_object() {
         return Err(err("is not a JSON object".into()));

@@ -21,6 +21,7 @@
 pub mod apply;
 pub mod cdi_devices;
 pub mod error;
+pub mod extras;
 pub mod input;
 pub mod inventory;
 pub mod plan;
@@ -78,6 +79,7 @@ fn skip_reason(r: NotGpuReason) -> &'static str {
 
 /// Runs the hook: the OCI state is read from `stdin`.
 pub fn run(stdin: impl Read, config: &Config) -> Result<PrestartOutcome, PrestartError> {
+    config.log_warnings();
     let state = input::read_state(stdin)?;
     let container = state.id.as_str();
     let result = run_for(&state, config);
@@ -97,7 +99,9 @@ fn run_for(
 ) -> Result<PrestartOutcome, PrestartError> {
     let container = state.id.as_str();
     let bundle = input::read_bundle_config(&state.bundle)?;
-    let policy = config.request_policy();
+    let policy = config
+        .request_policy()
+        .for_container(&bundle.value, &state.bundle);
     if !request::is_gpu_container(&bundle.value, &policy) {
         // The fast path. Only a restrictive policy is worth explaining: a user whose
         // NVIDIA_VISIBLE_DEVICES was ignored needs to find out why in the log.
@@ -120,7 +124,7 @@ fn run_for(
         );
         return Ok(PrestartOutcome::Skipped(NotGpuReason::NoRequest));
     }
-    let mps_names = request::mps_cdi_names(&bundle.value)?;
+    let mps_names = request::mps_cdi_names(&bundle.value, &policy)?;
     let req = match request::parse(&bundle.value, &policy)? {
         ParseOutcome::NotGpu(r) if mps_names.is_empty() => {
             log_skip(container, r);

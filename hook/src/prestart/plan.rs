@@ -20,7 +20,7 @@ use gpuhook_inject::hooks::parse_link_spec;
 use gpuhook_inject::{normalize_container_path, DeviceRule, DeviceType, MountOptions};
 use gpuhook_node::{DeviceRef, Inventory};
 
-use crate::request::{ImexChannels, ResolvedRequest};
+use crate::request::ResolvedRequest;
 
 /// Where the driver's parameters are, on the host (under the driver root) and in a container.
 pub const PARAMS_PATH: &str = gpuhook_inject::hooks::PARAMS_PATH;
@@ -262,44 +262,18 @@ impl Plan {
             self.add_proc_file(inv, format!("{gi}/ci{}/access", mig.ci_id));
         }
         for (wanted, name) in [(req.mig_config, "config"), (req.mig_monitor, "monitor")] {
-            if !wanted {
-                continue;
+            if wanted {
+                self.add_proc_file(inv, format!("/proc/driver/nvidia/capabilities/mig/{name}"));
             }
-            let (Some(caps), Some(major)) = (&inv.mig_caps, inv.majors.nvidia_caps) else {
-                return Err(format!(
-                    "NVIDIA_MIG_{}_DEVICES=all asks for the MIG {name} capability, but this node's \
-                     driver exposes none (no MIG-capable GPU); drop the variable",
-                    name.to_uppercase()
-                ));
-            };
-            let minor = if name == "config" {
-                caps.config_minor
-            } else {
-                caps.monitor_minor
-            };
-            self.add_device(
-                inv,
-                format!("/dev/nvidia-caps/nvidia-cap{minor}"),
-                major,
-                minor,
-            );
-            self.add_proc_file(inv, format!("/proc/driver/nvidia/capabilities/mig/{name}"));
         }
-        let channels: Vec<u32> = match &req.imex_channels {
-            ImexChannels::None => Vec::new(),
-            ImexChannels::Ids(ids) => ids.clone(),
-            ImexChannels::All => host_imex_channels(inv),
+        let extras = super::extras::Extras {
+            mig_config: req.mig_config,
+            mig_monitor: req.mig_monitor,
+            imex_channels: &req.imex_channels,
         };
-        if !channels.is_empty() {
-            let major = inv.majors.nvidia_caps_imex_channels.ok_or_else(|| {
-                "NVIDIA_IMEX_CHANNELS asks for IMEX channels, but this node's driver has no \
-                 nvidia-caps-imex-channels device; drop the variable"
-                    .to_string()
-            })?;
-            for c in channels {
-                let path = format!("/dev/nvidia-caps-imex-channels/channel{c}");
-                self.add_device(inv, path, major, c);
-            }
+        for n in super::extras::extra_nodes(inv, &extras)? {
+            let number = |v: Option<i64>| u32::try_from(v.unwrap_or(0)).unwrap_or(0);
+            self.add_device(inv, n.path, number(n.major), number(n.minor));
         }
         Ok(())
     }
@@ -361,24 +335,6 @@ impl Plan {
 }
 
 /// IMEX channel ids present under the dev root (`NVIDIA_IMEX_CHANNELS=all`).
-fn host_imex_channels(inv: &Inventory) -> Vec<u32> {
-    let dir = inv.host_dev_path(Path::new("/dev/nvidia-caps-imex-channels"));
-    let mut ids: Vec<u32> = std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| {
-            e.file_name()
-                .to_str()?
-                .strip_prefix("channel")?
-                .parse()
-                .ok()
-        })
-        .collect();
-    ids.sort_unstable();
-    ids
-}
-
 #[cfg(test)]
 #[path = "plan_tests.rs"]
 mod tests;

@@ -7,7 +7,7 @@ use gpuhook_node::{
 };
 
 use super::*;
-use crate::request::{RequestSource, RequirementReport};
+use crate::request::{ImexChannels, RequestSource, RequirementReport};
 
 const LIB: &str = "/usr/lib64";
 

@@ -76,13 +76,6 @@ pub enum RequestError {
         origin: RequestSource,
         hint: String,
     },
-    /// A MIG-enabled GPU asked for as a whole.
-    #[error("device {id:?} requested by {origin} is GPU {index}, which has MIG enabled: select its MIG devices instead (e.g. \"{index}:0\" or a MIG-<uuid>)")]
-    MigEnabledGpu {
-        id: String,
-        origin: RequestSource,
-        index: u32,
-    },
     /// A token of `NVIDIA_DRIVER_CAPABILITIES` that is not a capability.
     #[error("unknown driver capability {token:?} in NVIDIA_DRIVER_CAPABILITIES: valid values are compute, compat32, graphics, utility, video, display, ngx or all")]
     UnknownCapability { token: String },
@@ -107,6 +100,13 @@ pub enum RequestError {
     /// A variable only a privileged container may use.
     #[error("{variable} requires a privileged container (CAP_SYS_ADMIN in process.capabilities.bounding); drop the variable or run the container privileged")]
     NotPrivileged { variable: String },
+    /// A feature NVIDIA's legacy mode enables (`NVIDIA_GDS=enabled`, ...) that gpuhook does not
+    /// inject: refused rather than silently dropped.
+    #[error("{variable}=enabled is not supported by gpuhook: it does not inject {what}; drop the variable, or give the container those devices another way (a CDI spec of their vendor, or a device plugin)")]
+    UnsupportedFeature {
+        variable: &'static str,
+        what: &'static str,
+    },
     /// Any other malformed variable.
     #[error("invalid {variable}: {reason}")]
     InvalidValue { variable: String, reason: String },

@@ -44,6 +44,34 @@ pub fn parse_mig_access(
     Ok(true)
 }
 
+/// The feature gates of NVIDIA's legacy mode (toolkit `internal/modifier/gated.go`,
+/// `NewFeatureGatedModifier`: each acts only when its value is exactly `enabled`), with what each
+/// would inject.
+pub const FEATURE_GATES: [(&str, &str); 4] = [
+    (
+        "NVIDIA_GDS",
+        "GPUDirect Storage (/dev/nvidia-fs*, cufile.json)",
+    ),
+    ("NVIDIA_MOFED", "MOFED devices (/dev/infiniband/*)"),
+    (
+        "NVIDIA_NVSWITCH",
+        "NVSwitch devices (/dev/nvidia-nvswitch*)",
+    ),
+    ("NVIDIA_GDRCOPY", "GDRCopy (/dev/gdrdrv)"),
+];
+
+/// Refuses a feature gate set to `enabled` (gpuhook injects none of them; NVIDIA's cdi mode
+/// drops them without a word, its legacy mode injects them). Other values enable nothing, as in
+/// NVIDIA's toolkit.
+pub fn check_feature_gates<'a>(get: impl Fn(&str) -> Option<&'a str>) -> Result<(), RequestError> {
+    for (variable, what) in FEATURE_GATES {
+        if get(variable) == Some("enabled") {
+            return Err(RequestError::UnsupportedFeature { variable, what });
+        }
+    }
+    Ok(())
+}
+
 /// Parses `NVIDIA_IMEX_CHANNELS` (`all`, `none`, or comma-separated decimal channel ids).
 pub fn parse_imex_channels(value: Option<&str>) -> Result<ImexChannels, RequestError> {
     const VAR: &str = "NVIDIA_IMEX_CHANNELS";
@@ -167,6 +195,21 @@ mod tests {
             parse_imex_channels(Some(&many)),
             Err(RequestError::LimitExceeded { .. })
         ));
+    }
+
+    /// Issue #13.6: never silently dropped.
+    #[test]
+    fn feature_gates_enabled_are_refused_other_values_enable_nothing() {
+        for (var, _) in FEATURE_GATES {
+            let err = check_feature_gates(|k| (k == var).then_some("enabled")).unwrap_err();
+            assert!(
+                err.to_string()
+                    .starts_with(&format!("{var}=enabled is not supported by gpuhook")),
+                "{err}"
+            );
+            check_feature_gates(|k| (k == var).then_some("disabled")).unwrap();
+        }
+        check_feature_gates(|_| None).unwrap();
     }
 
     #[test]

@@ -16,6 +16,7 @@ mod error;
 mod extras;
 pub mod limits;
 mod oci;
+pub mod provenance;
 mod require;
 mod require_eval;
 mod resolve;
@@ -34,7 +35,10 @@ pub use cdi_name::{
 };
 pub use devices::{normalize_pci_bus_id, parse_id, DeviceId, DeviceSelection};
 pub use error::{RequestError, RequestSource};
-pub use extras::{parse_imex_channels, parse_mig_access, parse_mps_pipe_dir, ImexChannels};
+pub use extras::{
+    check_feature_gates, parse_imex_channels, parse_mig_access, parse_mps_pipe_dir, ImexChannels,
+    FEATURE_GATES,
+};
 pub use oci::{CDI_ANNOTATION_PREFIX, DEVICE_LIST_MOUNT_ROOT};
 pub use require::{
     compare_versions, is_truthy, legacy_cuda_constraint, parse_expression, parse_version,
@@ -57,6 +61,11 @@ pub struct RequestPolicy {
     pub supported_capabilities: BTreeSet<Capability>,
     /// CDI kind whose names are ours (`nvidia.com/gpu`).
     pub cdi_kind: String,
+    /// Qualified-name globs a *pod* annotation may request (see [`provenance`]); empty: none.
+    pub pod_cdi_allow: Vec<String>,
+    /// Keys of this container's `cdi.k8s.io/*` annotations that came from its pod
+    /// ([`RequestPolicy::for_container`]); only names in `pod_cdi_allow` are read from them.
+    pub pod_cdi_keys: BTreeSet<String>,
 }
 
 impl Default for RequestPolicy {
@@ -66,7 +75,49 @@ impl Default for RequestPolicy {
             accept_device_list_as_volume_mounts: false,
             supported_capabilities: Capability::ALL.into_iter().collect(),
             cdi_kind: NVIDIA_GPU_KIND.to_string(),
+            pod_cdi_allow: Vec::new(),
+            pod_cdi_keys: BTreeSet::new(),
         }
+    }
+}
+
+impl RequestPolicy {
+    /// This policy for the container of `config` in `bundle`: marks its pod annotations
+    /// ([`provenance::pod_annotation_keys`]) and logs each device name they ask for that the
+    /// allow-list refuses (those are ignored).
+    pub fn for_container(&self, config: &Value, bundle: &std::path::Path) -> RequestPolicy {
+        let keys = provenance::pod_annotation_keys(config, bundle);
+        let mut policy = self.clone();
+        if keys.is_empty() {
+            return policy;
+        }
+        let annotations = config.get("annotations");
+        for key in &keys {
+            let value = annotations
+                .and_then(|a| a.get(key))
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let names = value.split(',').map(str::trim).filter(|n| !n.is_empty());
+            for name in names.filter(|n| !provenance::allowed(&self.pod_cdi_allow, n)) {
+                tracing::warn!(
+                    target: "gpuhook::decision",
+                    outcome = "ignored",
+                    annotation = %error::preview(key),
+                    device = %error::preview(name),
+                    reason = "a pod annotation is not a device grant: request devices through \
+                              the device plugin, or allow-list them in \
+                              allow-cdi-devices-from-pod-annotations",
+                    "decision"
+                );
+            }
+        }
+        policy.pod_cdi_keys = keys;
+        policy
+    }
+
+    /// Whether the name `name` of annotation `key` is a request (not a refused pod annotation).
+    pub fn admits(&self, key: &str, name: &str) -> bool {
+        !self.pod_cdi_keys.contains(key) || provenance::allowed(&self.pod_cdi_allow, name)
     }
 }
 
@@ -162,6 +213,7 @@ pub fn parse(config: &Value, policy: &RequestPolicy) -> Result<ParseOutcome, Req
         Err(reason) => return Ok(ParseOutcome::NotGpu(reason)),
     };
 
+    check_feature_gates(|k| env.get(k))?;
     let mut capabilities = parse_capabilities(env.get("NVIDIA_DRIVER_CAPABILITIES"), legacy_image)?;
     capabilities.retain(|c| policy.supported_capabilities.contains(c));
     let disabled = env.get("NVIDIA_DISABLE_REQUIRE").is_some_and(is_truthy);
@@ -207,9 +259,9 @@ pub fn parse(config: &Value, policy: &RequestPolicy) -> Result<ParseOutcome, Req
 
 /// The `cdi.k8s.io/*` annotation names of kind [`NVIDIA_GPU_MPS_KIND`], in annotation order,
 /// each once. Names are validated (and bounded) as in [`parse`].
-pub fn mps_cdi_names(config: &Value) -> Result<Vec<String>, RequestError> {
+pub fn mps_cdi_names(config: &Value, policy: &RequestPolicy) -> Result<Vec<String>, RequestError> {
     let mut out: Vec<String> = Vec::new();
-    for q in annotation_names(config)? {
+    for q in annotation_names(config, policy)? {
         if q.is_kind(NVIDIA_GPU_MPS_KIND) {
             let q = q.to_string();
             if !out.contains(&q) {
@@ -220,9 +272,13 @@ pub fn mps_cdi_names(config: &Value) -> Result<Vec<String>, RequestError> {
     Ok(out)
 }
 
-/// Every qualified CDI name in the `cdi.k8s.io/*` annotations, in annotation order: each value is
-/// bounded in size, the names are bounded in number, and each must be a valid qualified name.
-fn annotation_names(config: &Value) -> Result<Vec<QualifiedName>, RequestError> {
+/// Every qualified CDI name in the `cdi.k8s.io/*` annotations the policy admits (no refused pod
+/// annotation), in annotation order: each value is bounded in size, the names are bounded in
+/// number, and each must be a valid qualified name.
+pub fn annotation_names(
+    config: &Value,
+    policy: &RequestPolicy,
+) -> Result<Vec<QualifiedName>, RequestError> {
     let mut names = Vec::new();
     for (key, value) in oci::cdi_annotations(config)? {
         if value.len() > limits::MAX_ID_LIST_BYTES {
@@ -235,7 +291,11 @@ fn annotation_names(config: &Value) -> Result<Vec<QualifiedName>, RequestError> 
                 limits::bytes(limits::MAX_ID_LIST_BYTES),
             ));
         }
-        for name in value.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        let admitted = value
+            .split(',')
+            .map(str::trim)
+            .filter(|n| !n.is_empty() && policy.admits(key, n));
+        for name in admitted {
             if names.len() == limits::MAX_ID_ENTRIES {
                 return Err(RequestError::limit(
                     "the CDI annotations",
@@ -246,7 +306,7 @@ fn annotation_names(config: &Value) -> Result<Vec<QualifiedName>, RequestError> 
                 RequestError::InvalidCdiName {
                     name: error::preview(name),
                     origin: RequestSource::CdiAnnotations,
-                    reason,
+                    reason: format!("annotation {}: {reason}", error::preview(key)),
                 }
             })?);
         }
@@ -264,7 +324,7 @@ fn select_devices(
     env_accepted: bool,
     legacy_image: bool,
 ) -> Result<Selected, RequestError> {
-    let ours: Vec<DeviceId> = annotation_names(config)?
+    let ours: Vec<DeviceId> = annotation_names(config, policy)?
         .into_iter()
         .filter(|q| q.is_kind(&policy.cdi_kind))
         .map(DeviceId::Cdi)
@@ -323,8 +383,8 @@ pub fn is_gpu_container(config: &Value, policy: &RequestPolicy) -> bool {
             .iter()
             .filter(|(k, _)| k.starts_with(CDI_ANNOTATION_PREFIX));
         if cdi
-            .filter_map(|(_, v)| v.as_str())
-            .any(|v| v.split(',').any(ours))
+            .filter_map(|(k, v)| Some((k, v.as_str()?)))
+            .any(|(k, v)| v.split(',').any(|n| ours(n) && policy.admits(k, n)))
         {
             return true;
         }

@@ -1,9 +1,13 @@
 //! Turning requested ids into [`DeviceRef`]s of an [`Inventory`].
 //!
-//! `all` means every GPU that is not MIG-enabled plus every MIG device: a MIG-enabled GPU cannot be
-//! used as a whole (compute needs a MIG device), so it is not selectable, by `all` or explicitly —
-//! asking for it is an error that names its MIG devices as the fix. Selecting a MIG device implies
-//! its parent's device node; that is the CDI edits' business, here we only return refs.
+//! As libnvidia-container (`src/cli/common.c`, `select_devices`): `all` is every GPU
+//! (`select_all_gpu_devices`, MIG-enabled or not) and every MIG device
+//! (`select_all_mig_devices`); an index, `GPU-` UUID or PCI bus id of a MIG-enabled GPU selects
+//! that GPU (`select_gpu_device` does not look at MIG mode): its `/dev/nvidia<minor>`, without
+//! MIG caps. NVIDIA's device plugin with MIG strategy `none` hands out exactly such UUIDs.
+//! Selecting a MIG device implies its parent's device node; that is the CDI edits' business, here
+//! we only return refs. An id that resolves to nothing is an error that lists (a bounded number
+//! of) the ids that do exist.
 
 use std::collections::HashSet;
 
@@ -21,15 +25,12 @@ pub struct ResolvedDevices {
     pub foreign_cdi: Vec<QualifiedName>,
 }
 
-/// Every non-MIG GPU and every MIG device, in inventory order.
+/// Every GPU and every MIG device, in inventory order (each GPU, then its MIG devices).
 pub fn all_devices(inv: &Inventory) -> Vec<DeviceRef> {
     let mut out = Vec::new();
     for g in &inv.gpus {
-        if g.mig_enabled {
-            out.extend(g.mig_devices.iter().map(|m| mig_ref(g, m)));
-        } else {
-            out.push(DeviceRef::Gpu { index: g.index });
-        }
+        out.push(DeviceRef::Gpu { index: g.index });
+        out.extend(g.mig_devices.iter().map(|m| mig_ref(g, m)));
     }
     out
 }
@@ -101,17 +102,7 @@ pub fn resolve_id(
     inv: &Inventory,
     origin: RequestSource,
 ) -> Result<DeviceRef, RequestError> {
-    let whole = |g: &Gpu| {
-        if g.mig_enabled {
-            Err(RequestError::MigEnabledGpu {
-                id: preview(&id.to_string()),
-                origin,
-                index: g.index,
-            })
-        } else {
-            Ok(DeviceRef::Gpu { index: g.index })
-        }
-    };
+    let whole = |g: &Gpu| Ok(DeviceRef::Gpu { index: g.index });
     let mig_at = |gpu: u32, mig: u32| {
         let g = inv.gpu(gpu)?;
         g.mig_devices
@@ -184,13 +175,33 @@ fn type_index_name(name: &str) -> Option<(u32, Option<u32>)> {
     Some((digits(gpu)?, Some(digits(mig)?)))
 }
 
+/// Most device ids an unknown-device error lists.
+const MAX_IDS_SHOWN: usize = 16;
+
+/// What this node has, for an unknown-device error: each GPU's index and UUID, each MIG device's
+/// `N:M` and UUID (at most [`MAX_IDS_SHOWN`], then a count).
 fn hint(inv: &Inventory) -> String {
+    let mut ids: Vec<String> = Vec::new();
+    for g in &inv.gpus {
+        let mig = if g.mig_enabled { ", MIG enabled" } else { "" };
+        ids.push(format!("{} ({}{mig})", g.index, g.uuid));
+        for m in &g.mig_devices {
+            ids.push(format!("{}:{} ({})", g.index, m.index, m.uuid));
+        }
+    }
     let migs: usize = inv.gpus.iter().map(|g| g.mig_devices.len()).sum();
+    let listed = if ids.is_empty() {
+        String::new()
+    } else {
+        format!(
+            ": {}",
+            gpuhook_node::bounded::preview_list(&ids, MAX_IDS_SHOWN)
+        )
+    };
     format!(
-        "this node has {} GPU(s) and {migs} MIG device(s); use an index below {}, a GPU-/MIG- UUID, a PCI bus id, \
-         N:M for a MIG device, all or none (nvidia-smi -L lists them)",
+        "this node has {} GPU(s) and {migs} MIG device(s){listed}; use one of these indexes or \
+         UUIDs, a PCI bus id, all or none (nvidia-smi -L lists them)",
         inv.gpus.len(),
-        inv.gpus.len()
     )
 }
 

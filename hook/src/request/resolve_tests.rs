@@ -1,4 +1,4 @@
-use gpuhook_node::DeviceRef;
+use gpuhook_node::{DeviceRef, MigDevice};
 
 use super::*;
 use crate::request::devices::{parse_visible_devices, ListOutcome};
@@ -32,11 +32,14 @@ const M1: DeviceRef = DeviceRef::Mig {
     parent_index: 1,
     index: 1,
 };
+const G1: DeviceRef = DeviceRef::Gpu { index: 1 };
 
+/// libnvidia-container `src/cli/common.c` `select_devices`: `all` = `select_all_gpu_devices`
+/// (every GPU, the MIG-enabled A100 included) then `select_all_mig_devices`.
 #[test]
-fn all_skips_mig_enabled_parents_but_takes_their_mig_devices() {
-    assert_eq!(ok("all"), vec![G0, M0, M1, G2]);
-    assert_eq!(all_devices(&inventory()), vec![G0, M0, M1, G2]);
+fn all_is_every_gpu_and_every_mig_device() {
+    assert_eq!(ok("all"), vec![G0, G1, M0, M1, G2]);
+    assert_eq!(all_devices(&inventory()), vec![G0, G1, M0, M1, G2]);
     assert_eq!(ok("none"), Vec::<DeviceRef>::new());
 }
 
@@ -58,19 +61,15 @@ fn every_form_resolves() {
     assert_eq!(ok("nvidia.com/gpu=0"), vec![G0]);
     assert_eq!(ok("nvidia.com/gpu=1:1"), vec![M1]);
     assert_eq!(ok(&format!("nvidia.com/gpu={MIG0_UUID}")), vec![M0]);
-    assert_eq!(ok("nvidia.com/gpu=all"), vec![G0, M0, M1, G2]);
+    assert_eq!(ok("nvidia.com/gpu=all"), vec![G0, G1, M0, M1, G2]);
     assert_eq!(ok("gpu2,mig1:1"), vec![G2, M1]);
     assert_eq!(ok("nvidia.com/gpu=gpu0"), vec![G0]);
 }
 
 #[test]
 fn pci_of_a_mig_enabled_gpu_in_upper_case_inventory_form() {
-    // The inventory spells the A100's bus id in upper case; it is still found (and refused as MIG).
-    let e = resolve("3b:00.0").unwrap_err();
-    assert!(
-        matches!(e, RequestError::MigEnabledGpu { index: 1, .. }),
-        "{e}"
-    );
+    // The inventory spells the A100's bus id in upper case; it is still found.
+    assert_eq!(ok("3b:00.0"), vec![G1]);
 }
 
 #[test]
@@ -78,7 +77,7 @@ fn deduplicated_in_request_order() {
     assert_eq!(ok(&format!("2,0,{T4_UUID},18:00.0,2")), vec![G2, G0]);
     assert_eq!(
         ok(&format!("1:1,{MIG1_UUID},nvidia.com/gpu=all")),
-        vec![M1, G0, M0, G2]
+        vec![M1, G0, G1, M0, G2]
     );
 }
 
@@ -109,6 +108,13 @@ fn unknown_devices_name_id_and_source() {
             msg.contains("this node has 3 GPU(s) and 2 MIG device(s)"),
             "{msg}"
         );
+        // What does exist, by index and UUID.
+        assert!(
+            msg.contains(&format!(
+                ": 0 ({T4_UUID}), 1 ({A100_UUID}, MIG enabled), 1:0 ({MIG0_UUID}), 1:1 ({MIG1_UUID}), 2 ({H100_UUID})"
+            )),
+            "{msg}"
+        );
     }
     assert!(resolve("0000:99:00.0")
         .unwrap_err()
@@ -120,17 +126,35 @@ fn unknown_devices_name_id_and_source() {
     assert!(resolve("0:0").is_err());
 }
 
+/// Issue #13.3: a MIG-enabled GPU named by index, UUID or PCI bus id is that GPU's node, as
+/// libnvidia-container's `select_gpu_device` (`src/cli/common.c`) selects it whatever its MIG
+/// mode; NVIDIA's device plugin with MIG strategy `none` hands out such UUIDs.
 #[test]
-fn mig_enabled_gpu_as_a_whole_is_refused_with_the_fix() {
+fn mig_enabled_gpu_as_a_whole_is_its_gpu_node() {
     for id in ["1", A100_UUID, "0000:3b:00.0", "gpu1", "nvidia.com/gpu=1"] {
-        let e = resolve(id).unwrap_err().to_string();
-        assert!(
-            e.contains(
-                "is GPU 1, which has MIG enabled: select its MIG devices instead (e.g. \"1:0\""
-            ),
-            "{id}: {e}"
-        );
+        assert_eq!(ok(id), vec![G1], "{id}");
     }
+    // Its MIG device and the GPU itself: both, once each.
+    assert_eq!(ok(&format!("1:0,{A100_UUID},1")), vec![M0, G1]);
+}
+
+/// The list of what exists is bounded: a node with many MIG devices does not make the error
+/// message as long as its inventory.
+#[test]
+fn unknown_device_hint_is_bounded() {
+    let mut inv = inventory();
+    let template = inv.gpus[1].mig_devices[0].clone();
+    inv.gpus[1].mig_devices = (0..100)
+        .map(|i| MigDevice {
+            index: i,
+            ..template.clone()
+        })
+        .collect();
+    let e = resolve_selection(&sel("9"), &inv, ENV, KIND)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("and 87 more"), "{e}");
+    assert!(e.len() < 2000, "{} bytes", e.len());
 }
 
 #[test]

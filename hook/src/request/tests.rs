@@ -384,14 +384,20 @@ fn mps_share_annotations_make_a_gpu_container_for_the_fast_path() {
         parse(&c, &policy).unwrap(),
         ParseOutcome::NotGpu(NotGpuReason::NoRequest)
     );
-    assert_eq!(mps_cdi_names(&c).unwrap(), ["nvidia.com/gpu-mps=0-half"]);
+    assert_eq!(
+        mps_cdi_names(&c, &policy).unwrap(),
+        ["nvidia.com/gpu-mps=0-half"]
+    );
 
     c["annotations"] = json!({
         "cdi.k8s.io/a": "nvidia.com/gpu=1, nvidia.com/gpu-mps=0",
         "cdi.k8s.io/b": "nvidia.com/gpu-mps=0,example.com/net=eth0,nvidia.com/gpu-mpsx=1",
     });
     assert!(is_gpu_container(&c, &policy));
-    assert_eq!(mps_cdi_names(&c).unwrap(), ["nvidia.com/gpu-mps=0"]);
+    assert_eq!(
+        mps_cdi_names(&c, &policy).unwrap(),
+        ["nvidia.com/gpu-mps=0"]
+    );
     let ParseOutcome::Gpu(r) = parse(&c, &policy).unwrap() else {
         panic!("nvidia.com/gpu=1 requested");
     };
@@ -400,7 +406,7 @@ fn mps_share_annotations_make_a_gpu_container_for_the_fast_path() {
     // Other kinds alone stay non-GPU containers; a look-alike kind is not ours.
     c["annotations"] = json!({"cdi.k8s.io/x": "nvidia.com/gpu-mpsx=0"});
     assert!(!is_gpu_container(&c, &policy));
-    assert!(mps_cdi_names(&c).unwrap().is_empty());
+    assert!(mps_cdi_names(&c, &policy).unwrap().is_empty());
     c["annotations"] = json!({"cdi.k8s.io/x": "nvidia.com/gpu-mps=bad/name"});
-    assert!(mps_cdi_names(&c).is_err());
+    assert!(mps_cdi_names(&c, &policy).is_err());
 }

@@ -84,6 +84,7 @@ pub fn main() -> ! {
     // stderr and runc's --log file through `report_error`.
     if creates(&argv) {
         logs::init(&config, &argv);
+        config.log_warnings();
     }
     let node = NodeState::new(&config);
     let request = WrapperRequest::new(&config, &node);

@@ -19,7 +19,7 @@ use gpuhook_runtime::{BoxError, GenerateMissing};
 
 use crate::config::{Config, CONFIG_ENV};
 use crate::prestart::inventory::load_inventory;
-use crate::request::{parse_id, resolve_id, validate_device_name, RequestSource};
+use crate::request::{parse_id, resolve_id, validate_device_name, RequestError, RequestSource};
 
 /// Name of the gpuhook binary the generated hooks run, installed beside gpuhook-runtime.
 pub const GPUHOOK_BINARY: &str = "gpuhook";
@@ -176,9 +176,25 @@ impl GenerateMissing for NodeState<'_> {
             });
         }
         tracing::info!(
-            missing = ?missing,
+            missing = %gpuhook_node::bounded::preview_list(missing, gpuhook_runtime::MAX_NAMES_SHOWN),
             "no spec file defines these devices; using a spec generated in memory"
         );
         Ok(vec![spec])
+    }
+
+    /// The node's devices (a bounded list), when a name of our kind does not resolve on it.
+    fn explain(&self, unresolved: &[String]) -> Option<String> {
+        let prefix = format!("{}=", self.kind);
+        let inv = self.inventory().ok()?;
+        unresolved
+            .iter()
+            .filter_map(|n| n.strip_prefix(&prefix))
+            .find_map(|name| {
+                let id = parse_id(name, RequestSource::CdiAnnotations).ok()?;
+                match resolve_id(&id, inv, RequestSource::CdiAnnotations) {
+                    Err(RequestError::UnknownDevice { hint, .. }) => Some(hint),
+                    _ => None,
+                }
+            })
     }
 }

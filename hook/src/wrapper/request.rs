@@ -16,18 +16,19 @@
 //! `NVIDIA_REQUIRE_*` constraints are checked against the node's inventory in every mode, when
 //! there are any (only then is the inventory loaded); a failure fails `create` with the message.
 
-use std::collections::BTreeMap;
+use std::path::Path;
 
-use gpuhook_cdi::{ContainerEdits, Hook};
+use gpuhook_cdi::{ContainerEdits, DeviceNode, Hook};
 use gpuhook_runtime::{BoxError, DeviceRequest, Injection};
 use serde_json::Value;
 
 use super::node::NodeState;
 use crate::config::{Config, RuntimeMode, CONFIG_ENV};
 use crate::logging::{Decision, Outcome};
+use crate::prestart::extras::{extra_nodes, Extras};
 use crate::request::{
     self, resolve_selection, ContainerRequest, ParseOutcome, QualifiedName, RequestPolicy,
-    RequestSource, CDI_ANNOTATION_PREFIX,
+    RequestSource,
 };
 
 const COMMAND: &str = "runtime create";
@@ -40,27 +41,16 @@ pub struct WrapperRequest<'a> {
     node: &'a NodeState<'a>,
 }
 
-/// Every name of every `cdi.k8s.io/*` annotation, by annotation key, validated.
-pub fn annotation_names(spec: &Value) -> Result<Vec<QualifiedName>, BoxError> {
-    let Some(map) = spec.get("annotations").and_then(Value::as_object) else {
-        return Ok(Vec::new());
-    };
-    let sorted: BTreeMap<&String, &Value> = map
-        .iter()
-        .filter(|(k, _)| k.starts_with(CDI_ANNOTATION_PREFIX))
-        .collect();
-    let mut out = Vec::new();
-    for (key, value) in sorted {
-        let value = value
-            .as_str()
-            .ok_or_else(|| format!("annotation {key} is not a string"))?;
-        for name in value.split(',').map(str::trim).filter(|n| !n.is_empty()) {
-            let q = QualifiedName::parse_reason(name).map_err(|reason| {
-                format!("annotation {key}: {name:?} is not a qualified CDI device name: {reason}")
-            })?;
-            if !out.contains(&q) {
-                out.push(q);
-            }
+/// Every name of every `cdi.k8s.io/*` annotation the policy admits (a pod annotation only when
+/// allow-listed, see [`crate::request::provenance`]), by annotation key, validated, each once.
+pub fn annotation_names(
+    spec: &Value,
+    policy: &RequestPolicy,
+) -> Result<Vec<QualifiedName>, BoxError> {
+    let mut out: Vec<QualifiedName> = Vec::new();
+    for q in request::annotation_names(spec, policy)? {
+        if !out.contains(&q) {
+            out.push(q);
         }
     }
     Ok(out)
@@ -138,12 +128,30 @@ impl<'a> WrapperRequest<'a> {
         })
     }
 
-    fn decide(&self, spec: &Value) -> Result<(Option<Injection>, String), BoxError> {
-        let annotations = annotation_names(spec)?;
-        if !request::is_gpu_container(spec, &self.policy) && annotations.is_empty() {
+    /// The MIG config/monitor and IMEX channel nodes the request asks for (no spec has them);
+    /// the inventory is loaded only when it asks for any.
+    fn extra_nodes(&self, req: &ContainerRequest) -> Result<Vec<DeviceNode>, BoxError> {
+        let extras = Extras {
+            mig_config: req.mig_config,
+            mig_monitor: req.mig_monitor,
+            imex_channels: &req.imex_channels,
+        };
+        if !extras.any() {
+            return Ok(Vec::new());
+        }
+        Ok(extra_nodes(self.node.inventory()?, &extras)?)
+    }
+
+    fn decide(
+        &self,
+        spec: &Value,
+        policy: &RequestPolicy,
+    ) -> Result<(Option<Injection>, String), BoxError> {
+        let annotations = annotation_names(spec, policy)?;
+        if !request::is_gpu_container(spec, policy) && annotations.is_empty() {
             return Ok((None, "no GPU requested".into()));
         }
-        let req = match request::parse(spec, &self.policy)? {
+        let req = match request::parse(spec, policy)? {
             ParseOutcome::Gpu(r) => r,
             ParseOutcome::NotGpu(reason) if annotations.is_empty() => {
                 return Ok((None, format!("{reason:?}")))
@@ -159,21 +167,33 @@ impl<'a> WrapperRequest<'a> {
         let injection = match self.config.runtime.mode {
             RuntimeMode::Cdi => {
                 let names = self.cdi_names(&req, &annotations)?;
-                if names.is_empty() {
-                    Injection::Edits(Box::new(self.node.common_edits()?))
-                } else {
-                    Injection::Cdi(names)
+                let extra = self.extra_nodes(&req)?;
+                match (names.is_empty(), extra.is_empty()) {
+                    (true, _) => {
+                        let mut edits = self.node.common_edits()?;
+                        edits.device_nodes.extend(extra);
+                        Injection::Edits(Box::new(edits))
+                    }
+                    (false, true) => Injection::Cdi(names),
+                    (false, false) => Injection::CdiWithEdits(
+                        names,
+                        Box::new(ContainerEdits {
+                            device_nodes: extra,
+                            ..Default::default()
+                        }),
+                    ),
                 }
             }
             RuntimeMode::JitCdi => {
                 let inv = self.node.inventory()?;
                 let resolved = req.resolve(inv)?;
-                let edits = gpuhook_cdi::edits_for(
+                let mut edits = gpuhook_cdi::edits_for(
                     inv,
                     &resolved.devices,
                     &resolved.capabilities,
                     &self.node.edit_options()?,
                 )?;
+                edits.device_nodes.extend(self.extra_nodes(&req)?);
                 Injection::Edits(Box::new(edits))
             }
             RuntimeMode::Legacy => Injection::Edits(Box::new(self.legacy_hook()?)),
@@ -185,12 +205,14 @@ impl<'a> WrapperRequest<'a> {
 impl DeviceRequest for WrapperRequest<'_> {
     fn injection(
         &self,
+        bundle: &Path,
         container: Option<&str>,
         spec: &Value,
     ) -> Result<Option<Injection>, BoxError> {
         // runc's container id; a spec's hostname only when argv had none.
         let hostname = container.or_else(|| spec.get("hostname").and_then(Value::as_str));
-        match self.decide(spec) {
+        let policy = self.policy.for_container(spec, bundle);
+        match self.decide(spec, &policy) {
             Ok((None, reason)) => {
                 let mut d = Decision::new(COMMAND, Outcome::Skip);
                 d.container = hostname;
@@ -199,9 +221,11 @@ impl DeviceRequest for WrapperRequest<'_> {
                 Ok(None)
             }
             Ok((Some(injection), source)) => {
-                let devices = match &injection {
-                    Injection::Cdi(names) => names.join(","),
-                    Injection::Edits(_) => format!("{:?} edits", self.config.runtime.mode),
+                let devices = match injection.cdi_names() {
+                    Some(names) => {
+                        gpuhook_node::bounded::preview_list(names, gpuhook_runtime::MAX_NAMES_SHOWN)
+                    }
+                    None => format!("{:?} edits", self.config.runtime.mode),
                 };
                 let mut d = Decision::new(COMMAND, Outcome::Inject);
                 d.container = hostname;

@@ -126,7 +126,8 @@ fn spec_with(env: &[&str], annotations: Value) -> Value {
 fn ask(f: &Fixture, spec: &Value) -> Result<Option<Injection>, String> {
     let node = f.node();
     let req = WrapperRequest::new(&f.config, &node);
-    req.injection(Some("c1"), spec).map_err(|e| e.to_string())
+    req.injection(f.tmp.path(), Some("c1"), spec)
+        .map_err(|e| e.to_string())
 }
 
 fn names(v: &[&str]) -> Option<Injection> {
@@ -381,3 +382,6 @@ fn bundle_edit_end_to_end_without_runc() {
         .to_string()
         .contains("unresolvable CDI devices nvidia.com/gpu=0"));
 }
+
+#[path = "extras_tests.rs"]
+mod extras;

@@ -9,7 +9,9 @@ use super::{ConfigVersion, ConfigureError, ConfigureOptions};
 
 /// containerd's runc shim, the only runtime type the wrapper works with.
 pub const RUNC_V2: &str = "io.containerd.runc.v2";
-/// Pod annotations passed to the runtime: how CDI requests reach the wrapper on containerd 1.6.
+/// CDI annotations passed to the runtime: how a device plugin's CDI requests reach the wrapper on
+/// containerd 1.6. Passed from *container* annotations (what kubelet sets from a device plugin's
+/// Allocate response) by default; from pod annotations (the pod author's) only on request.
 pub const CDI_ANNOTATIONS: &str = "cdi.k8s.io/*";
 
 /// The config version of a parsed file (`version` missing = 1).
@@ -183,24 +185,17 @@ pub fn ensure_runtime(
     if set_if_different(rt, "privileged_without_host_devices", true) {
         changed.push("privileged_without_host_devices");
     }
-    let has_cdi = rt
-        .get("pod_annotations")
-        .and_then(Item::as_array)
-        .map(|a| a.iter().any(|v| v.as_str() == Some(CDI_ANNOTATIONS)));
-    match has_cdi {
-        Some(true) => {}
-        Some(false) => {
-            if let Some(a) = rt.get_mut("pod_annotations").and_then(Item::as_array_mut) {
-                a.push(CDI_ANNOTATIONS);
-            }
-            changed.push("pod_annotations");
-        }
-        None => {
-            let mut a = Array::new();
-            a.push(CDI_ANNOTATIONS);
-            rt.insert("pod_annotations", toml_edit::value(a));
-            changed.push("pod_annotations");
-        }
+    if add_to_array(rt, "container_annotations", CDI_ANNOTATIONS) {
+        changed.push("container_annotations");
+    }
+    // A pod annotation is not a device grant: passed through only when the admin asks.
+    let pod = if opts.pod_cdi_annotations {
+        add_to_array(rt, "pod_annotations", CDI_ANNOTATIONS)
+    } else {
+        remove_from_array(rt, "pod_annotations", CDI_ANNOTATIONS)
+    };
+    if pod {
+        changed.push("pod_annotations");
     }
     let src_options = src
         .as_ref()
@@ -250,6 +245,37 @@ pub fn glob_match(pattern: &str, path: &str) -> bool {
         }
     }
     go(&p, &s)
+}
+
+/// Adds `value` to the string array `key` of `table` (created when missing); whether it changed.
+fn add_to_array(table: &mut Table, key: &str, value: &str) -> bool {
+    match table.get_mut(key).and_then(Item::as_array_mut) {
+        Some(a) if a.iter().any(|v| v.as_str() == Some(value)) => false,
+        Some(a) => {
+            a.push(value);
+            true
+        }
+        None => {
+            let mut a = Array::new();
+            a.push(value);
+            table.insert(key, toml_edit::value(a));
+            true
+        }
+    }
+}
+
+/// Removes `value` from the string array `key` of `table` (and the key once empty).
+fn remove_from_array(table: &mut Table, key: &str, value: &str) -> bool {
+    let Some(a) = table.get_mut(key).and_then(Item::as_array_mut) else {
+        return false;
+    };
+    let before = a.len();
+    a.retain(|v| v.as_str() != Some(value));
+    let changed = a.len() != before;
+    if a.is_empty() {
+        table.remove(key);
+    }
+    changed
 }
 
 /// Adds `entry` to the document's top-level `imports` unless an entry (path or glob, relative

@@ -9,7 +9,8 @@
 //! `plugins.cri`, 2: `plugins."io.containerd.grpc.v1.cri"`, 3 (containerd 2.x):
 //! `plugins."io.containerd.cri.v1.runtime"`) as a copy of the `runc` runtime (so `SystemdCgroup`
 //! and friends match the kubelet) with `options.BinaryName` pointing at the wrapper,
-//! `privileged_without_host_devices = true` and `pod_annotations = ["cdi.k8s.io/*"]`.
+//! `privileged_without_host_devices = true` and `container_annotations = ["cdi.k8s.io/*"]` (and
+//! `cdi.k8s.io/*` only in `pod_annotations` when asked: a pod annotation is not a device grant).
 //!
 //! A missing config file is created as a minimal version-2 file (containerd's defaults plus the
 //! runc and gpuhook runtimes): containerd treats a missing file as "all defaults", and the
@@ -95,6 +96,10 @@ pub struct ConfigureOptions {
     pub set_as_default: bool,
     /// Set `enable_cdi = true` (containerd 1.7+; 1.6 ignores it).
     pub enable_cdi: bool,
+    /// Also pass `cdi.k8s.io/*` *pod* annotations (`pod_annotations`); off by default: a pod
+    /// annotation is the pod author's, not a device grant (the wrapper honours it only for
+    /// devices in gpuhook's `allow-cdi-devices-from-pod-annotations`).
+    pub pod_cdi_annotations: bool,
 }
 
 impl Default for ConfigureOptions {
@@ -106,6 +111,7 @@ impl Default for ConfigureOptions {
             binary: DEFAULT_BINARY.into(),
             set_as_default: false,
             enable_cdi: false,
+            pod_cdi_annotations: false,
         }
     }
 }

@@ -64,13 +64,18 @@ fn read_doc(p: &Path) -> DocumentMut {
 fn assert_gpuhook(rt: &Item, binary: &str, systemd: Option<bool>) {
     assert_eq!(rt["runtime_type"].as_str(), Some(RUNC_V2));
     assert_eq!(rt["privileged_without_host_devices"].as_bool(), Some(true));
-    let ann: Vec<&str> = rt["pod_annotations"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|v| v.as_str())
-        .collect();
-    assert!(ann.contains(&CDI_ANNOTATIONS), "{ann:?}");
+    let list = |key: &str| -> Vec<String> {
+        rt.get(key)
+            .and_then(Item::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v.as_str().map(str::to_string))
+            .collect()
+    };
+    // Issue #14.5: CDI requests come from container annotations (a device plugin's), never
+    // from the pod author's annotations unless the admin opts in.
+    assert!(list("container_annotations").contains(&CDI_ANNOTATIONS.to_string()));
+    assert!(!list("pod_annotations").contains(&CDI_ANNOTATIONS.to_string()));
     assert_eq!(rt["options"]["BinaryName"].as_str(), Some(binary));
     assert_eq!(
         rt["options"].get("SystemdCgroup").and_then(Item::as_bool),
@@ -238,6 +243,60 @@ fn existing_runtime_is_updated_in_place_keeping_extra_settings() {
     assert_eq!(
         ann.get(0).and_then(|v| v.as_str()),
         Some("example.com/keep")
+    );
+}
+
+/// Issue #14.5: a config an older `configure` wrote (cdi.k8s.io/* in pod_annotations) loses it;
+/// `--pod-cdi-annotations` keeps it; a second run changes nothing.
+#[test]
+fn pod_cdi_annotations_are_removed_unless_asked_for() {
+    let d = Dir::new();
+    let text = r#"version = 2
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.gpuhook]
+  runtime_type = "io.containerd.runc.v2"
+  privileged_without_host_devices = true
+  pod_annotations = ["cdi.k8s.io/*"]
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.gpuhook.options]
+  BinaryName = "/usr/bin/gpuhook-runtime"
+"#;
+    let cfg = d.write("config.toml", text);
+    let out = configure(&opts(&cfg), false).unwrap();
+    let ConfigureOutcome::Changed { notes, .. } = &out else {
+        panic!("{out:?}")
+    };
+    assert!(
+        notes.iter().any(|n| n.contains("pod_annotations")),
+        "{notes:?}"
+    );
+    let doc = read_doc(&cfg);
+    let rt = runtime(&doc, "io.containerd.grpc.v1.cri", "gpuhook");
+    assert!(rt.get("pod_annotations").is_none(), "{doc}");
+    assert_eq!(
+        rt["container_annotations"]
+            .as_array()
+            .unwrap()
+            .get(0)
+            .and_then(|v| v.as_str()),
+        Some(CDI_ANNOTATIONS)
+    );
+    assert!(matches!(
+        configure(&opts(&cfg), false).unwrap(),
+        ConfigureOutcome::Unchanged { .. }
+    ));
+    let with_pod = ConfigureOptions {
+        pod_cdi_annotations: true,
+        ..opts(&cfg)
+    };
+    configure(&with_pod, false).unwrap();
+    let doc = read_doc(&cfg);
+    let rt = runtime(&doc, "io.containerd.grpc.v1.cri", "gpuhook");
+    assert_eq!(
+        rt["pod_annotations"]
+            .as_array()
+            .unwrap()
+            .get(0)
+            .and_then(|v| v.as_str()),
+        Some(CDI_ANNOTATIONS)
     );
 }
 

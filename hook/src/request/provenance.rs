@@ -1,0 +1,124 @@
+//! Where a container's `cdi.k8s.io/*` annotations come from: a pod annotation is not a GPU grant.
+//!
+//! Under Kubernetes, a device plugin grants devices through its `Allocate` response; kubelet puts
+//! the response's annotations into the CRI *container* config (never into the pod's), and the pod
+//! author cannot set those. Pod annotations are the pod author's: honouring
+//! `cdi.k8s.io/x: nvidia.com/gpu=all` from them would let anyone on the runtime class take every
+//! GPU, past the device plugin and `accept-envvar-when-unprivileged = false`.
+//!
+//! What containerd puts in `config.json` (1.6 and 1.7, `pkg/cri/server/container_create_linux.go`,
+//! `containerSpec`): first the pod annotations listed in the runtime's `pod_annotations`, then the
+//! container annotations listed in `container_annotations`, both under their own keys (a container
+//! annotation replaces a pod annotation of the same key), then `io.kubernetes.cri.container-type =
+//! container` and `io.kubernetes.cri.sandbox-id = <pod sandbox id>`. The sandbox (pause)
+//! container's spec (`sandbox_run_linux.go`, `sandboxContainerSpec`) gets the same
+//! `pod_annotations` and `container-type = sandbox`. Its bundle is a sibling of the container's
+//! (`<state>/io.containerd.runtime.v2.task/<namespace>/<id>`).
+//!
+//! So the rule: a `cdi.k8s.io/*` annotation of a CRI container is a **pod annotation** when the
+//! pod sandbox's `config.json` has the same key with the same value (then it came through
+//! `pod_annotations`); every annotation of a sandbox container is one; when the sandbox's spec
+//! cannot be read, all of them are (fail closed). Pod annotations name devices only when the admin
+//! allow-lists them (`allow-cdi-devices-from-pod-annotations`, globs of qualified names); the rest
+//! are ignored with a log line. A container not made by the CRI plugin (no `container-type`:
+//! `ctr`, nerdctl, podman) got its annotations from whoever runs the runtime, root: honoured.
+//! The sibling spec is read only when a CRI container has `cdi.k8s.io/*` annotations at all.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use gpuhook_node::bounded::{preview, read_bounded, MAX_OCI_CONFIG_BYTES};
+use serde_json::Value;
+
+use super::oci::CDI_ANNOTATION_PREFIX;
+
+/// `container` or `sandbox`, set by containerd's CRI plugin on every spec it makes.
+pub const CRI_CONTAINER_TYPE: &str = "io.kubernetes.cri.container-type";
+/// The pod sandbox's id, set by the CRI plugin on a container's spec.
+pub const CRI_SANDBOX_ID: &str = "io.kubernetes.cri.sandbox-id";
+
+/// Longest sandbox id accepted (containerd's are 64 hex digits).
+const MAX_SANDBOX_ID: usize = 128;
+
+/// Whether `name` (a qualified CDI name) matches an allow-list entry (`*` and `?` globs).
+pub fn allowed(patterns: &[String], name: &str) -> bool {
+    patterns
+        .iter()
+        .any(|p| gpuhook_runtime::configure::glob_match(p, name.trim()))
+}
+
+fn cdi_entries(config: &Value) -> Vec<(&str, &str)> {
+    config
+        .get("annotations")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+        .filter(|(k, _)| k.starts_with(CDI_ANNOTATION_PREFIX))
+        .map(|(k, v)| (k.as_str(), v.as_str().unwrap_or_default()))
+        .collect()
+}
+
+/// The sandbox's annotations, read from its bundle beside `bundle`.
+fn sandbox_annotations(bundle: &Path, id: &str) -> Result<Value, String> {
+    let valid = !id.is_empty()
+        && id.len() <= MAX_SANDBOX_ID
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        && id != "."
+        && id != "..";
+    if !valid {
+        return Err(format!(
+            "{CRI_SANDBOX_ID} {:?} is not a sandbox id",
+            preview(id)
+        ));
+    }
+    let dir: PathBuf = bundle
+        .parent()
+        .ok_or("the bundle has no parent directory")?
+        .join(id);
+    let bytes =
+        read_bounded(&dir.join("config.json"), MAX_OCI_CONFIG_BYTES).map_err(|e| e.to_string())?;
+    let spec: Value = serde_json::from_slice(&bytes)
+        .map_err(|e| format!("the pod sandbox's config.json: {e}"))?;
+    Ok(spec.get("annotations").cloned().unwrap_or(Value::Null))
+}
+
+/// Keys of the `cdi.k8s.io/*` annotations of `config` that came from the pod (see the module
+/// doc). Reads the sandbox's spec only for a CRI container with such annotations.
+pub fn pod_annotation_keys(config: &Value, bundle: &Path) -> BTreeSet<String> {
+    let entries = cdi_entries(config);
+    if entries.is_empty() {
+        return BTreeSet::new();
+    }
+    let annotation = |k: &str| config.get("annotations").and_then(|a| a.get(k));
+    let all = || entries.iter().map(|(k, _)| k.to_string()).collect();
+    match annotation(CRI_CONTAINER_TYPE).map(|v| v.as_str()) {
+        None => BTreeSet::new(),
+        Some(Some("container")) => {
+            let id = annotation(CRI_SANDBOX_ID)
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            match sandbox_annotations(bundle, id) {
+                Ok(pod) => entries
+                    .iter()
+                    .filter(|(k, v)| pod.get(*k).and_then(Value::as_str) == Some(*v))
+                    .map(|(k, _)| k.to_string())
+                    .collect(),
+                Err(reason) => {
+                    tracing::warn!(
+                        reason = %preview(&reason),
+                        "cannot tell pod from container CDI annotations; treating all as pod annotations"
+                    );
+                    all()
+                }
+            }
+        }
+        // A sandbox's annotations are all the pod's; an unknown type: fail closed.
+        Some(_) => all(),
+    }
+}
+
+#[cfg(test)]
+#[path = "provenance_tests.rs"]
+mod tests;

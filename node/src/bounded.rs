@@ -1,0 +1,154 @@
+//! Reading files and values whose size someone else chose, with a limit.
+//!
+//! A container's `config.json`, a CDI spec in a spec directory and a config file are read on
+//! the container start path by root processes; a file of hundreds of MB must cost one clear error,
+//! not that much memory (a 700 MB `config.json` once cost 790 MB RSS). One helper so every caller
+//! checks the same way: the size is checked on the open file (no re-open race) and the read is
+//! capped at `limit + 1` bytes even if the file grows meanwhile. [`preview`] caps a value quoted
+//! in a message or a log line.
+
+use std::fs::File;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+/// Largest `config.json` (OCI runtime spec) read: real ones are a few tens of KiB.
+pub const MAX_OCI_CONFIG_BYTES: u64 = 4 << 20;
+/// Largest CDI spec file read: a 64-GPU MIG node's spec is well under 1 MiB.
+pub const MAX_CDI_SPEC_BYTES: u64 = 16 << 20;
+/// Largest config file (TOML) read.
+pub const MAX_CONFIG_FILE_BYTES: u64 = 1 << 20;
+/// Characters of a value quoted in a message or log line, before it is cut.
+pub const MAX_PREVIEW_CHARS: usize = 200;
+
+/// Why a bounded read failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BoundedReadError {
+    #[error("cannot read {}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{} is larger than the limit of {limit} bytes; refusing to read it", path.display())]
+    TooLarge { path: PathBuf, limit: u64 },
+}
+
+impl BoundedReadError {
+    /// The I/O error kind, when it is one (e.g. to treat a missing file as defaults).
+    pub fn io_kind(&self) -> Option<std::io::ErrorKind> {
+        match self {
+            BoundedReadError::Io { source, .. } => Some(source.kind()),
+            BoundedReadError::TooLarge { .. } => None,
+        }
+    }
+}
+
+/// Reads all of `path`, refusing a file larger than `limit` bytes.
+pub fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>, BoundedReadError> {
+    let io = |source| BoundedReadError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let too_large = || BoundedReadError::TooLarge {
+        path: path.to_path_buf(),
+        limit,
+    };
+    let file = File::open(path).map_err(io)?;
+    let size = file.metadata().map_err(io)?.len();
+    if size > limit {
+        return Err(too_large());
+    }
+    read_bounded_from(file, limit)
+        .map_err(io)?
+        .ok_or_else(too_large)
+}
+
+/// Reads `reader` to its end, at most `limit` bytes; `Ok(None)` when it has more.
+pub fn read_bounded_from(reader: impl Read, limit: u64) -> std::io::Result<Option<Vec<u8>>> {
+    let mut buf = Vec::new();
+    reader.take(limit.saturating_add(1)).read_to_end(&mut buf)?;
+    Ok(u64::try_from(buf.len())
+        .is_ok_and(|n| n <= limit)
+        .then_some(buf))
+}
+
+/// [`read_bounded`] as UTF-8 text.
+pub fn read_bounded_string(path: &Path, limit: u64) -> Result<String, BoundedReadError> {
+    let bytes = read_bounded(path, limit)?;
+    String::from_utf8(bytes).map_err(|e| BoundedReadError::Io {
+        path: path.to_path_buf(),
+        source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
+    })
+}
+
+/// At most `max` items of a list for a message, then how many more there are.
+pub fn preview_list<T: std::fmt::Display>(items: &[T], max: usize) -> String {
+    let mut out = items
+        .iter()
+        .take(max)
+        .map(|i| preview(&i.to_string()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    if items.len() > max {
+        out.push_str(&format!(" and {} more", items.len() - max));
+    }
+    out
+}
+
+/// `value` cut to [`MAX_PREVIEW_CHARS`] characters, with how much was cut, for messages.
+pub fn preview(value: &str) -> String {
+    match value.char_indices().nth(MAX_PREVIEW_CHARS) {
+        None => value.to_string(),
+        Some((cut, _)) => format!("{}… ({} bytes in all)", &value[..cut], value.len()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refuses_files_over_the_limit_and_reads_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, b"12345").unwrap();
+        assert_eq!(read_bounded(&p, 5).unwrap(), b"12345");
+        let err = read_bounded(&p, 4).unwrap_err();
+        assert!(matches!(err, BoundedReadError::TooLarge { limit: 4, .. }));
+        assert!(
+            err.to_string().contains("larger than the limit of 4 bytes"),
+            "{err}"
+        );
+        let missing = read_bounded(&dir.path().join("nope"), 4).unwrap_err();
+        assert_eq!(missing.io_kind(), Some(std::io::ErrorKind::NotFound));
+        std::fs::write(&p, [0xff, 0xfe]).unwrap();
+        assert!(read_bounded_string(&p, 10).is_err());
+    }
+
+    #[test]
+    fn a_sparse_huge_file_costs_no_memory() {
+        // A 700 MB file (sparse: no disk) is refused from its size, before any read.
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("big.json");
+        let f = File::create(&p).unwrap();
+        f.set_len(700 << 20).unwrap();
+        let err = read_bounded(&p, MAX_OCI_CONFIG_BYTES).unwrap_err();
+        assert!(matches!(err, BoundedReadError::TooLarge { .. }), "{err}");
+    }
+
+    #[test]
+    fn preview_cuts_long_values() {
+        assert_eq!(preview("abc"), "abc");
+        let long = "é".repeat(MAX_PREVIEW_CHARS + 50);
+        let p = preview(&long);
+        assert!(p.starts_with(&"é".repeat(MAX_PREVIEW_CHARS)), "{p}");
+        assert!(
+            p.ends_with(&format!("({} bytes in all)", long.len())),
+            "{p}"
+        );
+        assert_eq!(preview_list(&[1, 2, 3], 2), "1, 2 and 1 more");
+        assert_eq!(preview_list(&[1, 2], 2), "1, 2");
+        assert_eq!(read_bounded_from(&b"abc"[..], 2).unwrap(), None);
+        assert_eq!(read_bounded_from(&b"ab"[..], 2).unwrap().unwrap(), b"ab");
+    }
+}
