@@ -208,9 +208,16 @@ pub struct DurationValue(pub Duration);
 
 /// Reads and parses `path` (no checks against the node; see [`crate::plan::resolve`]).
 pub fn load(path: &Path) -> Result<ConfigFile, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+    let read_err = |source| ConfigError::Read {
         path: path.to_path_buf(),
         source,
+    };
+    let bytes = read_config_bytes(path).map_err(read_err)?;
+    let text = String::from_utf8(bytes).map_err(|e| {
+        read_err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("not UTF-8 text ({e})"),
+        ))
     })?;
     parse(&text).map_err(|e| match e {
         ConfigError::Invalid { key, message } => ConfigError::Parse {
@@ -220,6 +227,36 @@ pub fn load(path: &Path) -> Result<ConfigFile, ConfigError> {
         },
         other => other,
     })
+}
+
+/// Largest config file read (NVIDIA's configs are a few KiB; a ConfigMap is at most 1 MiB).
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
+/// Reads at most [`MAX_CONFIG_BYTES`] of a regular file (a ConfigMap mount is a symlink to one,
+/// so links are followed here; the file is the admin's, not a tenant's).
+fn read_config_bytes(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    // O_NONBLOCK: a FIFO at the path fails the type check below instead of blocking the open.
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)?;
+    if !f.metadata()?.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
+    }
+    let mut out = Vec::new();
+    f.take(MAX_CONFIG_BYTES + 1).read_to_end(&mut out)?;
+    if u64::try_from(out.len()).unwrap_or(u64::MAX) > MAX_CONFIG_BYTES {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("larger than {MAX_CONFIG_BYTES} bytes; a sharing config is a few KiB"),
+        ));
+    }
+    Ok(out)
 }
 
 /// Parses YAML text; errors name the key path (`sharing.mps.resources[0].replicas`).

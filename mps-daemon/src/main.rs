@@ -15,7 +15,11 @@ fn main() {
     let res = match args.command {
         Some(Command::Status(s)) => cli::status_cmd(&s),
         Some(Command::Check(r)) => cli::check(&r),
-        None => tokio::runtime::Builder::new_current_thread()
+        // Several workers: a GPU whose blocking call overruns (a slow disk, a hung driver call
+        // on the blocking pool) must not hold up the other GPUs' tasks or the HTTP endpoint.
+        None => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .max_blocking_threads(32)
             .enable_all()
             .build()
             .map_err(anyhow::Error::from)

@@ -119,7 +119,7 @@ fn slow_commands_and_a_driver_ignoring_uuid_limits_still_give_limited_clients() 
 #[test]
 fn a_daemon_that_cannot_start_is_failed_and_not_ready() {
     let node = Node::new(1, 8192);
-    node.wrap_control("[ \"$1\" = -d ] && { echo 'boom: no GPU here' >&2; exit 1; }");
+    node.wrap_control("[ \"$1\" = -f ] && { echo 'boom: no GPU here' >&2; exit 1; }");
     node.write_config("      - {name: r, replicas: 2, devices: all}\n", FAST);
     let d = node.start();
     let g = wait_for("retries", || {

@@ -43,6 +43,9 @@ ENVIRONMENT:
                            nvidia-cuda-mps-control.pid; socket path must be < 108 bytes
   CUDA_MPS_LOG_DIRECTORY   log dir (default /var/log/nvidia-mps): control.log, server.log
   CUDA_VISIBLE_DEVICES     devices served (ordinals/UUIDs accepted by *_pinned_mem_limit)
+  CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, CUDA_MPS_PINNED_DEVICE_MEM_LIMIT (\"0=1G,1=512M\")
+                           in the daemon's environment: its defaults from the start (as
+                           set_default_* would set them); in a client's: that client's limits
 
 COMMANDS:
   get_server_list | get_server_status <pid> | start_server -uid <uid>
