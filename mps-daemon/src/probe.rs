@@ -45,10 +45,12 @@ impl GpuSupervisor {
             let to = t.command_timeout.min(t.probe_interval);
             match safefs::socket_listener(&sock, to).await {
                 Ok(Listener::Pid(p)) if p == pid => {}
-                Ok(Listener::Pid(p)) => return format!(
+                Ok(Listener::Pid(p)) => {
+                    return format!(
                     "control socket {} is served by pid {p}, not by the control daemon (pid {pid})",
                     sock.display()
-                ),
+                )
+                }
                 Ok(Listener::Absent) => {
                     return format!("control socket {} is gone", sock.display())
                 }
