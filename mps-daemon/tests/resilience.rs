@@ -53,8 +53,8 @@ fn a_wedged_gpu_delays_neither_the_other_gpus_nor_http() {
         let (code, _) = d.get("/readyz");
         assert!(t.elapsed() < Duration::from_secs(1) && (code == 200 || code == 503));
         get_within(&d, "/metrics", 200, Duration::from_secs(1));
-        for (i, old) in [(0, old0), (1, old1)] {
-            back[i as usize] = node
+        for (slot, (i, old)) in back.iter_mut().zip([(0, old0), (1, old1)]) {
+            *slot = node
                 .gpu_status(i)
                 .is_some_and(|g| g["state"] == "ready" && g["pid"].as_i64() != Some(old));
         }
@@ -62,11 +62,11 @@ fn a_wedged_gpu_delays_neither_the_other_gpus_nor_http() {
     }
 }
 
-fn nofile_limit(f: u64) -> impl Fn() -> std::io::Result<()> {
+fn nofile_limit(soft: u64, hard: u64) -> impl Fn() -> std::io::Result<()> {
     move || {
         let l = libc::rlimit {
-            rlim_cur: f,
-            rlim_max: f,
+            rlim_cur: soft,
+            rlim_max: hard,
         };
         // SAFETY: setrlimit with a valid struct; async-signal-safe, called between fork and exec.
         if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &l) } != 0 {
@@ -84,7 +84,7 @@ fn a_connection_flood_is_capped_and_restarts_nothing() {
     node.write_config("      - {name: r, replicas: 2, devices: all}\n", FAST);
     let d = node.start_with(|c| {
         // SAFETY: the closure only calls setrlimit (async-signal-safe).
-        unsafe { c.pre_exec(nofile_limit(128)) };
+        unsafe { c.pre_exec(nofile_limit(128, 128)) };
     });
     let pid = pid_of(&node.wait_ready(0));
     let flood: Vec<TcpStream> = (0..300)
@@ -157,4 +157,23 @@ fn fd_exhaustion_never_restarts_a_healthy_control_daemon() {
         &format!("gpuhook_mps_probes_inconclusive_total{labels}"),
     );
     assert!(n.is_some_and(|n| n >= 1.0), "{m}");
+}
+
+#[test]
+fn the_soft_fd_limit_is_raised_up_to_the_hard_one() {
+    use std::os::unix::process::CommandExt;
+    let node = Node::new(1, 16000);
+    node.write_config("      - {name: r, replicas: 2, devices: all}\n", FAST);
+    let d = node.start_with(|c| {
+        // SAFETY: the closure only calls setrlimit (async-signal-safe).
+        unsafe { c.pre_exec(nofile_limit(256, 4096)) };
+    });
+    node.wait_ready(0);
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", d.pid())).unwrap();
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap();
+    let v: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(&v[3..5], ["4096", "4096"], "{line}");
 }
