@@ -212,7 +212,8 @@ pub fn load(path: &Path) -> Result<ConfigFile, ConfigError> {
         path: path.to_path_buf(),
         source,
     };
-    let bytes = read_config_bytes(path).map_err(read_err)?;
+    // Symlinks followed: a ConfigMap mount's files are symlinks (the file is the admin's).
+    let bytes = crate::safefs::read_regular(path, MAX_CONFIG_BYTES, true).map_err(read_err)?;
     let text = String::from_utf8(bytes).map_err(|e| {
         read_err(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
@@ -231,33 +232,6 @@ pub fn load(path: &Path) -> Result<ConfigFile, ConfigError> {
 
 /// Largest config file read (NVIDIA's configs are a few KiB; a ConfigMap is at most 1 MiB).
 pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
-
-/// Reads at most [`MAX_CONFIG_BYTES`] of a regular file (a ConfigMap mount is a symlink to one,
-/// so links are followed here; the file is the admin's, not a tenant's).
-fn read_config_bytes(path: &Path) -> std::io::Result<Vec<u8>> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    // O_NONBLOCK: a FIFO at the path fails the type check below instead of blocking the open.
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
-        .open(path)?;
-    if !f.metadata()?.is_file() {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "not a regular file",
-        ));
-    }
-    let mut out = Vec::new();
-    f.take(MAX_CONFIG_BYTES + 1).read_to_end(&mut out)?;
-    if u64::try_from(out.len()).unwrap_or(u64::MAX) > MAX_CONFIG_BYTES {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!("larger than {MAX_CONFIG_BYTES} bytes; a sharing config is a few KiB"),
-        ));
-    }
-    Ok(out)
-}
 
 /// Parses YAML text; errors name the key path (`sharing.mps.resources[0].replicas`).
 pub fn parse(text: &str) -> Result<ConfigFile, ConfigError> {

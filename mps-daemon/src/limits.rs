@@ -122,6 +122,32 @@ impl Limits {
     }
 }
 
+/// How the defaults came to be in force at start-up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// From the daemon's environment: in force before any client could connect.
+    Environment,
+    /// Only through `set_default_*`: the control daemon ignored its environment, so a client
+    /// that connected between its start and now may have got the old defaults.
+    Commands,
+}
+
+impl Limits {
+    /// Makes sure a freshly started daemon has these defaults: read back first (the daemon's
+    /// environment should have set them already: one command), else set them and read back.
+    pub async fn ensure_defaults(
+        &self,
+        env: &ControlEnv,
+        to: Duration,
+    ) -> Result<(ReadBack, Source), String> {
+        let got = self.read(env, None, to).await.map_err(|e| e.to_string())?;
+        if self.mismatch(&got).is_none() {
+            return Ok((got, Source::Environment));
+        }
+        Ok((self.apply_defaults(env, to).await?, Source::Commands))
+    }
+}
+
 /// What a drift check found.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Drift {

@@ -29,9 +29,16 @@ pub fn clip(s: &str, max: usize) -> String {
 /// Reads at most `max` bytes of the regular file `path` (no symlink, no FIFO, no device).
 /// A larger file is an error naming the bound.
 pub fn read_bounded(path: &Path, max: u64) -> io::Result<Vec<u8>> {
+    read_regular(path, max, false)
+}
+
+/// [`read_bounded`], following symlinks when `follow` (for admin-owned paths such as a
+/// ConfigMap mount, whose files are symlinks); never blocks on a FIFO either way.
+pub fn read_regular(path: &Path, max: u64, follow: bool) -> io::Result<Vec<u8>> {
+    let nofollow = if follow { 0 } else { libc::O_NOFOLLOW };
     let f = OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .custom_flags(nofollow | libc::O_NONBLOCK | libc::O_CLOEXEC)
         .open(path)?;
     let meta = f.metadata()?;
     if !meta.file_type().is_file() {

@@ -16,7 +16,7 @@ use crate::control::ControlEnv;
 use crate::daemon_proc::{self, DaemonProc};
 use crate::inventory::{ComputeMode, ComputeModeSetter};
 use crate::layout::{self, CreatedDirs, GpuLayout};
-use crate::limits::Limits;
+use crate::limits::{Limits, Source};
 use crate::plan::{GpuPlan, Timing};
 use crate::settings::EnforceSettings;
 use crate::shm;
@@ -268,7 +268,11 @@ impl GpuSupervisor {
 
     /// Applies and reads back the limits, then writes the ready file and marks the GPU ready.
     async fn publish_ready(&self, env: &ControlEnv, pid: i32, to: Duration) -> Result<(), String> {
-        let got = self.limits().apply_defaults(env, to).await?;
+        let (got, source) = self.limits().ensure_defaults(env, to).await?;
+        if source == Source::Commands {
+            tracing::warn!(gpu = %self.plan.uuid, pid,
+                "the control daemon ignored CUDA_MPS_ACTIVE_THREAD_PERCENTAGE / CUDA_MPS_PINNED_DEVICE_MEM_LIMIT in its environment; limits set by command instead, clients that connected in the meantime may have none");
+        }
         let ready = serde_json::json!({
             "uuid": self.plan.uuid,
             "pid": pid,

@@ -153,7 +153,10 @@ fn serve_setup(paths: &Paths, foreground: bool, fault: Fault) -> Result<Shared> 
     control_log.line(pid, "CUDA MPS Control binary version: 13030");
     let visible = std::env::var("CUDA_VISIBLE_DEVICES").ok();
     let devices = Devices::from_visible(visible.as_deref());
-    let (default_atp, default_pinned) = env_defaults(&devices)?;
+    let (default_atp, default_pinned) = match fault {
+        Fault::IgnoreEnvLimits => (100.0, PinnedLimits::new()),
+        _ => env_defaults(&devices)?,
+    };
     Ok(Arc::new(Mutex::new(State {
         pid,
         devices,

@@ -13,7 +13,7 @@
 //! * `--sim-server --uid U`: the server processes the daemon spawns (argv[0]
 //!   `nvidia-cuda-mps-server`);
 //! * commands `sim_get_client_limits <pid>`, `sim_get_pending_list`, `sim_crash`, `sim_wedge`;
-//! * `GPUHOOK_SIM_MPS_FAULT=wedge-after:N|crash-after:N|ignore-uuid-limits`.
+//! * `GPUHOOK_SIM_MPS_FAULT=wedge-after:N|crash-after:N|ignore-uuid-limits|ignore-env-limits`.
 //!
 //! The wire protocol on the `control` socket is the simulator's own (see `daemon`): only the
 //! binary talks it, so callers depend on the CLI and the reply texts, as with the real one.
@@ -75,9 +75,10 @@ SIMULATION-ONLY EXTENSIONS:
   sim_get_pending_list   pids of clients waiting for a server
   sim_crash              daemon exits at once, leaving socket and pid file behind
   sim_wedge              daemon keeps accepting connections but never answers again
-  GPUHOOK_SIM_MPS_FAULT=wedge-after:N | crash-after:N | ignore-uuid-limits
+  GPUHOOK_SIM_MPS_FAULT=wedge-after:N | crash-after:N | ignore-uuid-limits | ignore-env-limits
         wedge or crash when the (N+1)th command arrives; or accept pinned memory limits
-        given by UUID without applying them (a bug of some drivers)
+        given by UUID without applying them (a bug of some drivers); or ignore the limits in
+        the daemon's own environment (start with defaults 100 / no pinned limit)
 
 NOTES:
   -f also prints control.log/server.log lines on stdout. Errors are reported as reply text
