@@ -208,9 +208,17 @@ pub struct DurationValue(pub Duration);
 
 /// Reads and parses `path` (no checks against the node; see [`crate::plan::resolve`]).
 pub fn load(path: &Path) -> Result<ConfigFile, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+    let read_err = |source| ConfigError::Read {
         path: path.to_path_buf(),
         source,
+    };
+    // Symlinks followed: a ConfigMap mount's files are symlinks (the file is the admin's).
+    let bytes = crate::safefs::read_regular(path, MAX_CONFIG_BYTES, true).map_err(read_err)?;
+    let text = String::from_utf8(bytes).map_err(|e| {
+        read_err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("not UTF-8 text ({e})"),
+        ))
     })?;
     parse(&text).map_err(|e| match e {
         ConfigError::Invalid { key, message } => ConfigError::Parse {
@@ -221,6 +229,9 @@ pub fn load(path: &Path) -> Result<ConfigFile, ConfigError> {
         other => other,
     })
 }
+
+/// Largest config file read (NVIDIA's configs are a few KiB; a ConfigMap is at most 1 MiB).
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
 
 /// Parses YAML text; errors name the key path (`sharing.mps.resources[0].replicas`).
 pub fn parse(text: &str) -> Result<ConfigFile, ConfigError> {

@@ -99,3 +99,22 @@ fn sizes_and_durations() {
     assert_eq!(parse_duration("1m"), Some(Duration::from_secs(60)));
     assert_eq!(parse_duration("ms"), None);
 }
+
+#[test]
+fn an_oversized_or_special_config_file_is_refused_with_the_bound() {
+    let t = tempfile::tempdir().unwrap();
+    let big = t.path().join("big.yaml");
+    let mut text = String::from("version: v1\n");
+    while text.len() <= usize::try_from(MAX_CONFIG_BYTES).unwrap() {
+        text.push_str("# padding padding padding padding padding padding padding padding\n");
+    }
+    std::fs::write(&big, &text).unwrap();
+    let err = load(&big).unwrap_err().to_string();
+    assert!(err.contains("larger than 1048576 bytes"), "{err}");
+    assert!(err.contains("big.yaml"), "{err}");
+    // A FIFO neither blocks nor is read.
+    let fifo = t.path().join("fifo.yaml");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let err = load(&fifo).unwrap_err().to_string();
+    assert!(err.contains("not a regular file"), "{err}");
+}

@@ -14,12 +14,16 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 use tokio::time::Instant;
 
 use crate::layout::GpuLayout;
 use crate::plan::GpuPlan;
+use crate::safefs::{clip, ECHO_MAX};
+
+/// Largest control reply we accept (server and client lists are a few pids; 48 clients).
+pub const MAX_REPLY: usize = 64 * 1024;
 
 /// Errors of the control binary.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -36,7 +40,9 @@ pub enum ControlError {
         code: Option<i32>,
         output: String,
     },
-    #[error("`nvidia-cuda-mps-control -d` exited with status {code:?}: {output}")]
+    #[error(
+        "the control daemon (`nvidia-cuda-mps-control -f`) exited with status {code:?}: {output}"
+    )]
     StartFailed { code: Option<i32>, output: String },
     #[error("control daemon did not come up within {timeout:?}: {what}")]
     StartTimeout { timeout: Duration, what: String },
@@ -44,11 +50,21 @@ pub enum ControlError {
     Io(String),
 }
 
+impl ControlError {
+    /// True when the failure is ours (we could not run the client: no fds, no memory, no
+    /// processes) and says nothing about the daemon: a probe that fails so must not restart it.
+    pub fn is_local(&self) -> bool {
+        matches!(self, ControlError::Spawn { .. } | ControlError::Io(_))
+    }
+}
+
 /// How to run the control binary for one GPU.
 #[derive(Debug, Clone)]
 pub struct ControlEnv {
     pub binary: PathBuf,
     pub envs: Vec<(String, OsString)>,
+    /// Added to `envs` for the daemon only: its default limits.
+    pub daemon_envs: Vec<(String, OsString)>,
     /// When set, the daemon gets this directory bind-mounted on `/dev/shm` in a private mount
     /// namespace, so that it shares `/dev/shm` with clients that mount the same directory.
     pub shm: Option<PathBuf>,
@@ -104,14 +120,26 @@ impl ControlEnv {
                 ));
             }
         }
+        let mut daemon_envs = vec![(
+            "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE".to_string(),
+            OsString::from(plan.active_thread_percentage.to_string()),
+        )];
+        if let Some(m) = plan.pinned_memory_limit_mib {
+            daemon_envs.push((
+                "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT".to_string(),
+                OsString::from(format!("0={m}M")),
+            ));
+        }
         ControlEnv {
             binary: plan.control_binary.clone(),
             envs,
+            daemon_envs,
             shm,
             latency: None,
         }
     }
 
+    /// The client-mode command (no limits in its environment).
     fn command(&self) -> Command {
         let mut cmd = Command::new(&self.binary);
         cmd.env_clear()
@@ -120,7 +148,7 @@ impl ControlEnv {
         cmd
     }
 
-    fn spawn_err(&self, e: std::io::Error) -> ControlError {
+    pub(crate) fn spawn_err(&self, e: std::io::Error) -> ControlError {
         ControlError::Spawn {
             binary: self.binary.clone(),
             message: e.to_string(),
@@ -146,6 +174,7 @@ impl ControlEnv {
             .kill_on_drop(true);
         let mut child = cmd.spawn().map_err(|e| self.spawn_err(e))?;
         let mut stdin = child.stdin.take();
+        let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
         let line = format!("{command}\n");
         let run = async move {
             if let Some(stdin) = stdin.as_mut() {
@@ -153,10 +182,16 @@ impl ControlEnv {
                 let _ = stdin.write_all(line.as_bytes()).await;
             }
             drop(stdin);
-            child.wait_with_output().await
+            let (out, err) = tokio::join!(read_capped(stdout), read_capped(stderr));
+            let (out, err) = (out?, err?);
+            if out.len() > MAX_REPLY {
+                let _ = child.start_kill();
+            }
+            let status = child.wait().await?;
+            Ok::<_, std::io::Error>((status, out, err))
         };
         // On timeout `run` is dropped with the child in it: kill_on_drop kills and reaps it.
-        let out = match tokio::time::timeout(timeout, run).await {
+        let (status, out, err) = match tokio::time::timeout(timeout, run).await {
             Err(_) => {
                 return Err(ControlError::Timeout {
                     command: command.to_string(),
@@ -164,19 +199,27 @@ impl ControlEnv {
                 })
             }
             Ok(Err(e)) => return Err(ControlError::Io(format!("`{command}`: {e}"))),
-            Ok(Ok(out)) => out,
+            Ok(Ok(r)) => r,
         };
-        let stdout = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        if out.status.success() {
+        if out.len() > MAX_REPLY {
+            return Err(ControlError::Failed {
+                command: command.to_string(),
+                code: None,
+                output: format!("reply larger than {MAX_REPLY} bytes"),
+            });
+        }
+        let stdout = String::from_utf8_lossy(&out).trim().to_string();
+        if status.success() {
             return Ok(stdout);
         }
-        let stderr = String::from_utf8_lossy(&out.stderr).trim().to_string();
+        let stderr = String::from_utf8_lossy(&err).trim().to_string();
         let output = [stdout, stderr]
             .into_iter()
             .filter(|s| !s.is_empty())
             .collect::<Vec<_>>()
             .join("; ");
-        match out.status.code() {
+        let output = clip(&output, ECHO_MAX);
+        match status.code() {
             Some(1) => Err(ControlError::NoDaemon {
                 command: command.to_string(),
                 output,
@@ -189,23 +232,12 @@ impl ControlEnv {
         }
     }
 
-    /// Runs `<binary> -d` and waits until the daemon's pid file and control socket exist.
-    /// Returns the daemon's pid.
-    pub async fn start_daemon(
-        &self,
-        layout: &GpuLayout,
-        timeout: Duration,
-    ) -> Result<i32, ControlError> {
-        let deadline = Instant::now() + timeout;
-        let err_path = layout.log.join("gpu-mps-daemon-start.err");
-        let err_file = std::fs::File::create(&err_path)
-            .map_err(|e| ControlError::Io(format!("cannot create {}: {e}", err_path.display())))?;
+    /// The command that starts the daemon: the client environment plus the limits
+    /// (`CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`, `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`), so that its
+    /// defaults are in force from its first moment, and the shared `/dev/shm` when configured.
+    pub(crate) fn daemon_command(&self) -> Result<Command, ControlError> {
         let mut cmd = self.command();
-        cmd.arg("-d")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(err_file)
-            .kill_on_drop(true);
+        cmd.envs(self.daemon_envs.iter().map(|(k, v)| (k, v)));
         if let Some(shm) = &self.shm {
             let shm = CString::new(shm.as_os_str().as_bytes())
                 .map_err(|_| ControlError::Io(format!("bad shm path {}", shm.display())))?;
@@ -216,63 +248,18 @@ impl ControlEnv {
                 cmd.pre_exec(move || private_dev_shm(&shm));
             }
         }
-        let mut child = cmd.spawn().map_err(|e| self.spawn_err(e))?;
-        let status = match tokio::time::timeout_at(deadline, child.wait()).await {
-            Ok(Ok(s)) => s,
-            Ok(Err(e)) => return Err(ControlError::Io(format!("waiting for -d: {e}"))),
-            Err(_) => {
-                let _ = child.start_kill();
-                return Err(ControlError::StartTimeout {
-                    timeout,
-                    what: "`-d` did not return".into(),
-                });
-            }
-        };
-        if !status.success() {
-            let text = std::fs::read_to_string(&err_path).unwrap_or_default();
-            let tail: String = text
-                .trim()
-                .chars()
-                .rev()
-                .take(2000)
-                .collect::<Vec<_>>()
-                .into_iter()
-                .rev()
-                .collect();
-            return Err(ControlError::StartFailed {
-                code: status.code(),
-                output: tail,
-            });
-        }
-        let (pid_file, sock) = (layout.pid_file(), layout.control_socket());
-        loop {
-            if let Some(pid) = crate::process::read_pid(&pid_file) {
-                if sock.exists() {
-                    return Ok(pid);
-                }
-                if !crate::process::is_alive(pid) {
-                    return Err(ControlError::StartFailed {
-                        code: None,
-                        output: format!(
-                            "daemon pid {pid} exited before creating {}",
-                            sock.display()
-                        ),
-                    });
-                }
-            }
-            if Instant::now() >= deadline {
-                return Err(ControlError::StartTimeout {
-                    timeout,
-                    what: format!(
-                        "no pid file {} or socket {}",
-                        pid_file.display(),
-                        sock.display()
-                    ),
-                });
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        Ok(cmd)
     }
+}
+
+/// Reads a child's output up to one byte over [`MAX_REPLY`] (so that an overflow is seen).
+async fn read_capped<R: tokio::io::AsyncRead + Unpin>(r: Option<R>) -> std::io::Result<Vec<u8>> {
+    let mut buf = Vec::new();
+    if let Some(r) = r {
+        let cap = u64::try_from(MAX_REPLY).unwrap_or(u64::MAX) + 1;
+        r.take(cap).read_to_end(&mut buf).await?;
+    }
+    Ok(buf)
 }
 
 /// In the forked child: a private mount namespace where `/dev/shm` is the shared tmpfs.

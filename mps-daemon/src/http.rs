@@ -3,6 +3,12 @@
 //! Kubelet probes and `curl` need three read-only endpoints; a hand-written server on tokio's
 //! `TcpListener` keeps the binary small (no hyper stack). Each connection handles one request
 //! with a bounded read, then closes.
+//!
+//! A flood must cost a bounded number of fds and never starve the supervisors (a probe that
+//! cannot get an fd is inconclusive, not a dead daemon, but fds are still needed to run it):
+//! at most [`MAX_CONNECTIONS`] connections are served at once, one beyond that is closed as
+//! soon as it is accepted, a request is at most [`MAX_REQUEST`] bytes, and a connection gets
+//! [`READ_TIMEOUT`] to send it and [`WRITE_TIMEOUT`] to take the answer.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -12,8 +18,11 @@ use tokio::net::{TcpListener, TcpStream};
 
 use crate::status::Board;
 
-const MAX_REQUEST: usize = 8192;
-const READ_TIMEOUT: Duration = Duration::from_secs(5);
+pub const MAX_REQUEST: usize = 8192;
+pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Connections served at once (a kubelet probe and a scraper need a few).
+pub const MAX_CONNECTIONS: usize = 32;
 
 /// A response: status code, content type, body.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -124,8 +133,13 @@ async fn handle(board: Board, mut sock: TcpStream) -> std::io::Result<()> {
     if !head_only {
         out.push_str(&resp.body);
     }
-    sock.write_all(out.as_bytes()).await?;
-    sock.shutdown().await
+    let write = async {
+        sock.write_all(out.as_bytes()).await?;
+        sock.shutdown().await
+    };
+    tokio::time::timeout(WRITE_TIMEOUT, write)
+        .await
+        .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into()))
 }
 
 /// Binds `addr` (errors name it) and serves forever on the returned task.
@@ -133,15 +147,22 @@ pub async fn serve(addr: SocketAddr, board: Board) -> Result<tokio::task::JoinHa
     let listener = TcpListener::bind(addr)
         .await
         .map_err(|e| format!("cannot listen on {addr}: {e}; pick another --listen address"))?;
+    let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     Ok(tokio::spawn(async move {
         loop {
             match listener.accept().await {
-                Ok((sock, _)) => {
+                Ok((sock, peer)) => {
+                    let Ok(permit) = slots.clone().try_acquire_owned() else {
+                        tracing::debug!(%peer, "too many HTTP connections; closing this one");
+                        drop(sock);
+                        continue;
+                    };
                     let b = board.clone();
                     tokio::spawn(async move {
                         if let Err(e) = handle(b, sock).await {
                             tracing::debug!(error = %e, "http connection");
                         }
+                        drop(permit);
                     });
                 }
                 Err(e) => {

@@ -7,7 +7,12 @@
 //! <mpsRoot>/<uuid>/log/        CUDA_MPS_LOG_DIRECTORY
 //! <mpsRoot>/<uuid>/shm/        optional tmpfs shared as /dev/shm
 //! <mpsRoot>/<uuid>/ready       exists only while limits are applied and the daemon answers
+//! <mpsRoot>/<uuid>/control-daemon.id   pid and start time of the running control daemon
+//! <mpsRoot>/<uuid>/control-daemon.err  its stderr (start-up errors)
 //! ```
+//!
+//! Containers get `pipe/` (and `shm/`) and can write there: nothing we rely on is kept in them.
+//! The control daemon's own pid file in `pipe/` is never read.
 //!
 //! Shutdown must leave the root as it found it, so we remember which directories we created and
 //! remove exactly those.
@@ -16,9 +21,6 @@ use std::fs;
 use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-
-/// Name of the pid file `nvidia-cuda-mps-control -d` writes into its pipe directory.
-pub const PID_FILE: &str = "nvidia-cuda-mps-control.pid";
 
 /// Paths of one GPU.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,10 +46,6 @@ impl GpuLayout {
 
     pub fn control_socket(&self) -> PathBuf {
         self.pipe.join("control")
-    }
-
-    pub fn pid_file(&self) -> PathBuf {
-        self.pipe.join(PID_FILE)
     }
 }
 
@@ -132,6 +130,21 @@ pub fn write_atomic(path: &Path, data: &[u8]) -> io::Result<()> {
     res.map_err(|e| io::Error::new(e.kind(), format!("cannot write {}: {e}", path.display())))
 }
 
+/// Runs a blocking file-system or driver call on the blocking pool, bounded by `timeout`: a
+/// slow disk, a huge directory a tenant filled, or a hung driver call must not stall the
+/// supervisor (the call itself cannot be cancelled; it finishes on its own thread).
+pub async fn blocking<T: Send + 'static>(
+    what: &str,
+    timeout: std::time::Duration,
+    f: impl FnOnce() -> Result<T, String> + Send + 'static,
+) -> Result<T, String> {
+    match tokio::time::timeout(timeout, tokio::task::spawn_blocking(f)).await {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => Err(format!("{what}: {e}")),
+        Err(_) => Err(format!("{what}: no result within {timeout:?}")),
+    }
+}
+
 /// Removes a file, ignoring "not found".
 pub fn remove_file_if_exists(path: &Path) -> io::Result<()> {
     match fs::remove_file(path) {
@@ -196,10 +209,6 @@ mod tests {
         assert_eq!(
             l.control_socket(),
             PathBuf::from("/run/m/GPU-1/pipe/control")
-        );
-        assert_eq!(
-            l.pid_file(),
-            PathBuf::from("/run/m/GPU-1/pipe/nvidia-cuda-mps-control.pid")
         );
     }
 }

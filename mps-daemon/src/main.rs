@@ -12,10 +12,15 @@ fn main() {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .init();
+    raise_nofile();
     let res = match args.command {
         Some(Command::Status(s)) => cli::status_cmd(&s),
         Some(Command::Check(r)) => cli::check(&r),
-        None => tokio::runtime::Builder::new_current_thread()
+        // Several workers: a GPU whose blocking call overruns (a slow disk, a hung driver call
+        // on the blocking pool) must not hold up the other GPUs' tasks or the HTTP endpoint.
+        None => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .max_blocking_threads(32)
             .enable_all()
             .build()
             .map_err(anyhow::Error::from)
@@ -24,5 +29,28 @@ fn main() {
     if let Err(e) = res {
         eprintln!("gpu-mps-daemon: error: {e:#}");
         std::process::exit(1);
+    }
+}
+
+/// The soft fd limit the daemon runs with (the systemd unit sets `LimitNOFILE=` to this).
+const NOFILE: u64 = 65536;
+
+/// Raises the soft `RLIMIT_NOFILE` to [`NOFILE`] (at most the hard limit), as Go programs do at
+/// start: Kubernetes has no per-pod setting, and a container may inherit a soft limit of 1024.
+/// The HTTP endpoint caps its connections, so fds stay free for probes either way.
+fn raise_nofile() {
+    let mut l = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the valid struct we pass.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) } != 0 {
+        return;
+    }
+    let want = l.rlim_max.min(NOFILE);
+    if l.rlim_cur < want {
+        l.rlim_cur = want;
+        // SAFETY: setrlimit reads the valid struct we pass.
+        unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &l) };
     }
 }

@@ -163,6 +163,29 @@ pub fn render(board: &Board) -> String {
             o.sample(name, &labels, n as f64);
         }
     }
+    let name = "gpuhook_mps_limit_drift_total";
+    o.head(
+        name,
+        "counter",
+        "MPS limits found changed through the pipe directory and restored, by scope (default, server).",
+    );
+    for (i, g) in snap.gpus.iter().enumerate() {
+        for scope in ["default", "server"] {
+            let n = g.usage.limit_drifts.get(scope).copied().unwrap_or(0);
+            let mut labels = l(i);
+            labels.push(("scope", scope));
+            o.sample(name, &labels, n as f64);
+        }
+    }
+    let name = "gpuhook_mps_probes_inconclusive_total";
+    o.head(
+        name,
+        "counter",
+        "Health probes not run for a reason of our own (no free fd, cannot fork); never a restart.",
+    );
+    for (i, g) in snap.gpus.iter().enumerate() {
+        o.sample(name, &l(i), g.usage.probes_inconclusive as f64);
+    }
     let name = "gpuhook_mps_command_duration_seconds";
     o.head(
         name,

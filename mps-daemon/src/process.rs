@@ -1,21 +1,51 @@
-//! Finding and stopping a control daemon by the pid in its pid file.
+//! Knowing a process for sure: pid plus start time, signalled through a pidfd.
 //!
-//! `nvidia-cuda-mps-control -d` forks away from us, so we cannot wait on it; we know it only by
-//! the pid it writes into its pipe directory. Before signalling that pid we check that it still
-//! is an MPS control process (pids get reused), and we signal its process group when it leads
-//! one, so that the MPS servers it started go with it.
+//! The control daemon's own pid file lives in its pipe directory, which every MPS tenant can
+//! write: a tenant that rewrites it must not make us signal another GPU's daemon. So we never
+//! read it. The daemon is our own child (`-f`, see [`crate::daemon_proc`]); what we remember of
+//! it across our own restarts is its pid AND start time (`/proc/<pid>/stat` field 22) in a file
+//! under the GPU's private directory, and a signal goes through a pidfd opened before the start
+//! time is checked, so a reused pid is never signalled.
 
-use std::path::Path;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::Duration;
 
 use nix::errno::Errno;
-use nix::sys::signal::{kill, killpg, Signal};
-use nix::unistd::{getpgid, Pid};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
 
-/// Reads a pid file (`1234\n`).
-pub fn read_pid(path: &Path) -> Option<i32> {
-    let text = std::fs::read_to_string(path).ok()?;
-    text.trim().parse::<i32>().ok().filter(|p| *p > 0)
+/// A process as we know it: pid and start time (clock ticks since boot).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Identity {
+    pub pid: i32,
+    pub start_time: u64,
+}
+
+impl Identity {
+    /// The identity of `pid` now, when it exists.
+    pub fn of(pid: i32) -> Option<Identity> {
+        start_time(pid).map(|start_time| Identity { pid, start_time })
+    }
+
+    /// `"<pid> <start time>\n"`, the record format.
+    pub fn to_record(self) -> String {
+        format!("{} {}\n", self.pid, self.start_time)
+    }
+
+    pub fn parse_record(text: &str) -> Option<Identity> {
+        let mut it = text.split_whitespace();
+        let pid = it.next()?.parse::<i32>().ok().filter(|p| *p > 0)?;
+        let start_time = it.next()?.parse().ok()?;
+        Some(Identity { pid, start_time })
+    }
+}
+
+/// Field 22 of `/proc/<pid>/stat` (after the parenthesised comm), `None` for a gone process.
+pub fn start_time(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    // rest starts at field 3 (state); field 22 is index 19 from there.
+    rest.split_whitespace().nth(19)?.parse().ok()
 }
 
 /// True when `pid` exists and is not a zombie.
@@ -46,42 +76,68 @@ pub fn looks_like_mps_control(pid: i32) -> bool {
         .unwrap_or(false)
 }
 
-fn signal(pid: i32, sig: Signal) {
-    let p = Pid::from_raw(pid);
-    // The daemon normally leads its own session/group (it daemonised); then take the group.
-    if getpgid(Some(p)) == Ok(p) && killpg(p, sig).is_ok() {
-        return;
-    }
-    let _ = kill(p, sig);
+/// A pidfd of a process whose identity was checked after the pidfd was opened.
+#[derive(Debug)]
+pub struct PidFd {
+    fd: OwnedFd,
+    pub id: Identity,
 }
 
-/// Waits up to `timeout` for `pid` to disappear; true when it did.
-pub async fn wait_gone(pid: i32, timeout: Duration) -> bool {
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        if !is_alive(pid) {
+impl PidFd {
+    /// Opens a pidfd for `id.pid` and keeps it only when the process still has `id`'s start time
+    /// (checked after opening, so the fd can only refer to that very process).
+    pub fn open(id: Identity) -> Option<PidFd> {
+        // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
+        let rc = unsafe { libc::syscall(libc::SYS_pidfd_open, id.pid, 0) };
+        let raw = i32::try_from(rc).ok().filter(|fd| *fd >= 0)?;
+        // SAFETY: `raw` is a fresh fd returned by pidfd_open that nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        (start_time(id.pid) == Some(id.start_time)).then_some(PidFd { fd, id })
+    }
+
+    /// Sends `sig`; false when the process is gone.
+    pub fn signal(&self, sig: Signal) -> bool {
+        // SAFETY: pidfd_send_signal on our own pidfd with a null siginfo and no flags.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                self.fd.as_raw_fd(),
+                sig as libc::c_int,
+                std::ptr::null::<libc::siginfo_t>(),
+                0,
+            )
+        };
+        rc == 0
+    }
+
+    fn alive(&self) -> bool {
+        start_time(self.id.pid) == Some(self.id.start_time) && is_alive(self.id.pid)
+    }
+
+    async fn wait_gone(&self, timeout: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout;
+        while self.alive() {
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        true
+    }
+
+    /// SIGTERM (with SIGCONT for a stopped process), `grace`, then SIGKILL. True when gone.
+    pub async fn terminate(&self, grace: Duration) -> bool {
+        if !self.alive() {
             return true;
         }
-        if tokio::time::Instant::now() >= deadline {
-            return false;
+        self.signal(Signal::SIGTERM);
+        self.signal(Signal::SIGCONT);
+        if self.wait_gone(grace).await {
+            return true;
         }
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        self.signal(Signal::SIGKILL);
+        self.wait_gone(Duration::from_secs(2)).await
     }
-}
-
-/// SIGTERM, up to `grace` to exit, then SIGKILL. Returns false when it still exists after that.
-pub async fn terminate(pid: i32, grace: Duration) -> bool {
-    if !is_alive(pid) {
-        return true;
-    }
-    signal(pid, Signal::SIGTERM);
-    // A stopped (wedged) process gets SIGCONT so that SIGTERM can act.
-    signal(pid, Signal::SIGCONT);
-    if wait_gone(pid, grace).await {
-        return true;
-    }
-    signal(pid, Signal::SIGKILL);
-    wait_gone(pid, Duration::from_secs(2)).await
 }
 
 #[cfg(test)]
@@ -94,23 +150,33 @@ mod tests {
             .args(["-c", "trap '' TERM; while :; do sleep 0.05; done"])
             .spawn()
             .unwrap();
-        let pid = child.id() as i32;
+        let pid = i32::try_from(child.id()).unwrap();
         assert!(is_alive(pid));
         assert!(!looks_like_mps_control(pid));
+        let id = Identity::of(pid).unwrap();
+        // A record with another start time (a reused pid) opens nothing.
+        let other = Identity {
+            pid,
+            start_time: id.start_time + 1,
+        };
+        assert!(PidFd::open(other).is_none());
+        let fd = PidFd::open(id).unwrap();
         let reaper = std::thread::spawn(move || child.wait());
-        assert!(terminate(pid, Duration::from_millis(200)).await);
+        assert!(fd.terminate(Duration::from_millis(200)).await);
         reaper.join().unwrap().unwrap();
         assert!(!is_alive(pid));
     }
 
     #[test]
-    fn pid_file_parsing() {
-        let t = tempfile::tempdir().unwrap();
-        let p = t.path().join("pid");
-        std::fs::write(&p, "4242\n").unwrap();
-        assert_eq!(read_pid(&p), Some(4242));
-        std::fs::write(&p, "-1").unwrap();
-        assert_eq!(read_pid(&p), None);
-        assert_eq!(read_pid(&t.path().join("none")), None);
+    fn identity_records() {
+        let id = Identity {
+            pid: 4242,
+            start_time: 99,
+        };
+        assert_eq!(Identity::parse_record(&id.to_record()), Some(id));
+        assert_eq!(Identity::parse_record("-1 5"), None);
+        assert_eq!(Identity::parse_record("12"), None);
+        let me = Identity::of(i32::try_from(std::process::id()).unwrap()).unwrap();
+        assert!(me.start_time > 0);
     }
 }

@@ -92,6 +92,13 @@ pub struct Usage {
     /// Unix seconds of the last completed pass.
     pub last_pass_at: Option<u64>,
     pub last_pass_error: Option<String>,
+    /// Limits found changed (through the pipe directory) and restored, by scope
+    /// (`default`: the daemon's defaults, `server`: one server's limits).
+    #[serde(default)]
+    pub limit_drifts: BTreeMap<String, u64>,
+    /// Probes that could not be run for a reason of our own (no fds, cannot fork).
+    #[serde(default)]
+    pub probes_inconclusive: u64,
 }
 
 impl Usage {
@@ -285,6 +292,9 @@ impl Board {
     }
 }
 
+/// Bound of one status file write.
+const WRITE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Rewrites `status.json` after each change until `stop` resolves.
 pub async fn write_loop(
     board: Board,
@@ -297,7 +307,13 @@ pub async fn write_loop(
         let snap = board.snapshot();
         match serde_json::to_vec_pretty(&snap) {
             Ok(data) => {
-                if let Err(e) = crate::layout::write_atomic(&path, &data) {
+                // Bounded: a slow disk delays the file, never the supervisors or HTTP.
+                let p = path.clone();
+                let write =
+                    crate::layout::blocking("writing the status file", WRITE_TIMEOUT, move || {
+                        crate::layout::write_atomic(&p, &data).map_err(|e| e.to_string())
+                    });
+                if let Err(e) = write.await {
                     tracing::warn!(error = %e, "cannot write status file");
                 }
             }

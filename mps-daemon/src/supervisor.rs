@@ -6,18 +6,18 @@
 //! refusing, no reply within the bound) removes the ready file first, then kills and restarts the
 //! daemon with exponential backoff; limits are applied again before it is ready again.
 
-use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::control::{parse_mem_limit_mib, parse_percentage, ControlEnv};
+use crate::control::ControlEnv;
+use crate::daemon_proc::{self, DaemonProc};
 use crate::inventory::{ComputeMode, ComputeModeSetter};
 use crate::layout::{self, CreatedDirs, GpuLayout};
+use crate::limits::{Limits, Source};
 use crate::plan::{GpuPlan, Timing};
-use crate::process;
 use crate::settings::EnforceSettings;
 use crate::shm;
 use crate::status::{now_secs, Board, GpuState, GpuStatus};
@@ -28,7 +28,7 @@ const STABLE_AFTER: Duration = Duration::from_secs(10);
 /// First restart delay; doubled per consecutive failure up to `maxRestartBackoff`.
 const BACKOFF_BASE: Duration = Duration::from_millis(100);
 /// How long a killed daemon gets between SIGTERM and SIGKILL.
-const KILL_GRACE: Duration = Duration::from_secs(1);
+pub(crate) const KILL_GRACE: Duration = Duration::from_secs(1);
 
 /// Delay before restart number `failures` (1-based).
 pub fn backoff(failures: u32, max: Duration) -> Duration {
@@ -46,8 +46,6 @@ pub struct GpuSupervisor {
     pub compute: Arc<dyn ComputeModeSetter>,
     /// Client enforcement settings, changeable by a reload.
     pub enforce: watch::Receiver<EnforceSettings>,
-    /// Pid of the daemon we started last (0: none); used when its pid file has vanished.
-    started: AtomicI32,
 }
 
 /// What the supervisor set up and must undo.
@@ -76,14 +74,7 @@ impl GpuSupervisor {
             timing,
             compute,
             enforce,
-            started: AtomicI32::new(0),
         }
-    }
-
-    /// The daemon's pid: from its pid file, else the one we started.
-    fn daemon_pid(&self) -> Option<i32> {
-        process::read_pid(&self.layout.pid_file())
-            .or_else(|| Some(self.started.load(Ordering::Relaxed)).filter(|p| *p > 0))
     }
 
     fn env(&self) -> ControlEnv {
@@ -132,6 +123,14 @@ impl GpuSupervisor {
         });
     }
 
+    /// The limits of this GPU's servers.
+    pub(crate) fn limits(&self) -> Limits {
+        Limits {
+            active_thread_percentage: self.plan.active_thread_percentage,
+            pinned_memory_limit_mib: self.plan.pinned_memory_limit_mib,
+        }
+    }
+
     /// Runs until `stop` changes (or its sender is dropped), then shuts the daemon down and
     /// removes what it created.
     pub async fn run(self, mut stop: watch::Receiver<bool>) {
@@ -140,14 +139,16 @@ impl GpuSupervisor {
         let mut undo = Undo::default();
         let mut failures: u32 = 0;
         let env = self.env();
+        let limits = self.limits();
         let mut watcher = Watcher::new(
             &uuid,
             self.enforce.borrow().clone(),
             (
-                self.plan.active_thread_percentage,
-                self.plan.pinned_memory_limit_mib,
+                limits.active_thread_percentage,
+                limits.pinned_memory_limit_mib,
             ),
         );
+        let mut current: Option<DaemonProc> = None;
         loop {
             self.set_state(GpuState::Starting, None);
             let up = tokio::select! {
@@ -155,15 +156,17 @@ impl GpuSupervisor {
                 _ = stop.changed() => break,
             };
             match up {
-                Ok(pid) => {
+                Ok(daemon) => {
                     let since = Instant::now();
+                    let pid = daemon.id.pid;
                     tracing::info!(gpu = %uuid, pid, "control daemon ready");
                     watcher.reset();
+                    let d = current.insert(daemon);
                     let reason = tokio::select! {
-                        r = self.probe_until_failure(&env, pid, &mut watcher) => r,
+                        r = self.probe_until_failure(&env, d, &mut watcher) => r,
                         _ = stop.changed() => break,
                     };
-                    let _ = layout::remove_file_if_exists(&self.layout.ready);
+                    self.remove_ready().await;
                     tracing::warn!(gpu = %uuid, pid, reason = %reason, "control daemon unhealthy; restarting");
                     self.set_state(GpuState::Restarting, Some(reason));
                     if since.elapsed() >= STABLE_AFTER {
@@ -171,12 +174,12 @@ impl GpuSupervisor {
                     }
                 }
                 Err(e) => {
-                    let _ = layout::remove_file_if_exists(&self.layout.ready);
+                    self.remove_ready().await;
                     tracing::error!(gpu = %uuid, error = %e, "bringing up the control daemon failed");
                     self.set_state(GpuState::Failed, Some(e));
                 }
             }
-            self.kill_daemon().await;
+            self.stop_daemon(current.take()).await;
             failures += 1;
             let delay = backoff(failures, self.timing.borrow().max_restart_backoff);
             self.board.update(&uuid, |s| {
@@ -188,14 +191,37 @@ impl GpuSupervisor {
                 _ = stop.changed() => break,
             }
         }
-        self.shutdown(&env, undo).await;
+        self.shutdown(&env, current.take(), undo).await;
+    }
+
+    async fn remove_ready(&self) {
+        let ready = self.layout.ready.clone();
+        let to = self.timing.borrow().command_timeout;
+        if let Err(e) = layout::blocking("removing the ready file", to, move || {
+            layout::remove_file_if_exists(&ready).map_err(|e| e.to_string())
+        })
+        .await
+        {
+            tracing::warn!(gpu = %self.plan.uuid, error = %e, "cannot remove the ready file");
+        }
+    }
+
+    /// Empties the pipe directory (bounded: a tenant may have filled it).
+    async fn clean_pipe(&self) -> Result<(), String> {
+        let pipe = self.layout.pipe.clone();
+        let to = self.timing.borrow().start_timeout;
+        layout::blocking("emptying the pipe directory", to, move || {
+            layout::clean_dir(&pipe).map_err(|e| e.to_string())
+        })
+        .await
     }
 
     /// Directories, tmpfs, compute mode, daemon start, limits, read-back, ready file.
-    async fn bring_up(&self, env: &ControlEnv, undo: &mut Undo) -> Result<i32, String> {
+    async fn bring_up(&self, env: &ControlEnv, undo: &mut Undo) -> Result<DaemonProc, String> {
         let l = &self.layout;
+        let t = *self.timing.borrow();
         // A ready file left by an instance that was killed must not outlive this bring-up.
-        layout::remove_file_if_exists(&l.ready).map_err(|e| e.to_string())?;
+        self.remove_ready().await;
         for d in [&l.pipe, &l.log] {
             undo.dirs.ensure(d, 0o755).map_err(|e| e.to_string())?;
         }
@@ -210,162 +236,100 @@ impl GpuSupervisor {
                 undo.mounted = true;
             }
         }
-        self.kill_daemon().await;
+        daemon_proc::stop_stale(l, &self.plan.uuid, KILL_GRACE).await;
+        self.clean_pipe().await?;
         if !undo.mode_tried {
             undo.mode_tried = true;
-            match self
-                .compute
-                .set_compute_mode(&self.plan.uuid, ComputeMode::ExclusiveProcess)
-            {
+            let (compute, uuid) = (self.compute.clone(), self.plan.uuid.clone());
+            let set = layout::blocking("setting the compute mode", t.command_timeout, move || {
+                compute
+                    .set_compute_mode(&uuid, ComputeMode::ExclusiveProcess)
+                    .map_err(|e| e.to_string())
+            });
+            match set.await {
                 Ok(prev) => undo.prev_mode = Some(prev),
                 Err(e) => tracing::warn!(gpu = %self.plan.uuid, error = %e,
                     "compute mode not set to EXCLUSIVE_PROCESS; other processes may use the GPU outside MPS"),
             }
         }
-        let t = *self.timing.borrow();
-        let pid = env
-            .start_daemon(l, t.start_timeout)
+        let daemon = DaemonProc::start(env, l, t.start_timeout)
             .await
             .map_err(|e| e.to_string())?;
-        self.started.store(pid, Ordering::Relaxed);
+        let pid = daemon.id.pid;
         self.board.update(&self.plan.uuid, |s| s.pid = Some(pid));
-        let (pct, mem) = self.apply_limits(env, t.command_timeout).await?;
+        match self.publish_ready(env, pid, t.command_timeout).await {
+            Ok(()) => Ok(daemon),
+            Err(e) => {
+                daemon.stop(KILL_GRACE).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Applies and reads back the limits, then writes the ready file and marks the GPU ready.
+    async fn publish_ready(&self, env: &ControlEnv, pid: i32, to: Duration) -> Result<(), String> {
+        let (got, source) = self.limits().ensure_defaults(env, to).await?;
+        if source == Source::Commands {
+            tracing::warn!(gpu = %self.plan.uuid, pid,
+                "the control daemon ignored CUDA_MPS_ACTIVE_THREAD_PERCENTAGE / CUDA_MPS_PINNED_DEVICE_MEM_LIMIT in its environment; limits set by command instead, clients that connected in the meantime may have none");
+        }
         let ready = serde_json::json!({
             "uuid": self.plan.uuid,
             "pid": pid,
             "supervisorPid": std::process::id(),
-            "activeThreadPercentage": pct,
-            "pinnedMemoryLimitMiB": mem,
-            "pipeDirectory": l.pipe,
+            "activeThreadPercentage": got.active_thread_percentage,
+            "pinnedMemoryLimitMiB": got.pinned_memory_limit_mib,
+            "pipeDirectory": self.layout.pipe,
         });
-        layout::write_atomic(&l.ready, ready.to_string().as_bytes()).map_err(|e| e.to_string())?;
+        let path = self.layout.ready.clone();
+        layout::blocking("writing the ready file", to, move || {
+            layout::write_atomic(&path, ready.to_string().as_bytes()).map_err(|e| e.to_string())
+        })
+        .await?;
         self.board.update(&self.plan.uuid, |s| {
             s.state = GpuState::Ready;
             s.ready_since = Some(now_secs());
-            s.applied_active_thread_percentage = Some(pct);
-            s.applied_pinned_memory_limit_mib = mem;
+            s.applied_active_thread_percentage = Some(got.active_thread_percentage);
+            s.applied_pinned_memory_limit_mib = got.pinned_memory_limit_mib;
         });
-        Ok(pid)
+        Ok(())
     }
 
-    /// Sets the default limits (device by ordinal 0: CUDA_VISIBLE_DEVICES leaves the daemon one
-    /// GPU, and limits set by UUID were ignored by some drivers) and reads them back.
-    async fn apply_limits(
-        &self,
-        env: &ControlEnv,
-        to: Duration,
-    ) -> Result<(f64, Option<u64>), String> {
-        let want_pct = self.plan.active_thread_percentage;
-        let e = |e: crate::control::ControlError| e.to_string();
-        // Both settings in one client run (one process instead of two); replies are not relied
-        // upon, the values are read back below.
-        let mut set = format!("set_default_active_thread_percentage {want_pct}");
-        if let Some(m) = self.plan.pinned_memory_limit_mib {
-            set.push_str(&format!("\nset_default_device_pinned_mem_limit 0 {m}M"));
-        }
-        env.send(&set, to).await.map_err(e)?;
-        let reply = env
-            .send("get_default_active_thread_percentage", to)
-            .await
-            .map_err(e)?;
-        let pct = parse_percentage(&reply).ok_or_else(|| {
-            format!("unexpected reply to get_default_active_thread_percentage: {reply:?}")
-        })?;
-        if (pct - f64::from(want_pct)).abs() > 0.5 {
-            return Err(format!(
-                "active thread percentage not applied: set {want_pct}, daemon reports {reply:?}"
-            ));
-        }
-        let mut mem = None;
-        if let Some(m) = self.plan.pinned_memory_limit_mib {
-            let reply = env
-                .send("get_default_device_pinned_mem_limit 0", to)
-                .await
-                .map_err(e)?;
-            let got = parse_mem_limit_mib(&reply).ok_or_else(|| {
-                format!("unexpected reply to get_default_device_pinned_mem_limit 0: {reply:?}")
-            })?;
-            if got != m {
-                return Err(format!(
-                    "pinned memory limit not applied: set {m}M, daemon reports {reply:?}"
-                ));
-            }
-            mem = Some(got);
-        }
-        Ok((pct, mem))
-    }
-
-    /// Probes every `probeInterval`; returns why the daemon is considered dead.
-    /// After each successful probe the client watcher runs a pass on the server list.
-    async fn probe_until_failure(
-        &self,
-        env: &ControlEnv,
-        pid: i32,
-        watcher: &mut Watcher,
-    ) -> String {
-        loop {
-            let t = *self.timing.borrow();
-            tokio::time::sleep(t.probe_interval).await;
-            if !process::is_alive(pid) {
-                return format!("control daemon (pid {pid}) exited");
-            }
-            let to = t.command_timeout.min(t.probe_interval);
-            let servers = match env.send("get_server_list", to).await {
-                Ok(s) => s,
-                Err(e) => return format!("health probe failed: {e}"),
-            };
-            let settings = self.enforce.borrow().clone();
-            if watcher.settings != settings {
-                watcher.settings = settings;
-            }
-            watcher
-                .pass(env, &self.board, &servers, t.command_timeout)
-                .await;
-        }
-    }
-
-    /// Kills the daemon named by the pid file (if it is an MPS control process) and empties the
-    /// pipe directory, so that a new `-d` can start there.
-    async fn kill_daemon(&self) {
-        let started = self.started.swap(0, Ordering::Relaxed);
-        let from_file = process::read_pid(&self.layout.pid_file());
-        let candidates = [
-            from_file,
-            Some(started).filter(|p| *p > 0 && Some(*p) != from_file),
-        ];
-        for pid in candidates.into_iter().flatten() {
-            if process::is_alive(pid) {
-                if process::looks_like_mps_control(pid) {
-                    if !process::terminate(pid, KILL_GRACE).await {
-                        tracing::error!(gpu = %self.plan.uuid, pid, "control daemon survived SIGKILL");
-                    }
-                } else {
-                    tracing::warn!(gpu = %self.plan.uuid, pid, "pid file names a process that is not an MPS control daemon; not signalling it");
-                }
+    /// Stops the daemon we run (if any) and empties the pipe directory, so that a new daemon
+    /// can start there.
+    async fn stop_daemon(&self, daemon: Option<DaemonProc>) {
+        if let Some(d) = daemon {
+            let pid = d.id.pid;
+            if !d.stop(KILL_GRACE).await {
+                tracing::error!(gpu = %self.plan.uuid, pid, "control daemon survived SIGKILL");
             }
         }
-        if let Err(e) = layout::clean_dir(&self.layout.pipe) {
+        if let Err(e) = self.clean_pipe().await {
             tracing::warn!(gpu = %self.plan.uuid, error = %e, "cannot clean pipe directory");
         }
     }
 
     /// Not ready, `quit`, wait (bounded), kill if needed, undo mounts/dirs/compute mode.
-    async fn shutdown(&self, env: &ControlEnv, mut undo: Undo) {
+    async fn shutdown(&self, env: &ControlEnv, daemon: Option<DaemonProc>, mut undo: Undo) {
         let uuid = &self.plan.uuid;
-        let _ = layout::remove_file_if_exists(&self.layout.ready);
+        self.remove_ready().await;
         self.set_state(GpuState::Stopping, None);
         let t = *self.timing.borrow();
-        if let Some(pid) = self.daemon_pid().filter(|p| process::is_alive(*p)) {
-            match env.send("quit", t.command_timeout).await {
-                Ok(_) if process::wait_gone(pid, t.shutdown_timeout).await => {
-                    tracing::info!(gpu = %uuid, pid, "control daemon quit");
-                }
-                r => {
-                    tracing::warn!(gpu = %uuid, pid, error = ?r.err(), "control daemon did not quit; killing it")
+        let mut daemon = daemon;
+        if let Some(d) = daemon.as_mut() {
+            let pid = d.id.pid;
+            if d.exited().is_none() {
+                match env.send("quit", t.command_timeout).await {
+                    Ok(_) if d.wait_exit(t.shutdown_timeout).await => {
+                        tracing::info!(gpu = %uuid, pid, "control daemon quit");
+                    }
+                    r => {
+                        tracing::warn!(gpu = %uuid, pid, error = ?r.err(), "control daemon did not quit; killing it")
+                    }
                 }
             }
         }
-        self.kill_daemon().await;
+        self.stop_daemon(daemon).await;
         if undo.mounted {
             if let Err(e) = shm::unmount(&self.layout.shm) {
                 tracing::warn!(gpu = %uuid, error = %e, "cannot unmount shm");

@@ -4,6 +4,8 @@
 //! 1. gives every MPS server it has not seen yet the per-server limits
 //!    (`set_active_thread_percentage <srv> P`, `set_device_pinned_mem_limit <srv> 0 <M>M`): the
 //!    defaults already reach new servers, this pins them even if a driver did not copy them;
+//!    it reads the limits of servers it limited before back and restores them when a tenant
+//!    changed them (`set_active_thread_percentage <srv> 100` through the pipe directory);
 //! 2. lists each server's clients (`get_client_list <srv>`) and maps each new client pid to its
 //!    container through `<procRoot>/<pid>/cgroup` ([`crate::cgroup`]), remembering the
 //!    container's cgroup directory;
@@ -19,8 +21,12 @@ use std::time::Duration;
 use crate::cgroup::{owner_of, Owner};
 use crate::control::ControlEnv;
 use crate::enforce::{decide, parse_pids, ClientView, Termination};
+use crate::limits::Limits;
 use crate::settings::EnforceSettings;
 use crate::status::{now_secs, Board, ClientStatus};
+
+/// Scope label of drift in one server's limits.
+pub const DRIFT_SERVER: &str = "server";
 
 /// Passes a pid must be missing before its client counts as `process_gone`.
 const PROCESS_GONE_PASSES: u32 = 2;
@@ -68,12 +74,42 @@ impl Watcher {
         self.clients.clear();
     }
 
+    fn server_limits(&self) -> Limits {
+        Limits {
+            active_thread_percentage: self.limits.0,
+            pinned_memory_limit_mib: self.limits.1,
+        }
+    }
+
+    /// Reads a limited server's limits back; restores them (and counts a `server` drift) when
+    /// someone changed them through the pipe directory.
+    async fn check_server(&mut self, env: &ControlEnv, board: &Board, srv: u32, to: Duration) {
+        let limits = self.server_limits();
+        let what = match limits.read(env, Some(srv), to).await {
+            Ok(got) => match limits.mismatch(&got) {
+                None => return,
+                Some(what) => what,
+            },
+            Err(e) => {
+                tracing::debug!(gpu = %self.uuid, server = srv, error = %e, "cannot read server limits");
+                return;
+            }
+        };
+        tracing::warn!(gpu = %self.uuid, server = srv, scope = DRIFT_SERVER, drift = %what,
+            "MPS server limits were changed through the pipe directory; restoring");
+        board.update(&self.uuid, |s| {
+            *s.usage
+                .limit_drifts
+                .entry(DRIFT_SERVER.to_string())
+                .or_insert(0) += 1;
+        });
+        self.limited.remove(&srv);
+        self.limit_server(env, srv, to).await;
+    }
+
     async fn limit_server(&mut self, env: &ControlEnv, srv: u32, to: Duration) {
         let (pct, mem) = self.limits;
-        let mut cmd = format!("set_active_thread_percentage {srv} {pct}");
-        if let Some(m) = mem {
-            cmd.push_str(&format!("\nset_device_pinned_mem_limit {srv} 0 {m}M"));
-        }
+        let cmd = self.server_limits().set_commands(Some(srv));
         match env.send(&cmd, to).await {
             Ok(_) => {
                 self.limited.insert(srv);
@@ -130,7 +166,9 @@ impl Watcher {
         };
         let mut listed: BTreeSet<(u32, u32)> = BTreeSet::new();
         for &srv in &servers {
-            if !self.limited.contains(&srv) {
+            if self.limited.contains(&srv) {
+                self.check_server(env, board, srv, to).await;
+            } else {
                 self.limit_server(env, srv, to).await;
             }
             match env.send(&format!("get_client_list {srv}"), to).await {

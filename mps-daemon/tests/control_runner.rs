@@ -130,3 +130,38 @@ async fn a_missing_binary_is_named() {
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn a_huge_reply_is_refused_within_a_bound_and_not_echoed() {
+    // 8 MiB of reply: read up to the bound only, refused, and the error does not carry it.
+    let t = tempfile::tempdir().unwrap();
+    let bin = script(t.path(), "read cmd; head -c 8388608 /dev/zero | tr '\\0' x");
+    let err = env_for(t.path(), bin)
+        .send("get_server_list", Duration::from_secs(20))
+        .await
+        .unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains("reply larger than"), "{msg}");
+    assert!(
+        msg.len() < 500,
+        "error echoes the reply: {} bytes",
+        msg.len()
+    );
+}
+
+#[tokio::test]
+async fn a_failing_command_echoes_a_clipped_output() {
+    let t = tempfile::tempdir().unwrap();
+    let bin = script(
+        t.path(),
+        "read cmd; head -c 20000 /dev/zero | tr '\\0' y >&2; exit 3",
+    );
+    let err = env_for(t.path(), bin)
+        .send("get_server_list", Duration::from_secs(20))
+        .await
+        .unwrap_err();
+    let msg = err.to_string();
+    assert!(matches!(err, ControlError::Failed { .. }), "{msg}");
+    assert!(msg.contains("more characters"), "{msg}");
+    assert!(msg.len() < 500, "{} bytes", msg.len());
+}

@@ -117,9 +117,29 @@ fn slow_commands_and_a_driver_ignoring_uuid_limits_still_give_limited_clients() 
 }
 
 #[test]
+fn a_driver_ignoring_limits_in_the_daemon_environment_still_gets_them_and_is_named() {
+    let node = Node::new(1, 24000);
+    node.wrap_control("export GPUHOOK_SIM_MPS_FAULT=ignore-env-limits");
+    node.write_config("      - {name: r, replicas: 3, devices: all}\n", FAST);
+    let d = node.start();
+    wait_for("ready file", || node.ready_file(0).exists().then_some(()));
+    let got = node.client_limits(0);
+    assert!(
+        got.contains("active_thread_percentage=33.0 pinned_mem_limit=0=8000M"),
+        "{got}"
+    );
+    assert!(
+        d.log_text()
+            .contains("ignored CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"),
+        "{}",
+        d.log_text()
+    );
+}
+
+#[test]
 fn a_daemon_that_cannot_start_is_failed_and_not_ready() {
     let node = Node::new(1, 8192);
-    node.wrap_control("[ \"$1\" = -d ] && { echo 'boom: no GPU here' >&2; exit 1; }");
+    node.wrap_control("[ \"$1\" = -f ] && { echo 'boom: no GPU here' >&2; exit 1; }");
     node.write_config("      - {name: r, replicas: 2, devices: all}\n", FAST);
     let d = node.start();
     let g = wait_for("retries", || {

@@ -143,10 +143,16 @@ impl Node {
 
     /// Starts the daemon with `--listen` on a free port.
     pub fn start(&self) -> Daemon {
+        self.start_with(|_| {})
+    }
+
+    /// [`Node::start`] with a change to the command first (limits, environment).
+    pub fn start_with(&self, f: impl FnOnce(&mut Command)) -> Daemon {
         let port = free_port();
         let log = self.dir.path().join(format!("daemon-{port}.log"));
-        let child = self
-            .command()
+        let mut cmd = self.command();
+        f(&mut cmd);
+        let child = cmd
             .arg("--listen")
             .arg(format!("127.0.0.1:{port}"))
             .stdout(Stdio::null())
@@ -295,6 +301,38 @@ pub fn free_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
+}
+
+/// Sends one command to GPU `i`'s control daemon without waiting for the reply (a command
+/// that never answers, like `sim_wedge`); the client is killed after `secs`.
+pub fn control_detached(pipe: &Path, cmd: &str, secs: u64) {
+    let mut child = Command::new(sim_bin())
+        .env_clear()
+        .env("CUDA_MPS_PIPE_DIRECTORY", pipe)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    let _ = child
+        .stdin
+        .as_mut()
+        .unwrap()
+        .write_all(format!("{cmd}\n").as_bytes());
+    std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(secs));
+        let _ = child.kill();
+        let _ = child.wait();
+    });
+}
+
+/// Metric value of the sample line starting with `prefix` (name and labels), if any.
+pub fn metric(text: &str, prefix: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(prefix))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
 }
 
 pub fn http_get(port: u16, path: &str) -> (u16, String) {

@@ -82,6 +82,9 @@ pub enum Fault {
     /// Accept pinned memory limits given by UUID but never apply them (a bug some drivers
     /// had; a careful caller sets limits by device index).
     IgnoreUuidLimits,
+    /// Ignore CUDA_MPS_ACTIVE_THREAD_PERCENTAGE / CUDA_MPS_PINNED_DEVICE_MEM_LIMIT in the
+    /// daemon's environment (a driver without that feature): defaults start at 100 / none.
+    IgnoreEnvLimits,
 }
 
 impl Fault {
@@ -90,10 +93,13 @@ impl Fault {
             return Ok(Fault::None);
         };
         let bad = || {
-            format!("Invalid GPUHOOK_SIM_MPS_FAULT '{v}': expected wedge-after:N, crash-after:N or ignore-uuid-limits")
+            format!("Invalid GPUHOOK_SIM_MPS_FAULT '{v}': expected wedge-after:N, crash-after:N, ignore-uuid-limits or ignore-env-limits")
         };
         if v == "ignore-uuid-limits" {
             return Ok(Fault::IgnoreUuidLimits);
+        }
+        if v == "ignore-env-limits" {
+            return Ok(Fault::IgnoreEnvLimits);
         }
         let (kind, n) = v.split_once(':').ok_or_else(bad)?;
         let n: u64 = n.parse().map_err(|_| bad())?;

@@ -152,11 +152,16 @@ fn serve_setup(paths: &Paths, foreground: bool, fault: Fault) -> Result<Shared> 
     );
     control_log.line(pid, "CUDA MPS Control binary version: 13030");
     let visible = std::env::var("CUDA_VISIBLE_DEVICES").ok();
+    let devices = Devices::from_visible(visible.as_deref());
+    let (default_atp, default_pinned) = match fault {
+        Fault::IgnoreEnvLimits => (100.0, PinnedLimits::new()),
+        _ => env_defaults(&devices)?,
+    };
     Ok(Arc::new(Mutex::new(State {
         pid,
-        devices: Devices::from_visible(visible.as_deref()),
-        default_atp: 100.0,
-        default_pinned: PinnedLimits::new(),
+        devices,
+        default_atp,
+        default_pinned,
         default_priority: 0,
         servers: Default::default(),
         clients: Default::default(),
@@ -170,6 +175,25 @@ fn serve_setup(paths: &Paths, foreground: bool, fault: Fault) -> Result<Shared> 
         quit_deadline: None,
         fault,
     })))
+}
+
+/// The daemon's own `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` / `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`
+/// are its defaults from the first moment (NVIDIA MPS docs, "Environment Variables": set in the
+/// control daemon's environment they configure the default of every MPS server it spawns, as
+/// `set_default_*` would), so no server ever starts without them. A bad value fails the start.
+fn env_defaults(devices: &Devices) -> Result<(f64, PinnedLimits)> {
+    let get = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+    let atp = get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")
+        .map(|v| parse_percentage(&v))
+        .transpose()
+        .map_err(|e| anyhow!("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE: {e}"))?
+        .unwrap_or(100.0);
+    let pinned = get("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT")
+        .map(|v| parse_pinned_env(devices, &v))
+        .transpose()
+        .map_err(|e| anyhow!("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT: {e}"))?
+        .unwrap_or_default();
+    Ok((atp, pinned))
 }
 
 fn serve(

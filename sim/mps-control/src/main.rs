@@ -13,7 +13,7 @@
 //! * `--sim-server --uid U`: the server processes the daemon spawns (argv[0]
 //!   `nvidia-cuda-mps-server`);
 //! * commands `sim_get_client_limits <pid>`, `sim_get_pending_list`, `sim_crash`, `sim_wedge`;
-//! * `GPUHOOK_SIM_MPS_FAULT=wedge-after:N|crash-after:N|ignore-uuid-limits`.
+//! * `GPUHOOK_SIM_MPS_FAULT=wedge-after:N|crash-after:N|ignore-uuid-limits|ignore-env-limits`.
 //!
 //! The wire protocol on the `control` socket is the simulator's own (see `daemon`): only the
 //! binary talks it, so callers depend on the CLI and the reply texts, as with the real one.
@@ -43,6 +43,9 @@ ENVIRONMENT:
                            nvidia-cuda-mps-control.pid; socket path must be < 108 bytes
   CUDA_MPS_LOG_DIRECTORY   log dir (default /var/log/nvidia-mps): control.log, server.log
   CUDA_VISIBLE_DEVICES     devices served (ordinals/UUIDs accepted by *_pinned_mem_limit)
+  CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, CUDA_MPS_PINNED_DEVICE_MEM_LIMIT (\"0=1G,1=512M\")
+                           in the daemon's environment: its defaults from the start (as
+                           set_default_* would set them); in a client's: that client's limits
 
 COMMANDS:
   get_server_list | get_server_status <pid> | start_server -uid <uid>
@@ -72,9 +75,10 @@ SIMULATION-ONLY EXTENSIONS:
   sim_get_pending_list   pids of clients waiting for a server
   sim_crash              daemon exits at once, leaving socket and pid file behind
   sim_wedge              daemon keeps accepting connections but never answers again
-  GPUHOOK_SIM_MPS_FAULT=wedge-after:N | crash-after:N | ignore-uuid-limits
+  GPUHOOK_SIM_MPS_FAULT=wedge-after:N | crash-after:N | ignore-uuid-limits | ignore-env-limits
         wedge or crash when the (N+1)th command arrives; or accept pinned memory limits
-        given by UUID without applying them (a bug of some drivers)
+        given by UUID without applying them (a bug of some drivers); or ignore the limits in
+        the daemon's own environment (start with defaults 100 / no pinned limit)
 
 NOTES:
   -f also prints control.log/server.log lines on stdout. Errors are reported as reply text

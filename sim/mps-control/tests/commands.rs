@@ -322,3 +322,37 @@ fn fault_ignore_uuid_limits_drops_limits_set_by_uuid() {
         "2048M\n"
     );
 }
+
+#[test]
+fn limits_in_the_daemon_environment_are_its_defaults_from_the_start() {
+    let m = Mps::new();
+    let out = m
+        .cmd()
+        .arg("-d")
+        .env("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "25")
+        .env("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "0=4096M")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    // A client that connects before any set_default_* gets the environment's limits.
+    let c = m.client(1000, &[]);
+    assert!(
+        c.attached()
+            .ends_with("active_thread_percentage=25.0 pinned_mem_limit=0=4096M"),
+        "client limits"
+    );
+    assert_eq!(m.ctl("get_default_active_thread_percentage"), "25.0\n");
+    assert_eq!(m.ctl("get_default_device_pinned_mem_limit 0"), "4096M\n");
+    // A bad value fails the start with the variable's name.
+    let m2 = Mps::new();
+    let out = m2
+        .cmd()
+        .arg("-d")
+        .env("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "250")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"));
+}
