@@ -16,6 +16,10 @@ fn check_errors(what: &str, errors: &[ValidationError]) {
 /// validate to the same spec; what the start path accepts (`load_bytes`: typed parse and the
 /// rules, no schema in release builds) the full validator accepts too, and as the same spec.
 pub fn spec(data: &[u8]) {
+    // The typed parse the release start path uses (debug builds of `load_bytes` validate first).
+    if let Err(e) = Spec::from_slice(data, None) {
+        check_message("Spec::from_slice", &e);
+    }
     let full = validate_bytes(data, None);
     let loaded = load_bytes(data, None);
     match (&full, &loaded) {

@@ -70,18 +70,29 @@ pub fn control_reply(data: &[u8]) {
     let reply = text(data);
     if let Some(p) = parse_percentage(&reply) {
         // `nan` compares false with everything: `|nan - want| > 0.5` would pass any setting.
-        assert!(p.is_finite(), "{reply:?} read back as thread percentage {p}");
+        assert!(
+            p.is_finite(),
+            "{reply:?} read back as thread percentage {p}"
+        );
         assert_eq!(parse_percentage(&p.to_string()), Some(p));
     }
     // Limits are MiB of GPU memory: far below 2^40, where f64 is still exact.
     if let Some(m) = parse_mem_limit_mib(&reply).filter(|m| *m < 1 << 40) {
         // What the supervisor sets (`set_default_device_pinned_mem_limit 0 {m}M`) reads back.
         assert_eq!(parse_mem_limit_mib(&format!("{m}M")), Some(m), "{reply:?}");
-        assert_eq!(parse_mem_limit_mib(&format!("0={m}M")), Some(m), "{reply:?}");
+        assert_eq!(
+            parse_mem_limit_mib(&format!("0={m}M")),
+            Some(m),
+            "{reply:?}"
+        );
     }
     match parse_pids(&reply) {
         Ok(pids) => {
-            let printed = pids.iter().map(u32::to_string).collect::<Vec<_>>().join("\n");
+            let printed = pids
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join("\n");
             assert_eq!(parse_pids(&printed), Ok(pids));
         }
         Err(e) => check_message("parse_pids", &e),

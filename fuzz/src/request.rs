@@ -70,7 +70,10 @@ pub fn visible_devices(data: &[u8]) {
                     .unwrap_or_else(|e| panic!("{id:?} printed as {id} does not parse: {e}"));
                 assert_eq!(&again, id, "{id} does not round-trip");
             }
-            ids.iter().map(ToString::to_string).collect::<Vec<_>>().join(",")
+            ids.iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(",")
         }
     };
     let config = config_with_env(&[format!("NVIDIA_VISIBLE_DEVICES={printed}")]);
@@ -165,7 +168,10 @@ pub fn capabilities(data: &[u8]) {
         assert!(set.contains(&Capability::Compute), "video without compute");
     }
     if set.contains(&Capability::Display) {
-        assert!(set.contains(&Capability::Graphics), "display without graphics");
+        assert!(
+            set.contains(&Capability::Graphics),
+            "display without graphics"
+        );
     }
     let printed = set.iter().map(|c| c.as_str()).collect::<Vec<_>>().join(",");
     let again: BTreeSet<Capability> = parse_capabilities(Some(&printed), false)
