@@ -6,6 +6,7 @@ use std::path::Path;
 use gpuhook::prestart::input::read_state;
 use gpuhook::request::{mps_cdi_names, QualifiedName, RequestPolicy, NVIDIA_GPU_MPS_KIND};
 use gpuhook_inject::BundleConfig;
+use gpuhook_runtime::remove_legacy_hooks;
 use serde_json::Value;
 
 use crate::check_message;
@@ -29,7 +30,8 @@ fn policies() -> [RequestPolicy; 3] {
 }
 
 /// `config.json`: the request parser under every policy (see [`parse_checked`]), the MPS share
-/// names, and the bundle fields the hook uses (rootfs, user, device rules).
+/// names, the bundle fields the hook uses (rootfs, user, device rules) and the wrapper's removal
+/// of legacy GPU hooks.
 pub fn config_json(data: &[u8]) {
     let bundle = Path::new("/run/bundle");
     match BundleConfig::parse(bundle, data) {
@@ -53,6 +55,7 @@ pub fn config_json(data: &[u8]) {
             "refusing env added devices: {refused:?}"
         );
     }
+    legacy_hooks(&config);
     match mps_cdi_names(&config) {
         Ok(names) => {
             for (i, n) in names.iter().enumerate() {
@@ -71,5 +74,37 @@ pub fn state(data: &[u8]) {
     match read_state(data) {
         Ok(s) => assert!(s.bundle.is_absolute(), "bundle {:?}", s.bundle),
         Err(e) => check_message("read_state", &e),
+    }
+}
+
+/// Removing legacy GPU hooks touches nothing but `hooks.prestart` (and the emptied containers),
+/// removes exactly what it reports, and a second pass finds nothing.
+fn legacy_hooks(config: &Value) {
+    let mut once = config.clone();
+    let removed = remove_legacy_hooks(&mut once);
+    let prestart = |v: &Value| {
+        v.pointer("/hooks/prestart")
+            .and_then(Value::as_array)
+            .map_or(0, Vec::len)
+    };
+    assert_eq!(prestart(config) - prestart(&once), removed.len());
+    let mut twice = once.clone();
+    assert_eq!(remove_legacy_hooks(&mut twice), Vec::<String>::new());
+    assert_eq!(twice, once, "a second pass changed the spec");
+    let without_hooks = |v: &Value| {
+        let mut v = v.clone();
+        v.as_object_mut().map(|o| o.remove("hooks"));
+        v
+    };
+    assert_eq!(without_hooks(&once), without_hooks(config));
+    for (key, value) in once
+        .get("hooks")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+    {
+        if key != "prestart" {
+            assert_eq!(Some(value), config.pointer(&format!("/hooks/{key}")));
+        }
     }
 }
