@@ -13,12 +13,15 @@ fn check_errors(what: &str, errors: &[ValidationError]) {
 }
 
 /// A spec file's bytes: errors are bounded; a valid spec prints (JSON and YAML) to bytes that
-/// validate to the same spec; what the start path accepts (`load_bytes`: typed parse and the
-/// rules, no schema in release builds) the full validator accepts too, and as the same spec.
+/// validate to the same spec; the start path (`load_bytes`: in release builds the typed parse and
+/// the rules, no schema) and `gpuhook cdi validate` (`validate_bytes`) accept the same files, as
+/// the same spec.
 pub fn spec(data: &[u8]) {
-    // The typed parse the release start path uses (debug builds of `load_bytes` validate first).
-    if let Err(e) = Spec::from_slice(data, None) {
-        check_message("Spec::from_slice", &e);
+    // The typed parse of the release start path (`load_bytes` without the schema; debug builds
+    // validate first, so comparing with `load_bytes` alone would miss a release-only refusal).
+    let typed = Spec::from_slice(data, None);
+    if let Err(e) = &typed {
+        check_message("Spec::from_slice", e);
     }
     let full = validate_bytes(data, None);
     let loaded = load_bytes(data, None);
@@ -38,6 +41,10 @@ pub fn spec(data: &[u8]) {
         Ok(spec) => spec,
         Err(errors) => return check_errors("validate_bytes", &errors),
     };
+    match typed {
+        Ok(t) => assert_eq!(t, spec, "the typed parse reads a valid spec differently"),
+        Err(e) => panic!("validation accepts a spec that the release start path refuses: {e}"),
+    }
     for format in [Format::Json, Format::Yaml] {
         let bytes = spec
             .to_bytes(format)
