@@ -104,7 +104,7 @@ fn legacy_hooks(config: &Value) {
         .flatten()
     {
         if key != "prestart" {
-            assert_eq!(Some(value), config.pointer(&format!("/hooks/{key}")));
+            assert_eq!(Some(value), config.get("hooks").and_then(|h| h.get(key)));
         }
     }
 }
