@@ -17,7 +17,8 @@ root=$PWD
 
 seconds=${1:-60}
 shift || true
-case $seconds in '' | *[!0-9]*) echo "fuzz.sh: SECONDS must be a number, got '$seconds'" >&2; exit 2 ;; esac
+# (0 would mean "forever" to libFuzzer's -max_total_time.)
+case $seconds in '' | *[!0-9]* | 0) echo "fuzz.sh: SECONDS must be a positive number, got '$seconds'" >&2; exit 2 ;; esac
 
 # libfuzzer-sys compiles libFuzzer (C++): g++ is not among .ci/run's packages.
 if ! command -v g++ >/dev/null 2>&1; then
