@@ -56,7 +56,7 @@ pub fn config_json(data: &[u8]) {
         );
     }
     legacy_hooks(&config);
-    match mps_cdi_names(&config) {
+    match mps_cdi_names(&config, &policies[0]) {
         Ok(names) => {
             for (i, n) in names.iter().enumerate() {
                 let q = QualifiedName::parse_reason(n)
