@@ -16,8 +16,9 @@
 //!   it against that user's permissions (a read-only volume fails with EACCES), the entry belongs
 //!   to them, and the capabilities that only root's fsuid carries (DAC override, CAP_MKNOD,
 //!   CAP_CHOWN, CAP_FOWNER) are not in effect: a device node is never made in, nor chown'ed in, a
-//!   directory a container's user owns. (The thread keeps root's supplementary groups: switching
-//!   them is process-wide in libc; runtimes run hooks with group 0 only.)
+//!   directory a container's user owns. (The thread keeps the hook's supplementary groups:
+//!   switching them is process-wide in libc. A directory writable only through one of those
+//!   groups stays writable.)
 //!
 //! Why stricter than runc: runc's destinations are the config author's choice; gpuhook's come from
 //! the driver's layout (`/usr/lib/x86_64-linux-gnu`, `/dev`, `/etc/ld.so.conf.d`) and land wherever
