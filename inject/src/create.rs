@@ -72,7 +72,8 @@ impl Dir<'_> {
     /// followed: ELOOP).
     pub fn create_file(&self, name: &CStr, mode: u32, excl: bool) -> io::Result<File> {
         let _as = act_as_owner_of(self.fd, self.root_owner)?;
-        let mut flags = libc::O_CREAT | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+        // O_NONBLOCK: a FIFO swapped in meanwhile must not block the hook.
+        let mut flags = libc::O_CREAT | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK;
         flags |= if excl {
             libc::O_EXCL | libc::O_WRONLY
         } else {

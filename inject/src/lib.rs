@@ -5,11 +5,13 @@
 //! share one careful implementation of the operations NVIDIA's tooling got wrong in the past:
 //! - [`ContainerRoot`]: paths resolved with openat2 `RESOLVE_IN_ROOT|RESOLVE_NO_MAGICLINKS`
 //!   (pathrs), bind mounts attached through the resolved fd (CVE-2024-0132, CVE-2025-23359),
-//!   symlinks whose location cannot escape the root (CVE-2024-0134);
+//!   symlinks whose location cannot escape the root (CVE-2024-0134); every entry made as the owner
+//!   of its directory, so root never writes into a volume a container's user owns (the `owner`
+//!   module); [`ContainerRoot::walk_dirs`] follows at most [`MAX_SYMLINKS`] links in all;
 //! - [`in_mount_namespace_of`]: a prestart hook's mounts go to the container's mount namespace;
 //! - [`start_early_setup`]: the setup hook's links and ldconfig done before the runtime runs;
-//! - [`update_ldcache`]: the *host's* ldconfig, sandboxed, with an empty environment
-//!   (CVE-2024-0136/0137, CVE-2025-23266);
+//! - [`update_ldcache`]: the *host's* ldconfig, sandboxed, with an empty environment, as the owner
+//!   of the container's `/etc` (CVE-2024-0136/0137, CVE-2025-23266);
 //! - [`cgroup`]: device cgroup v1 (`devices.allow`) and v2 (eBPF program replacement);
 //! - [`hooks`]: bodies of the CDI hook subcommands and `/dev/char` links.
 //!

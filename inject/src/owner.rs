@@ -6,9 +6,9 @@
 //! resolved inside the root. Before the syscall, the parent is `fstat`ed:
 //! - owned by the container root's owner (uid 0, or the uid that root maps to for a user-namespaced
 //!   container: the owner of the root directory itself): the image's own tree, made and owned by
-//!   the runtime. The entry is made as root, as runc makes the mountpoints of a config's bind mounts
-//!   (`libcontainer/rootfs_linux.go`, `createIfNotExists` through `MkdirAllInRoot`: as the
-//!   container's root, no uid switch);
+//!   the runtime. The entry is made as root, as runc makes the destination of a config's bind
+//!   mount (`libcontainer/rootfs_linux.go`, `mountToRootfs` -> `createIfNotExists`, run by
+//!   `runc init` as the container's root: no uid switch, whoever owns the directory);
 //! - owned by anyone else: a volume, a bind-mounted host directory, a home the container's user
 //!   owns. That user controls it, and root must not act there on our behalf: the calling thread's
 //!   filesystem uid and gid are switched to the directory's owner and group (`setfsuid`,
@@ -16,7 +16,9 @@
 //!   it against that user's permissions (a read-only volume fails with EACCES), the entry belongs
 //!   to them, and the capabilities that only root's fsuid carries (DAC override, CAP_MKNOD,
 //!   CAP_CHOWN, CAP_FOWNER) are not in effect: a device node is never made in, nor chown'ed in, a
-//!   directory a container's user owns.
+//!   directory a container's user owns. (The thread keeps the hook's supplementary groups:
+//!   switching them is process-wide in libc. A directory writable only through one of those
+//!   groups stays writable.)
 //!
 //! Why stricter than runc: runc's destinations are the config author's choice; gpuhook's come from
 //! the driver's layout (`/usr/lib/x86_64-linux-gnu`, `/dev`, `/etc/ld.so.conf.d`) and land wherever

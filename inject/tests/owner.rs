@@ -135,8 +135,12 @@ fn a_read_only_volume_is_not_written_with_root_privileges() {
             .symlink(Path::new("t"), Path::new("/etc/link"))
             .unwrap_err();
         assert!(err.to_string().contains("Permission denied"), "{err}");
+        // The failed switch was undone: the image's own tree is still written as root.
+        root.symlink(Path::new("x"), Path::new("/usr/lib/link"))
+            .unwrap();
     });
     assert_eq!(std::fs::read_dir(&volume).unwrap().count(), 0);
+    assert_eq!(owner(&rootfs.join("usr/lib/link")), (0, 0));
 }
 
 fn cache_lists_libcuda(rootfs: &Path) -> String {
