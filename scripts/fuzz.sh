@@ -71,7 +71,7 @@ for t in $targets; do
         failed+=("$t")
         echo "fuzz.sh: $t FAILED; reproducer(s):" >&2
         ls -1 "$artifacts" >&2 || true
-        grep -E -m 20 'panicked at|ERROR: libFuzzer|SUMMARY|^thread' "$work.log" >&2 || true
+        grep -E -m 10 -A2 'panicked at|ERROR: libFuzzer' "$work.log" | grep -v '^stack backtrace' >&2 || true
         echo "fuzz.sh: full log: $work.log; replay: $CARGO_TARGET_DIR/$host/release/$t <file>" >&2
     else
         grep -E '^stat::(number_of_executed_units|new_units_added)' "$work.log" | tr '\n' ' '
