@@ -203,6 +203,24 @@ fn select(
         .collect())
 }
 
+/// `NVIDIA_CTK_LIBCUDA_DIR=<folders of libcuda, ':'-joined>`, as NVIDIA's common env has it
+/// (nvidia-container-toolkit v1.20.0 pkg/nvcdi/driver-nvml.go `NewDriverLibraryDiscoverer`), for
+/// scripts in NVIDIA's images that read it.
+fn libcuda_dir_env(inv: &Inventory) -> Option<String> {
+    let mut dirs: Vec<String> = Vec::new();
+    for lib in &inv.files.libraries {
+        let is_libcuda =
+            lib.capability == Capability::Compute && lib.soname.as_deref() == Some("libcuda.so.1");
+        if let Some(dir) = lib.path.parent().filter(|_| is_libcuda) {
+            let dir = dir.display().to_string();
+            if !dirs.contains(&dir) {
+                dirs.push(dir);
+            }
+        }
+    }
+    (!dirs.is_empty()).then(|| format!("NVIDIA_CTK_LIBCUDA_DIR={}", dirs.join(":")))
+}
+
 /// Builds the spec of kind `vendor/class` for `inv`. The result passes [`validate::validate_spec`]
 /// (checked with [`validate::validate_model`]: the schema part in debug builds).
 pub fn generate(inv: &Inventory, opts: &GenerateOptions) -> Result<Spec, CdiError> {
@@ -261,12 +279,16 @@ pub fn generate(inv: &Inventory, opts: &GenerateOptions) -> Result<Spec, CdiErro
         });
     }
     let caps: BTreeSet<Capability> = Capability::ALL.into_iter().collect();
+    let mut common = common_edits(inv, &caps, &opts.edits)?;
+    if let Some(env) = libcuda_dir_env(inv) {
+        common.env.insert(0, env);
+    }
     let mut spec = Spec {
         cdi_version: String::new(),
         kind: opts.kind(),
         annotations: Default::default(),
         devices,
-        container_edits: common_edits(inv, &caps, &opts.edits)?,
+        container_edits: common,
     };
     spec.cdi_version = version::minimum_version(&spec).to_string();
     validate::validate_model(&spec).map_err(|errors| CdiError::Invalid { errors })?;
