@@ -121,13 +121,17 @@ pub struct GenerateOptions {
 }
 
 impl GenerateOptions {
-    /// Defaults: `nvidia.com/gpu`, names by index and uuid.
+    /// Defaults: `nvidia.com/gpu`, names by index and uuid, the setup hook with NVIDIA's CUDA
+    /// forward-compat and application-profile steps.
     pub fn new(gpuhook_path: impl Into<std::path::PathBuf>) -> Self {
+        let mut edits = EditOptions::new(gpuhook_path);
+        edits.cuda_compat = true;
+        edits.application_profile = true;
         GenerateOptions {
             vendor: DEFAULT_VENDOR.into(),
             class: DEFAULT_CLASS.into(),
             name_strategies: vec![NameStrategy::Index, NameStrategy::Uuid],
-            edits: EditOptions::new(gpuhook_path),
+            edits,
             all_device: true,
             device_ids: None,
         }
@@ -203,24 +207,6 @@ fn select(
         .collect())
 }
 
-/// `NVIDIA_CTK_LIBCUDA_DIR=<folders of libcuda, ':'-joined>`, as NVIDIA's common env has it
-/// (nvidia-container-toolkit v1.20.0 pkg/nvcdi/driver-nvml.go `NewDriverLibraryDiscoverer`), for
-/// scripts in NVIDIA's images that read it.
-fn libcuda_dir_env(inv: &Inventory) -> Option<String> {
-    let mut dirs: Vec<String> = Vec::new();
-    for lib in &inv.files.libraries {
-        let is_libcuda =
-            lib.capability == Capability::Compute && lib.soname.as_deref() == Some("libcuda.so.1");
-        if let Some(dir) = lib.path.parent().filter(|_| is_libcuda) {
-            let dir = dir.display().to_string();
-            if !dirs.contains(&dir) {
-                dirs.push(dir);
-            }
-        }
-    }
-    (!dirs.is_empty()).then(|| format!("NVIDIA_CTK_LIBCUDA_DIR={}", dirs.join(":")))
-}
-
 /// Builds the spec of kind `vendor/class` for `inv`. The result passes [`validate::validate_spec`]
 /// (checked with [`validate::validate_model`]: the schema part in debug builds).
 pub fn generate(inv: &Inventory, opts: &GenerateOptions) -> Result<Spec, CdiError> {
@@ -279,10 +265,7 @@ pub fn generate(inv: &Inventory, opts: &GenerateOptions) -> Result<Spec, CdiErro
         });
     }
     let caps: BTreeSet<Capability> = Capability::ALL.into_iter().collect();
-    let mut common = common_edits(inv, &caps, &opts.edits)?;
-    if let Some(env) = libcuda_dir_env(inv) {
-        common.env.insert(0, env);
-    }
+    let common = common_edits(inv, &caps, &opts.edits)?;
     let mut spec = Spec {
         cdi_version: String::new(),
         kind: opts.kind(),

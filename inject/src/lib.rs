@@ -16,6 +16,7 @@
 //! Minimum kernel: 5.12 (openat2, open_tree/move_mount/mount_setattr).
 
 pub mod cgroup;
+pub mod cuda_compat;
 pub mod early;
 pub mod error;
 pub mod hooks;
