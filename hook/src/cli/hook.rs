@@ -191,11 +191,11 @@ pub(super) fn run(command: &HookCommand, config: &Config) -> anyhow::Result<()> 
                     .map_err(flat)?,
                 None => None,
             };
+            let profile =
+                args.application_profile && super::app_profile::write_profile(&bundle.rootfs)?;
             if !args.folders.is_empty() {
                 update_ldcache(&bundle, config, &args.folders, Some(&ldconfig))?;
             }
-            let profile =
-                args.application_profile && super::app_profile::write_profile(&bundle.rootfs)?;
             tracing::debug!(
                 rootfs = %bundle.rootfs.display(),
                 symlinks,
