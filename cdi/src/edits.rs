@@ -49,7 +49,17 @@ pub struct EditOptions {
     /// --disable-hook`): `create-symlinks`, `update-ldcache`, `disable-device-node-modification`,
     /// `enable-cuda-compat`; `all` leaves out the hook.
     pub disabled_hooks: BTreeSet<String>,
+    /// Add the setup hook's CUDA forward-compat step (`--cuda-compat-host-driver-version`,
+    /// NVIDIA's `enable-cuda-compat`) for the inventory's driver version.
+    pub cuda_compat: bool,
+    /// Add the setup hook's application-profile step (NVIDIA's `update-application-profile`).
+    pub application_profile: bool,
 }
+
+/// The setup flag of the CUDA forward-compat step.
+pub const CUDA_COMPAT_FLAG: &str = "--cuda-compat-host-driver-version";
+/// The setup flag of the application-profile step.
+pub const APPLICATION_PROFILE_FLAG: &str = "--application-profile";
 
 /// NVIDIA's hook names that map to a step of our setup hook (nvidia-container-toolkit v1.20.0
 /// internal/discover/hooks.go), and `all`.
@@ -70,6 +80,8 @@ impl EditOptions {
             ldconfig_path: None,
             hook_env: DEFAULT_HOOK_ENV.iter().map(|s| s.to_string()).collect(),
             disabled_hooks: BTreeSet::new(),
+            cuda_compat: false,
+            application_profile: false,
         }
     }
 
@@ -232,6 +244,13 @@ fn hooks(
     }
     if opts.enabled("disable-device-node-modification") {
         args.push(DISABLE_DEVICE_NODE_MODIFICATION_FLAG.into());
+    }
+    if opts.cuda_compat && opts.enabled("enable-cuda-compat") && !inv.driver_version.is_empty() {
+        args.push(CUDA_COMPAT_FLAG.into());
+        args.push(inv.driver_version.clone());
+    }
+    if opts.application_profile && opts.enabled("update-application-profile") {
+        args.push(APPLICATION_PROFILE_FLAG.into());
     }
     if args.len() == 1 {
         return Ok(Vec::new());

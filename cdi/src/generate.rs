@@ -121,13 +121,17 @@ pub struct GenerateOptions {
 }
 
 impl GenerateOptions {
-    /// Defaults: `nvidia.com/gpu`, names by index and uuid.
+    /// Defaults: `nvidia.com/gpu`, names by index and uuid, the setup hook with NVIDIA's CUDA
+    /// forward-compat and application-profile steps.
     pub fn new(gpuhook_path: impl Into<std::path::PathBuf>) -> Self {
+        let mut edits = EditOptions::new(gpuhook_path);
+        edits.cuda_compat = true;
+        edits.application_profile = true;
         GenerateOptions {
             vendor: DEFAULT_VENDOR.into(),
             class: DEFAULT_CLASS.into(),
             name_strategies: vec![NameStrategy::Index, NameStrategy::Uuid],
-            edits: EditOptions::new(gpuhook_path),
+            edits,
             all_device: true,
             device_ids: None,
         }
@@ -261,12 +265,13 @@ pub fn generate(inv: &Inventory, opts: &GenerateOptions) -> Result<Spec, CdiErro
         });
     }
     let caps: BTreeSet<Capability> = Capability::ALL.into_iter().collect();
+    let common = common_edits(inv, &caps, &opts.edits)?;
     let mut spec = Spec {
         cdi_version: String::new(),
         kind: opts.kind(),
         annotations: Default::default(),
         devices,
-        container_edits: common_edits(inv, &caps, &opts.edits)?,
+        container_edits: common,
     };
     spec.cdi_version = version::minimum_version(&spec).to_string();
     validate::validate_model(&spec).map_err(|errors| CdiError::Invalid { errors })?;

@@ -19,6 +19,7 @@
 
 pub mod cgroup;
 mod create;
+pub mod cuda_compat;
 pub mod early;
 pub mod error;
 pub mod hooks;

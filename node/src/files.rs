@@ -296,7 +296,10 @@ pub fn container_symlinks(libraries: &[DriverLibrary]) -> Vec<ContainerSymlink> 
                 });
             }
         };
-        if let Some(soname) = &lib.soname {
+        // NVIDIA makes no SONAME link for the EGL platform libraries (their own versions);
+        // ldconfig in the container does.
+        let own_version = OWN_VERSION_PREFIXES.iter().any(|p| name.starts_with(p));
+        if let Some(soname) = lib.soname.as_ref().filter(|_| !own_version) {
             add(lib.path.clone(), soname);
             if soname.starts_with("libcuda.so.") {
                 add(dir.join(soname), "libcuda.so");

@@ -81,6 +81,13 @@ fn selected_nodes(p: &NodeProfile, sel: Select) -> Nodes {
     }
 }
 
+/// Control nodes a node may lack.
+const OPTIONAL_CONTROL_NODES: [&str; 3] = [
+    "/dev/nvidia-modeset",
+    "/dev/nvidia-uvm",
+    "/dev/nvidia-uvm-tools",
+];
+
 /// Control nodes every GPU container gets.
 fn control_nodes(p: &NodeProfile) -> Nodes {
     let mut out: Nodes = [("/dev/nvidiactl".to_string(), (NVIDIA_MAJOR, 255))]
@@ -88,6 +95,8 @@ fn control_nodes(p: &NodeProfile) -> Nodes {
         .collect();
     if p.features.nvidia_uvm {
         out.insert("/dev/nvidia-uvm".into(), (p.majors.nvidia_uvm, 0));
+    }
+    if p.features.nvidia_uvm_tools {
         out.insert("/dev/nvidia-uvm-tools".into(), (p.majors.nvidia_uvm, 1));
     }
     if p.features.nvidia_modeset {
@@ -147,9 +156,15 @@ fn probe_script(nodes: &BTreeSet<String>, libs: &[String], links: &[String]) -> 
     for l in links {
         s.push_str(&format!("echo \"LINK {l} $(readlink {l})\"\n"));
     }
+    s.push_str(&format!(
+        "echo \"PROFILE $(cat {APP_PROFILE} 2>/dev/null)\"\n"
+    ));
     s.push_str("echo DONE\n");
     s
 }
+
+/// Written by the setup hook's application-profile step (NVIDIA's update-application-profile).
+const APP_PROFILE: &str = "/etc/nvidia/nvidia-application-profiles-rc.d/10-container.conf";
 
 fn run_container(vendor: &str, name: &str, rootfs: &Path, script: &str) -> String {
     let device = format!("{vendor}/gpu={name}");
@@ -210,8 +225,12 @@ fn check_output(
              behind it), got {open:?}"
         );
     }
+    // Control nodes the node lacks are not in the container either (NVIDIA declares only the
+    // ones it finds: pkg/nvcdi/common-nvml.go `controlDeviceNodeDiscoverer`).
+    let optional = OPTIONAL_CONTROL_NODES.map(String::from);
     for path in every_device_node(p)
         .keys()
+        .chain(optional.iter())
         .filter(|p| !want.contains_key(*p))
     {
         assert!(
@@ -226,6 +245,22 @@ fn check_output(
             "{ctx}: driver library {lib} not mounted"
         );
     }
+    // update-application-profile.go: bit `minor` for every /dev/nvidia<N> of the container.
+    let mask = want
+        .iter()
+        .filter(|(path, _)| {
+            path.strip_prefix("/dev/nvidia")
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .fold(0u64, |m, (_, (_, minor))| m | (1u64 << minor));
+    let profile = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("PROFILE "))
+        .unwrap_or_default();
+    assert!(
+        profile.contains(&format!("\"EGLVisibleDGPUDevices\",0x{mask:x}]")),
+        "{ctx}: application profile {profile:?}, want mask 0x{mask:x}"
+    );
     let libcuda_link = format!("{}/libcuda.so", p.lib_dir);
     let target = lookup("LINK", &libcuda_link).unwrap_or_default();
     assert!(
@@ -280,6 +315,7 @@ fn podman_profile(profile: &str) {
     let nodes: BTreeSet<String> = every_device_node(&p)
         .into_keys()
         .chain(control_nodes(&p).into_keys())
+        .chain(OPTIONAL_CONTROL_NODES.map(String::from))
         .collect();
     let links = vec![format!("{}/libcuda.so", p.lib_dir)];
     let script = probe_script(&nodes, &libs, &links);
@@ -327,6 +363,51 @@ fn podman_h20_mig() {
     podman_profile("h20-mig");
 }
 
+/// No nvidia-modeset, no nvidia-uvm-tools: the spec declares neither and containers work.
+#[test]
+fn podman_l20_minimal() {
+    podman_profile("l20-minimal");
+}
+
+/// RPM layout (/usr/lib64), NVML index != device minor.
+#[test]
+fn podman_rhel_a100() {
+    podman_profile("rhel-a100");
+}
+
+/// i386 libraries, .so links, GBM, X.org, ICD files.
+#[test]
+fn podman_workstation_full() {
+    podman_profile("workstation-full");
+}
+
+/// MIG on with no MIG device: no spec (as NVIDIA: `invalid device, empty device edits`), and
+/// the refusal says why.
+#[test]
+fn podman_h100_mig_empty() {
+    if !gpuhook_e2e::e2e_ready("cdi_podman", &["podman", "runc", "ldconfig"]) {
+        return;
+    }
+    let tmp = cdi_support::tmp("mig-empty");
+    let root = tmp.path().join("driver");
+    build_node("h100-mig-empty", &root);
+    let out = cdi_support::gpuhook(&[
+        "cdi",
+        "generate",
+        "--driver-root",
+        root.to_str().unwrap(),
+        "--output",
+        "-",
+        "--no-inventory-cache",
+    ]);
+    let (_, stderr) = cdi_support::texts(&out);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("MIG enabled without MIG devices"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn every_reference_profile_has_a_podman_test() {
     let covered = [
@@ -336,6 +417,10 @@ fn every_reference_profile_has_a_podman_test() {
         "a100-mig-mixed",
         "h100-mig",
         "h20-mig",
+        "l20-minimal",
+        "rhel-a100",
+        "workstation-full",
+        "h100-mig-empty",
     ];
     let mut builtin = gpuhook_sim::builtin_names();
     builtin.sort_unstable();

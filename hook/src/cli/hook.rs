@@ -131,6 +131,13 @@ pub struct SetupArgs {
     /// The host's ldconfig [default: the config's ldconfig-path]
     #[arg(long = "ldconfig-path", value_name = "PATH")]
     pub ldconfig: Option<PathBuf>,
+    /// CUDA forward compatibility: put the image's /usr/local/cuda/compat first in the linker
+    /// path when its libcuda is for a newer driver major than VERSION (the host driver's)
+    #[arg(long, value_name = "VERSION")]
+    pub cuda_compat_host_driver_version: Option<String>,
+    /// Write an application profile that shows EGL/Vulkan only the container's GPUs
+    #[arg(long)]
+    pub application_profile: bool,
     /// Read the container's config.json from FILE instead of the bundle in the OCI state on stdin
     #[arg(long, value_name = "FILE")]
     pub container_spec: Option<PathBuf>,
@@ -178,6 +185,14 @@ pub(super) fn run(command: &HookCommand, config: &Config) -> anyhow::Result<()> 
             let symlinks = create_links(&bundle, &args.links)?.len();
             let params_mounted =
                 args.disable_device_node_modification && override_params(&bundle, config)?;
+            // Before ldconfig: the compat folder's conf must be in place when the cache is built.
+            let compat = match &args.cuda_compat_host_driver_version {
+                Some(v) => gpuhook_inject::cuda_compat::enable_cuda_compat(&bundle.rootfs, v)
+                    .map_err(flat)?,
+                None => None,
+            };
+            let profile =
+                args.application_profile && super::app_profile::write_profile(&bundle.rootfs)?;
             if !args.folders.is_empty() {
                 update_ldcache(&bundle, config, &args.folders, Some(&ldconfig))?;
             }
@@ -186,6 +201,8 @@ pub(super) fn run(command: &HookCommand, config: &Config) -> anyhow::Result<()> 
                 symlinks,
                 params_mounted,
                 ldcache_folders = args.folders.len(),
+                cuda_compat = ?compat,
+                application_profile = profile,
                 "hook setup"
             );
             Ok(())

@@ -123,6 +123,11 @@ impl<'a> EarlySetupTakeover<'a> {
         if setup.container_spec.is_some() {
             return Err("the hook names its own --container-spec".into());
         }
+        if setup.cuda_compat_host_driver_version.is_some() || setup.application_profile {
+            return Err(
+                "the hook has CUDA-compat or application-profile steps, done in the hook".into(),
+            );
+        }
         // (type, joins an existing one)
         let namespaces: Vec<(&str, bool)> = spec
             .pointer("/linux/namespaces")

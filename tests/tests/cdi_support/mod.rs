@@ -189,3 +189,4 @@ pub fn podman_run(device: &str, rootfs: &Path, script: &str) -> Output {
         .output()
         .expect("spawn podman")
 }
+pub mod nvidia_norm;

@@ -1,0 +1,93 @@
+//! The setup hook's application-profile step: EGL and Vulkan in the container see only the
+//! container's GPUs.
+//!
+//! NVIDIA's `update-application-profile` hook (nvidia-container-toolkit v1.20.0
+//! cmd/nvidia-cdi-hook/update-application-profile `run`, `selectGPUMinors`,
+//! `buildApplicationProfileConfig`): list the container's `/dev/nvidia[0-9]+` character devices,
+//! set bit `minor` (0..63) of a mask for each, and write
+//! `/etc/nvidia/nvidia-application-profiles-rc.d/10-container.conf` (file 0444, folders 0555)
+//! with the driver setting `EGLVisibleDGPUDevices` = mask; nothing when there is no GPU node.
+//! It runs after the runtime made the container's device nodes (createContainer), through the
+//! container root's openat2 lookups.
+
+use std::path::Path;
+
+use gpuhook_inject::cuda_compat::{list_dir, DirEntry};
+use gpuhook_inject::ContainerRoot;
+
+use super::cdi::flat;
+
+/// Folder of the driver's application profiles in the container.
+pub const PROFILE_DIR: &str = "/etc/nvidia/nvidia-application-profiles-rc.d";
+/// The profile this step writes.
+pub const PROFILE_FILE: &str = "/etc/nvidia/nvidia-application-profiles-rc.d/10-container.conf";
+
+/// The mask of GPU minors among `/dev` entries (`nvidia<digits>` character devices, minor < 64).
+pub fn gpu_mask(entries: &[DirEntry]) -> u64 {
+    entries
+        .iter()
+        .filter(|e| {
+            e.char_device
+                && e.name
+                    .strip_prefix("nvidia")
+                    .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .map(|e| libc::minor(e.rdev))
+        .filter(|&m| m < 64)
+        .fold(0, |mask, m| mask | (1u64 << m))
+}
+
+/// The profile text for `mask` (NVIDIA's `buildApplicationProfileConfig`).
+pub fn profile(mask: u64) -> String {
+    format!(
+        "{{\"profiles\":[{{\"name\":\"_container_\",\"settings\":[\"EGLVisibleDGPUDevices\",0x{mask:x}]}}],\"rules\":[{{\"pattern\":[],\"profile\":\"_container_\"}}]}}"
+    )
+}
+
+/// Writes the profile into the container root; false when the container has no GPU node.
+pub fn write_profile(rootfs: &Path) -> anyhow::Result<bool> {
+    let root = ContainerRoot::open(rootfs).map_err(flat)?;
+    let entries = list_dir(&root, Path::new("/dev")).map_err(flat)?;
+    let mask = gpu_mask(entries.as_deref().unwrap_or_default());
+    if mask == 0 {
+        return Ok(false);
+    }
+    root.ensure_dir(Path::new(PROFILE_DIR), 0o555)
+        .map_err(flat)?;
+    root.write_file(Path::new(PROFILE_FILE), profile(mask).as_bytes(), 0o444)
+        .map_err(flat)?;
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(name: &str, char_device: bool, minor: u32) -> DirEntry {
+        DirEntry {
+            name: name.into(),
+            char_device,
+            rdev: libc::makedev(195, minor),
+        }
+    }
+
+    /// update-application-profile.go: `^nvidia[0-9]+$` character devices, minors 0..63, the
+    /// exact JSON of `buildApplicationProfileConfig`.
+    #[test]
+    fn mask_and_text_follow_nvidia() {
+        let entries = [
+            entry("nvidia0", true, 0),
+            entry("nvidia3", true, 3),
+            entry("nvidiactl", true, 255),
+            entry("nvidia-uvm", true, 0),
+            entry("nvidia7", false, 7),
+            entry("nvidia70", true, 70),
+        ];
+        assert_eq!(gpu_mask(&entries), 0b1001);
+        assert_eq!(
+            profile(0x9),
+            r#"{"profiles":[{"name":"_container_","settings":["EGLVisibleDGPUDevices",0x9]}],"rules":[{"pattern":[],"profile":"_container_"}]}"#
+        );
+        assert_eq!(gpu_mask(&entries[2..5]), 0);
+    }
+}

@@ -1,0 +1,209 @@
+//! CUDA forward compatibility and the other image checks of the setup hook that need to list a
+//! folder of the container root.
+//!
+//! A CUDA image may ship a newer user-mode driver in `/usr/local/cuda/compat` (`libcuda.so.
+//! <ver>`) so that it runs on an older host driver. NVIDIA's `enable-cuda-compat` hook
+//! (nvidia-container-toolkit v1.20.0 cmd/nvidia-cdi-hook/cudacompat/cudacompat.go `run`,
+//! `getContainerForwardCompatDir`, `useCompatLibraries`) puts that folder first in the
+//! container's linker path when exactly one `libcuda.so.*.*` is there and its major version is
+//! greater than the host driver's (without the ELF note the newer compat packages carry; that
+//! note is not read here): it writes `/etc/ld.so.conf.d/00-compat-<id>.conf`, which sorts before
+//! the driver folders' file, so the rebuilt `ld.so.cache` lists the compat `libcuda.so.1` first.
+//!
+//! Everything is looked up in the root through openat2 `RESOLVE_IN_ROOT` (the image controls
+//! that tree), listings are bounded, and nothing is followed out of the root.
+
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use crate::error::{InjectError, Result};
+use crate::openat2::open_in_root;
+use crate::real::PathrsSyscalls;
+use crate::root::{normalize_container_path, ContainerRoot};
+
+/// Where CUDA images keep the forward-compat libraries.
+pub const CUDA_COMPAT_DIR: &str = "/usr/local/cuda/compat";
+/// The linker config that puts the compat folder first (NVIDIA: `00-compat-*.conf`).
+pub const COMPAT_LDSO_CONF: &str = "/etc/ld.so.conf.d/00-compat-gpuhook.conf";
+/// Most entries read from one folder of the image.
+pub const MAX_DIR_ENTRIES: usize = 4096;
+
+/// One entry of a container folder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirEntry {
+    pub name: String,
+    /// A character device (not followed: `lstat`).
+    pub char_device: bool,
+    /// Its device number when it is a device.
+    pub rdev: u64,
+}
+
+fn in_root(root: &Path, op: &'static str, path: &Path, source: std::io::Error) -> InjectError {
+    InjectError::InRoot {
+        op,
+        root: root.to_path_buf(),
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// The entries of the container folder `dir` (at most [`MAX_DIR_ENTRIES`], sorted by name);
+/// `None` when it does not exist.
+pub fn list_dir(root: &ContainerRoot<PathrsSyscalls>, dir: &Path) -> Result<Option<Vec<DirEntry>>> {
+    let dir = normalize_container_path(dir)?;
+    let path_fd = match open_in_root(root.root_fd(), &dir, true) {
+        Ok(fd) => fd,
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(None),
+        Err(e) => return Err(in_root(root.path(), "open", &dir, e)),
+    };
+    // SAFETY: openat on a live O_PATH directory fd with a static NUL-terminated name; it returns
+    // a new descriptor or -1.
+    let raw = unsafe {
+        libc::openat(
+            path_fd.as_raw_fd(),
+            c".".as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
+    if raw < 0 {
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::ENOTDIR) {
+            return Ok(None);
+        }
+        return Err(in_root(root.path(), "open directory", &dir, e));
+    }
+    // SAFETY: a fresh descriptor owned by nobody else.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    let mut listing = nix::dir::Dir::from_fd(fd.into_raw_fd())
+        .map_err(|e| in_root(root.path(), "read", &dir, e.into()))?;
+    let dir_fd = listing.as_raw_fd();
+    let mut out = Vec::new();
+    for entry in listing.iter().take(MAX_DIR_ENTRIES).flatten() {
+        let name = entry.file_name();
+        let Ok(text) = name.to_str() else { continue };
+        if text == "." || text == ".." {
+            continue;
+        }
+        let stat =
+            nix::sys::stat::fstatat(Some(dir_fd), name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW);
+        let (char_device, rdev) = stat.map_or((false, 0), |s| {
+            (s.st_mode & libc::S_IFMT == libc::S_IFCHR, s.st_rdev)
+        });
+        out.push(DirEntry {
+            name: text.to_string(),
+            char_device,
+            rdev,
+        });
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(Some(out))
+}
+
+/// The major of a dotted version (`570.158.01` -> 570).
+fn major(version: &str) -> Option<u64> {
+    version.split('.').next()?.parse().ok()
+}
+
+/// Whether the compat library `file_name` (`libcuda.so.575.57.08`) is for a newer driver than
+/// `host_driver_version`: its major version is greater (cudacompat.go `useCompatLibraries`).
+pub fn use_compat(file_name: &str, host_driver_version: &str) -> bool {
+    let Some(compat) = file_name.strip_prefix("libcuda.so.") else {
+        return false;
+    };
+    match (major(compat), major(host_driver_version)) {
+        (Some(c), Some(h)) => h < c,
+        _ => false,
+    }
+}
+
+/// The compat folder to put first, when the image has one newer than the host driver.
+pub fn compat_dir(
+    root: &ContainerRoot<PathrsSyscalls>,
+    host_driver_version: &str,
+) -> Result<Option<PathBuf>> {
+    let Some(entries) = list_dir(root, Path::new(CUDA_COMPAT_DIR))? else {
+        return Ok(None);
+    };
+    // NVIDIA's glob `libcuda.so.*.*`: a version with at least two parts.
+    let libs: Vec<&DirEntry> = entries
+        .iter()
+        .filter(|e| {
+            e.name
+                .strip_prefix("libcuda.so.")
+                .is_some_and(|v| v.contains('.'))
+        })
+        .collect();
+    let [lib] = libs.as_slice() else {
+        if libs.len() > 1 {
+            tracing::warn!(
+                count = libs.len(),
+                dir = CUDA_COMPAT_DIR,
+                "more than one CUDA compat libcuda; compat not enabled (as NVIDIA's hook)"
+            );
+        }
+        return Ok(None);
+    };
+    Ok(use_compat(&lib.name, host_driver_version).then(|| PathBuf::from(CUDA_COMPAT_DIR)))
+}
+
+/// Writes [`COMPAT_LDSO_CONF`] when the image's compat libraries are newer than the host
+/// driver; returns the folder put first. Run it before the `ld.so.cache` is rebuilt.
+pub fn enable_cuda_compat(rootfs: &Path, host_driver_version: &str) -> Result<Option<PathBuf>> {
+    let root = ContainerRoot::open(rootfs)?;
+    let Some(dir) = compat_dir(&root, host_driver_version)? else {
+        return Ok(None);
+    };
+    let line = format!("{}\n", dir.display());
+    root.write_file(Path::new(COMPAT_LDSO_CONF), line.as_bytes(), 0o644)?;
+    Ok(Some(dir))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// cudacompat.go `useCompatLibraries` without the ELF note: compat only when the host
+    /// driver's major is lower than the compat library's.
+    #[test]
+    fn compat_only_for_a_newer_major() {
+        assert!(use_compat("libcuda.so.575.57.08", "570.158.01"));
+        assert!(!use_compat("libcuda.so.570.200.01", "570.158.01"));
+        assert!(!use_compat("libcuda.so.560.35.03", "570.158.01"));
+        assert!(!use_compat("libcuda.so.x", "570.158.01"));
+    }
+
+    #[test]
+    fn writes_the_conf_only_for_one_newer_library() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = dir.path();
+        assert_eq!(
+            enable_cuda_compat(r, "570.158.01").unwrap(),
+            None,
+            "no compat dir"
+        );
+        let compat = r.join("usr/local/cuda/compat");
+        std::fs::create_dir_all(&compat).unwrap();
+        std::fs::write(compat.join("libcuda.so.575.57.08"), b"").unwrap();
+        std::os::unix::fs::symlink("libcuda.so.575.57.08", compat.join("libcuda.so.1")).unwrap();
+        assert_eq!(
+            enable_cuda_compat(r, "580.159.04").unwrap(),
+            None,
+            "host newer"
+        );
+        assert!(!r.join("etc/ld.so.conf.d/00-compat-gpuhook.conf").exists());
+        assert_eq!(
+            enable_cuda_compat(r, "570.158.01").unwrap(),
+            Some(PathBuf::from(CUDA_COMPAT_DIR))
+        );
+        let conf =
+            std::fs::read_to_string(r.join("etc/ld.so.conf.d/00-compat-gpuhook.conf")).unwrap();
+        assert_eq!(conf, "/usr/local/cuda/compat\n");
+        std::fs::write(compat.join("libcuda.so.576.1.1"), b"").unwrap();
+        let root = ContainerRoot::open(r).unwrap();
+        assert_eq!(
+            compat_dir(&root, "570.158.01").unwrap(),
+            None,
+            "two candidates"
+        );
+    }
+}
