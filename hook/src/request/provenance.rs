@@ -31,6 +31,7 @@ use gpuhook_node::bounded::{preview, read_bounded, MAX_OCI_CONFIG_BYTES};
 use serde_json::Value;
 
 use super::oci::CDI_ANNOTATION_PREFIX;
+use super::RequestPolicy;
 
 /// `container` or `sandbox`, set by containerd's CRI plugin on every spec it makes.
 pub const CRI_CONTAINER_TYPE: &str = "io.kubernetes.cri.container-type";
@@ -116,6 +117,46 @@ pub fn pod_annotation_keys(config: &Value, bundle: &Path) -> BTreeSet<String> {
         }
         // A sandbox's annotations are all the pod's; an unknown type: fail closed.
         Some(_) => all(),
+    }
+}
+
+impl RequestPolicy {
+    /// This policy for the container of `config` in `bundle`: marks its pod annotations
+    /// ([`pod_annotation_keys`]) and logs each device name they ask for that the
+    /// allow-list refuses (those are ignored).
+    pub fn for_container(&self, config: &Value, bundle: &std::path::Path) -> RequestPolicy {
+        let keys = pod_annotation_keys(config, bundle);
+        let mut policy = self.clone();
+        if keys.is_empty() {
+            return policy;
+        }
+        let annotations = config.get("annotations");
+        for key in &keys {
+            let value = annotations
+                .and_then(|a| a.get(key))
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let names = value.split(',').map(str::trim).filter(|n| !n.is_empty());
+            for name in names.filter(|n| !allowed(&self.pod_cdi_allow, n)) {
+                tracing::warn!(
+                    target: "gpuhook::decision",
+                    outcome = "ignored",
+                    annotation = %super::error::preview(key),
+                    device = %super::error::preview(name),
+                    reason = "a pod annotation is not a device grant: request devices through \
+                              the device plugin, or allow-list them in \
+                              allow-cdi-devices-from-pod-annotations",
+                    "decision"
+                );
+            }
+        }
+        policy.pod_cdi_keys = keys;
+        policy
+    }
+
+    /// Whether the name `name` of annotation `key` is a request (not a refused pod annotation).
+    pub fn admits(&self, key: &str, name: &str) -> bool {
+        !self.pod_cdi_keys.contains(key) || allowed(&self.pod_cdi_allow, name)
     }
 }
 
