@@ -27,7 +27,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use gpuhook_node::bounded::{preview, read_bounded, MAX_OCI_CONFIG_BYTES};
+use gpuhook_node::bounded::{preview, preview_joined, read_bounded, MAX_OCI_CONFIG_BYTES};
 use serde_json::Value;
 
 use super::oci::CDI_ANNOTATION_PREFIX;
@@ -37,6 +37,9 @@ use super::RequestPolicy;
 pub const CRI_CONTAINER_TYPE: &str = "io.kubernetes.cri.container-type";
 /// The pod sandbox's id, set by the CRI plugin on a container's spec.
 pub const CRI_SANDBOX_ID: &str = "io.kubernetes.cri.sandbox-id";
+
+/// Most ignored pod-annotation devices a log line lists (the rest are counted).
+const MAX_IGNORED_SHOWN: usize = 16;
 
 /// Longest sandbox id accepted (containerd's are 64 hex digits).
 const MAX_SANDBOX_ID: usize = 128;
@@ -131,24 +134,30 @@ impl RequestPolicy {
             return policy;
         }
         let annotations = config.get("annotations");
+        let mut ignored: Vec<String> = Vec::new();
         for key in &keys {
             let value = annotations
                 .and_then(|a| a.get(key))
                 .and_then(Value::as_str)
                 .unwrap_or_default();
             let names = value.split(',').map(str::trim).filter(|n| !n.is_empty());
-            for name in names.filter(|n| !allowed(&self.pod_cdi_allow, n)) {
-                tracing::warn!(
-                    target: "gpuhook::decision",
-                    outcome = "ignored",
-                    annotation = %super::error::preview(key),
-                    device = %super::error::preview(name),
-                    reason = "a pod annotation is not a device grant: request devices through \
-                              the device plugin, or allow-list them in \
-                              allow-cdi-devices-from-pod-annotations",
-                    "decision"
-                );
-            }
+            ignored.extend(
+                names
+                    .filter(|n| !allowed(&self.pod_cdi_allow, n))
+                    .map(|n| format!("{key}: {n}")),
+            );
+        }
+        if !ignored.is_empty() {
+            // One line per container, however many names a pod author wrote.
+            tracing::warn!(
+                target: "gpuhook::decision",
+                outcome = "ignored",
+                devices = %preview_joined(&ignored, MAX_IGNORED_SHOWN, ","),
+                reason = "a pod annotation is not a device grant: request devices through \
+                          the device plugin, or allow-list them in \
+                          allow-cdi-devices-from-pod-annotations",
+                "decision"
+            );
         }
         policy.pod_cdi_keys = keys;
         policy
