@@ -152,3 +152,39 @@ fn broken_config_refuses_create_but_passes_other_commands_through() {
     assert_eq!(text(&out.stdout), "FAKE-RUNC-STDOUT\n");
     assert_eq!(f.argv().unwrap(), "delete --force ctr-4\n");
 }
+
+/// Issue #13.7: the wrapper reads NVIDIA's config file: its
+/// `accept-nvidia-visible-devices-envvar-when-unprivileged = false` (toolkit
+/// `internal/config/config.go`, `Config.AcceptEnvvarUnprivileged`) keeps an unprivileged
+/// container's NVIDIA_VISIBLE_DEVICES out, and a key gpuhook does not know is a warning in the
+/// log, not a refused container.
+#[test]
+fn nvidias_config_file_sets_the_policy_and_unknown_keys_only_warn() {
+    let f = Fake::new();
+    let c = f.config(
+        "accept-nvidia-visible-devices-envvar-when-unprivileged = false\nbogus-key = 1\n\
+         [nvidia-container-runtime]\nlog-level = \"debug\"\nruntimes = [\"runc\"]",
+    );
+    let b = f.bundle("NVIDIA_VISIBLE_DEVICES=0");
+    let before = std::fs::read(b.join("config.json")).unwrap();
+    let log = f.path("log.json");
+    let args = [
+        "--log",
+        log.to_str().unwrap(),
+        "--log-format",
+        "json",
+        "create",
+        "--bundle",
+        b.to_str().unwrap(),
+        "ctr-5",
+    ];
+    let out = f.run(&c, &args);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "FAKE-RUNC-STDOUT\n");
+    assert_eq!(std::fs::read(b.join("config.json")).unwrap(), before);
+    let lines = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        lines.contains("NVIDIA config key `bogus-key` has no meaning for gpuhook"),
+        "{lines}"
+    );
+}

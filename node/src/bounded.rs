@@ -81,14 +81,19 @@ pub fn read_bounded_string(path: &Path, limit: u64) -> Result<String, BoundedRea
     })
 }
 
-/// At most `max` items of a list for a message, then how many more there are.
+/// At most `max` items of a list for a message, joined by `, `, then how many more there are.
 pub fn preview_list<T: std::fmt::Display>(items: &[T], max: usize) -> String {
+    preview_joined(items, max, ", ")
+}
+
+/// [`preview_list`] with another separator (`,` keeps a log field in its usual form).
+pub fn preview_joined<T: std::fmt::Display>(items: &[T], max: usize, sep: &str) -> String {
     let mut out = items
         .iter()
         .take(max)
         .map(|i| preview(&i.to_string()))
         .collect::<Vec<_>>()
-        .join(", ");
+        .join(sep);
     if items.len() > max {
         out.push_str(&format!(" and {} more", items.len() - max));
     }
@@ -148,6 +153,7 @@ mod tests {
         );
         assert_eq!(preview_list(&[1, 2, 3], 2), "1, 2 and 1 more");
         assert_eq!(preview_list(&[1, 2], 2), "1, 2");
+        assert_eq!(preview_joined(&["a", "b"], 5, ","), "a,b");
         assert_eq!(read_bounded_from(&b"abc"[..], 2).unwrap(), None);
         assert_eq!(read_bounded_from(&b"ab"[..], 2).unwrap().unwrap(), b"ab");
     }

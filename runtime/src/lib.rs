@@ -20,6 +20,7 @@ pub mod reinject;
 pub mod runclog;
 pub mod takeover;
 pub mod wrapper;
+pub mod wrapper_error;
 
 pub use argv::{parse as parse_argv, ArgvError, Intercept, RuncArgs};
 pub use configure::{

@@ -89,11 +89,82 @@ fn prestart_injects_the_mps_share_and_refuses_an_unknown_one() {
         "{stderr}"
     );
 
+    let pod = pod_annotation_share(&n, &cdi);
+
     drop(daemon);
     // No mount of the node, the MPS root or a bundle is left on the host.
     let mounts = prestart_support::host_mountinfo();
-    for p in [tmp.path(), n.dir.path(), b.dir.path(), bad.dir.path()] {
+    for p in [
+        tmp.path(),
+        n.dir.path(),
+        b.dir.path(),
+        bad.dir.path(),
+        pod.path(),
+    ] {
         let p = p.to_str().unwrap();
         assert!(!mounts.contains(p), "mount left under {p}:\n{mounts}");
     }
+}
+
+/// Issue #14.5: under containerd's CRI plugin a share named by a *pod* annotation (the pod
+/// sandbox's spec has it too: containerd 1.6/1.7 `pkg/cri/server/container_create_linux.go`
+/// `containerSpec` copies `pod_annotations` into both) is not a grant: ignored, with a log line,
+/// until the admin allow-lists it. Returns the bundle dir (for the mount check).
+fn pod_annotation_share(n: &prestart_support::Node, cdi: &std::path::Path) -> tempfile::TempDir {
+    let share = serde_json::json!({ "cdi.k8s.io/mps": "nvidia.com/gpu-mps=0" });
+    // The pod sandbox's bundle, a sibling of the container's (both in the temp dir).
+    let sandbox = tempfile::Builder::new()
+        .prefix("gpuhook-sandbox-")
+        .tempdir()
+        .unwrap();
+    let sandbox_id = sandbox
+        .path()
+        .file_name()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_string();
+    let mut pod = share.clone();
+    pod["io.kubernetes.cri.container-type"] = "sandbox".into();
+    std::fs::write(
+        sandbox.path().join("config.json"),
+        serde_json::json!({ "annotations": pod }).to_string(),
+    )
+    .unwrap();
+    let run = |tag: &str| {
+        let mut b = Bundle::new(SCRIPT, true);
+        assert_eq!(b.dir.path().parent(), sandbox.path().parent());
+        b.hook(n.hook());
+        let mut annotations = share.clone();
+        annotations["io.kubernetes.cri.container-type"] = "container".into();
+        annotations["io.kubernetes.cri.sandbox-id"] = sandbox_id.as_str().into();
+        b.config["annotations"] = annotations;
+        let (_, out) = b.run(tag);
+        let (stdout, stderr) = text(&out);
+        assert!(out.status.success(), "runc run: {stdout}\n{stderr}");
+        (b.dir, stdout)
+    };
+    let (_, stdout) = run("mps-pod");
+    assert!(!stdout.contains("NODE "), "{stdout}");
+    assert!(!stdout.contains("PIPE control"), "{stdout}");
+    let log = std::fs::read_to_string(&n.log).unwrap();
+    assert!(
+        log.contains("a pod annotation is not a device grant"),
+        "{log}"
+    );
+
+    // The admin allow-lists MPS shares from pod annotations.
+    prestart_support::write_config(
+        &n.config,
+        &n.root,
+        &n.cache,
+        &n.log,
+        &format!(
+            "cdi-spec-dirs = [{cdi:?}]\nallow-cdi-devices-from-pod-annotations = [\"nvidia.com/gpu-mps=*\"]"
+        ),
+    );
+    let (dir, stdout) = run("mps-pod-allowed");
+    assert!(stdout.lines().any(|l| l == "PIPE control"), "{stdout}");
+    assert!(stdout.contains("NODE "), "{stdout}");
+    dir
 }

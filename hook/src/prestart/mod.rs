@@ -30,7 +30,9 @@ use std::io::Read;
 
 use gpuhook_inject::cgroup::{locate_device_cgroup, DeviceCgroup, V1Devices, V2Devices};
 use gpuhook_inject::{BundleConfig, DeviceController};
+use gpuhook_node::bounded::{preview, preview_joined};
 use gpuhook_node::DeviceRef;
+use gpuhook_runtime::MAX_NAMES_SHOWN;
 
 pub use apply::{Applied, Target};
 pub use error::PrestartError;
@@ -141,7 +143,7 @@ fn run_for(
             outcome = "requested",
             container,
             source = req.source.as_str(),
-            devices = ?req.devices,
+            devices = %preview(&format!("{:?}", req.devices)),
             capabilities = %caps_list(&req.capabilities),
             privileged = req.privileged,
             "decision"
@@ -165,7 +167,7 @@ fn run_for(
             command = COMMAND,
             outcome = "env-not-applied",
             container,
-            cdi_devices = %mps_names.join(","),
+            cdi_devices = %preview_joined(&mps_names, MAX_NAMES_SHOWN, ","),
             env = %foreign.env_keys.join(","),
             reason = "an OCI hook cannot change the process env (fixed before hooks run); \
                       MPS clients are limited by the daemon's server-side limits instead",
@@ -175,7 +177,8 @@ fn run_for(
 
     let (inv, inv_source) = inventory::load_inventory(config)?;
     let resolved = req.as_ref().map(|r| r.resolve(&inv)).transpose()?;
-    let mut devices = mps_names.join(",");
+    // Log fields a container chooses are bounded (names listed, then counted).
+    let mut devices = preview_joined(&mps_names, MAX_NAMES_SHOWN, ",");
     let mut caps = String::new();
     let mut source = request::RequestSource::CdiAnnotations.as_str();
     let mut edits = gpuhook_cdi::ContainerEdits::default();

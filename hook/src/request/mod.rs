@@ -81,46 +81,6 @@ impl Default for RequestPolicy {
     }
 }
 
-impl RequestPolicy {
-    /// This policy for the container of `config` in `bundle`: marks its pod annotations
-    /// ([`provenance::pod_annotation_keys`]) and logs each device name they ask for that the
-    /// allow-list refuses (those are ignored).
-    pub fn for_container(&self, config: &Value, bundle: &std::path::Path) -> RequestPolicy {
-        let keys = provenance::pod_annotation_keys(config, bundle);
-        let mut policy = self.clone();
-        if keys.is_empty() {
-            return policy;
-        }
-        let annotations = config.get("annotations");
-        for key in &keys {
-            let value = annotations
-                .and_then(|a| a.get(key))
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            let names = value.split(',').map(str::trim).filter(|n| !n.is_empty());
-            for name in names.filter(|n| !provenance::allowed(&self.pod_cdi_allow, n)) {
-                tracing::warn!(
-                    target: "gpuhook::decision",
-                    outcome = "ignored",
-                    annotation = %error::preview(key),
-                    device = %error::preview(name),
-                    reason = "a pod annotation is not a device grant: request devices through \
-                              the device plugin, or allow-list them in \
-                              allow-cdi-devices-from-pod-annotations",
-                    "decision"
-                );
-            }
-        }
-        policy.pod_cdi_keys = keys;
-        policy
-    }
-
-    /// Whether the name `name` of annotation `key` is a request (not a refused pod annotation).
-    pub fn admits(&self, key: &str, name: &str) -> bool {
-        !self.pod_cdi_keys.contains(key) || provenance::allowed(&self.pod_cdi_allow, name)
-    }
-}
-
 /// Why a container is not a GPU container.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NotGpuReason {

@@ -27,15 +27,19 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use gpuhook_node::bounded::{preview, read_bounded, MAX_OCI_CONFIG_BYTES};
+use gpuhook_node::bounded::{preview, preview_joined, read_bounded, MAX_OCI_CONFIG_BYTES};
 use serde_json::Value;
 
 use super::oci::CDI_ANNOTATION_PREFIX;
+use super::RequestPolicy;
 
 /// `container` or `sandbox`, set by containerd's CRI plugin on every spec it makes.
 pub const CRI_CONTAINER_TYPE: &str = "io.kubernetes.cri.container-type";
 /// The pod sandbox's id, set by the CRI plugin on a container's spec.
 pub const CRI_SANDBOX_ID: &str = "io.kubernetes.cri.sandbox-id";
+
+/// Most ignored pod-annotation devices a log line lists (the rest are counted).
+const MAX_IGNORED_SHOWN: usize = 16;
 
 /// Longest sandbox id accepted (containerd's are 64 hex digits).
 const MAX_SANDBOX_ID: usize = 128;
@@ -116,6 +120,52 @@ pub fn pod_annotation_keys(config: &Value, bundle: &Path) -> BTreeSet<String> {
         }
         // A sandbox's annotations are all the pod's; an unknown type: fail closed.
         Some(_) => all(),
+    }
+}
+
+impl RequestPolicy {
+    /// This policy for the container of `config` in `bundle`: marks its pod annotations
+    /// ([`pod_annotation_keys`]) and logs each device name they ask for that the
+    /// allow-list refuses (those are ignored).
+    pub fn for_container(&self, config: &Value, bundle: &std::path::Path) -> RequestPolicy {
+        let keys = pod_annotation_keys(config, bundle);
+        let mut policy = self.clone();
+        if keys.is_empty() {
+            return policy;
+        }
+        let annotations = config.get("annotations");
+        let mut ignored: Vec<String> = Vec::new();
+        for key in &keys {
+            let value = annotations
+                .and_then(|a| a.get(key))
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let names = value.split(',').map(str::trim).filter(|n| !n.is_empty());
+            ignored.extend(
+                names
+                    .filter(|n| !allowed(&self.pod_cdi_allow, n))
+                    .map(|n| format!("{key}: {n}")),
+            );
+        }
+        if !ignored.is_empty() {
+            // One line per container, however many names a pod author wrote.
+            tracing::warn!(
+                target: "gpuhook::decision",
+                outcome = "ignored",
+                devices = %preview_joined(&ignored, MAX_IGNORED_SHOWN, ","),
+                reason = "a pod annotation is not a device grant: request devices through \
+                          the device plugin, or allow-list them in \
+                          allow-cdi-devices-from-pod-annotations",
+                "decision"
+            );
+        }
+        policy.pod_cdi_keys = keys;
+        policy
+    }
+
+    /// Whether the name `name` of annotation `key` is a request (not a refused pod annotation).
+    pub fn admits(&self, key: &str, name: &str) -> bool {
+        !self.pod_cdi_keys.contains(key) || allowed(&self.pod_cdi_allow, name)
     }
 }
 

@@ -222,9 +222,11 @@ impl DeviceRequest for WrapperRequest<'_> {
             }
             Ok((Some(injection), source)) => {
                 let devices = match injection.cdi_names() {
-                    Some(names) => {
-                        gpuhook_node::bounded::preview_list(names, gpuhook_runtime::MAX_NAMES_SHOWN)
-                    }
+                    Some(names) => gpuhook_node::bounded::preview_joined(
+                        names,
+                        gpuhook_runtime::MAX_NAMES_SHOWN,
+                        ",",
+                    ),
                     None => format!("{:?} edits", self.config.runtime.mode),
                 };
                 let mut d = Decision::new(COMMAND, Outcome::Inject);
