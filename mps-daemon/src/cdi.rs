@@ -162,9 +162,13 @@ pub fn publish(path: &Path, spec: Option<&Spec>) -> Result<bool, CdiError> {
     }
 }
 
+/// Largest spec file read back (ours are a few KiB per GPU).
+const MAX_SPEC_BYTES: u64 = 4 << 20;
+
 /// Removes our spec file; a file of another kind (or not a spec) is left alone with an error.
 pub fn remove_spec(path: &Path) -> Result<bool, CdiError> {
-    let bytes = match std::fs::read(path) {
+    // Bounded, no symlink, no FIFO: whatever is at the path, reading it cannot hang us.
+    let bytes = match crate::safefs::read_bounded(path, MAX_SPEC_BYTES) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
         Err(source) => {

@@ -328,13 +328,14 @@ pub async fn write_loop(
 
 /// Reads a status file written by a running daemon.
 pub fn read(path: &Path) -> Result<StatusFile, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
+    let bytes = crate::safefs::read_bounded(path, 16 << 20).map_err(|e| {
         format!(
             "cannot read {}: {e} (is gpu-mps-daemon running with this --mps-root?)",
             path.display()
         )
     })?;
-    serde_json::from_str(&text).map_err(|e| format!("{} is not a status file: {e}", path.display()))
+    serde_json::from_slice(&bytes)
+        .map_err(|e| format!("{} is not a status file: {e}", path.display()))
 }
 
 pub use crate::status_table::render_table;

@@ -339,7 +339,15 @@ impl GpuSupervisor {
             .prev_mode
             .filter(|m| *m != ComputeMode::ExclusiveProcess)
         {
-            if let Err(e) = self.compute.set_compute_mode(uuid, prev) {
+            let (compute, u) = (self.compute.clone(), uuid.clone());
+            let restore =
+                layout::blocking("restoring the compute mode", t.command_timeout, move || {
+                    compute
+                        .set_compute_mode(&u, prev)
+                        .map(|_| ())
+                        .map_err(|e| e.to_string())
+                });
+            if let Err(e) = restore.await {
                 tracing::warn!(gpu = %uuid, error = %e, "cannot restore the compute mode");
             }
         }
