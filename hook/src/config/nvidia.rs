@@ -5,7 +5,7 @@
 //! Its keys are translated into gpuhook's (key names and defaults from the toolkit's
 //! `internal/config/config.go` `Config`/`GetDefault`, `cli.go` `ContainerCLIConfig`,
 //! `runtime.go` `RuntimeConfig`/`cdiModeConfig`); gpuhook's own keys may sit beside them. A key
-//! gpuhook has no use for is a warning ([`Config::warnings`], logged once logging is up), never
+//! gpuhook has no use for is a warning ([`super::Config::warnings`], logged once logging is up), never
 //! an error: NVIDIA's tools ignore unknown keys too.
 
 use toml::{Table, Value};
