@@ -5,7 +5,7 @@
 //! Its keys are translated into gpuhook's (key names and defaults from the toolkit's
 //! `internal/config/config.go` `Config`/`GetDefault`, `cli.go` `ContainerCLIConfig`,
 //! `runtime.go` `RuntimeConfig`/`cdiModeConfig`); gpuhook's own keys may sit beside them. A key
-//! gpuhook has no use for is a warning ([`Config::warnings`], logged once logging is up), never
+//! gpuhook has no use for is a warning ([`super::Config::warnings`], logged once logging is up), never
 //! an error: NVIDIA's tools ignore unknown keys too.
 
 use toml::{Table, Value};
@@ -78,10 +78,17 @@ pub fn translate(mut doc: Table) -> Result<(Table, Vec<String>), Invalid> {
     }
     if let Some(v) = doc.remove("supported-driver-capabilities") {
         let caps = t.string("supported-driver-capabilities", &v)?;
-        let list = caps.split(',').map(str::trim).filter(|c| !c.is_empty());
-        let list: Vec<Value> = list.map(|c| Value::String(c.into())).collect();
-        t.out
-            .insert("supported-capabilities".into(), Value::Array(list));
+        let list: Vec<&str> = caps
+            .split(',')
+            .map(str::trim)
+            .filter(|c| !c.is_empty())
+            .collect();
+        // `all` (any case) is every capability: gpuhook's default.
+        if !list.iter().any(|c| c.eq_ignore_ascii_case("all")) {
+            let list = list.into_iter().map(|c| Value::String(c.into())).collect();
+            t.out
+                .insert("supported-capabilities".into(), Value::Array(list));
+        }
     }
     if let Some(cli) = doc.remove("nvidia-container-cli") {
         t.cli(cli)?;

@@ -131,6 +131,11 @@ spec-dirs = ["/var/run/cdi"]
     assert_eq!(c.runtime.runtimes, ["crun"]);
     assert_eq!(c.cdi_spec_dirs, [PathBuf::from("/var/run/cdi")]);
     assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+    let c = load("supported-driver-capabilities = \"all\"\n");
+    assert_eq!(
+        c.supported_capabilities,
+        Config::default().supported_capabilities
+    );
     // jit-cdi too; gpuhook's own keys may sit beside NVIDIA's.
     let c =
         load("[nvidia-container-runtime]\nmode = \"jit-cdi\"\n[runtime]\nearly-setup = false\n");

@@ -5,7 +5,8 @@
 //! [`limits`]) and side-effect free: parsing ([`parse`]) needs no discovery, resolution
 //! ([`ContainerRequest::resolve`]) needs only an [`Inventory`]. An error means nothing is injected.
 //!
-//! Sources, first one that yields something wins ([`RequestSource`]): `cdi.k8s.io/*` annotations,
+//! Sources, first one that yields something wins ([`RequestSource`]): `cdi.k8s.io/*` annotations
+//! (a pod's own only for allow-listed devices: [`provenance`]),
 //! then `/var/run/nvidia-container-devices/` mounts (if enabled), then `NVIDIA_VISIBLE_DEVICES`
 //! (from an unprivileged container only if allowed), then the legacy-image default.
 

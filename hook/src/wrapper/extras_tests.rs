@@ -145,3 +145,32 @@ fn a_node_without_imex_channels_names_the_variable() {
         "{err}"
     );
 }
+
+/// Issue #13.3: a name that resolves to nothing is explained with the node's devices, whether or
+/// not missing specs are generated (with `generate-missing = false` nothing is generated).
+#[test]
+fn unresolvable_names_are_explained_with_the_nodes_devices() {
+    for generate_missing in [true, false] {
+        let f = Fixture::new(RuntimeMode::Cdi, generate_missing);
+        let node = f.node();
+        let missing = ["nvidia.com/gpu=7".to_string()];
+        let specs = node.generate(&missing).unwrap();
+        assert_eq!(specs.len(), usize::from(generate_missing));
+        assert!(specs
+            .iter()
+            .all(|s| s.devices.iter().all(|d| d.name != "7")));
+        let hint = node.explain(&missing).expect("a hint");
+        assert!(
+            hint.contains(&format!("0 ({GPU0})")) && hint.contains(&format!("1:0 ({MIG10})")),
+            "{hint}"
+        );
+        // The MIG-enabled GPU as a whole resolves: generated only when allowed.
+        let whole = ["nvidia.com/gpu=1".to_string()];
+        let specs = node.generate(&whole).unwrap();
+        assert_eq!(specs.len(), usize::from(generate_missing));
+        assert!(specs
+            .iter()
+            .all(|s| s.devices.iter().any(|d| d.name == "1")));
+        assert!(node.explain(&whole).is_none());
+    }
+}

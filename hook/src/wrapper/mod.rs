@@ -90,10 +90,9 @@ pub fn main() -> ! {
     let request = WrapperRequest::new(&config, &node);
     let takeover = EarlySetupTakeover::new(&config, &node);
     let ext = Extensions {
-        generate: config
-            .runtime
-            .generate_missing
-            .then_some(&node as &dyn GenerateMissing),
+        // Always plugged in: it generates only with `generate-missing = true`, and explains
+        // an unresolvable name either way.
+        generate: Some(&node as &dyn GenerateMissing),
         takeover: Some(&takeover),
     };
     gpuhook_runtime::main_with(&argv, &runtime_config(&config), &request, &ext)

@@ -150,7 +150,8 @@ impl GenerateMissing for NodeState<'_> {
             .iter()
             .filter_map(|n| n.strip_prefix(&prefix))
             .collect();
-        if ours.is_empty() {
+        // `generate-missing = false`: nothing is generated (the node is still asked to explain).
+        if ours.is_empty() || !self.config.runtime.generate_missing {
             return Ok(Vec::new());
         }
         let mut spec = self.generate_spec()?;

@@ -2,8 +2,9 @@
 //!
 //! - Not a GPU container ([`crate::request::is_gpu_container`] false and no `cdi.k8s.io/*`
 //!   annotation): nothing, decided from `config.json` alone without discovery.
-//! - `cdi` mode: CDI names. `cdi.k8s.io/*` annotations give fully qualified names, used as they
-//!   are, *of any kind* (containerd 1.6 has no CDI: the wrapper is the only CDI consumer, as the
+//! - `cdi` mode: CDI names. `cdi.k8s.io/*` annotations (container annotations; a pod's own only
+//!   for allow-listed devices, see [`crate::request::provenance`]) give fully qualified names,
+//!   used as they are, *of any kind* (containerd 1.6 has no CDI: the wrapper is the only CDI consumer, as the
 //!   CRI plugin would be on 1.7+). Ids from `NVIDIA_VISIBLE_DEVICES` (or the volume-mount list)
 //!   become `nvidia.com/gpu=<id>`; a fully qualified name there is kept as it is.
 //!   `NVIDIA_VISIBLE_DEVICES=none` asks for the driver without a GPU: the common edits of the
@@ -12,6 +13,10 @@
 //!   NVIDIA's cdi mode): in this mode capabilities select nothing.
 //! - `jit-cdi` mode: the edits for exactly the resolved devices and capabilities, in memory.
 //! - `legacy` mode: the `gpuhook prestart` hook.
+//!
+//! In cdi and jit-cdi modes the MIG config/monitor and IMEX channel nodes are added beside the
+//! devices ([`crate::prestart::extras`]); the feature gates NVIDIA_GDS, ... are refused by the
+//! request parser in every mode.
 //!
 //! `NVIDIA_REQUIRE_*` constraints are checked against the node's inventory in every mode, when
 //! there are any (only then is the inventory loaded); a failure fails `create` with the message.
