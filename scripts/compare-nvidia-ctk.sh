@@ -5,9 +5,11 @@
 # folders, hook actions and env. docs/nvidia-differences.md explains every difference.
 #
 #   sudo scripts/compare-nvidia-ctk.sh /path/to/nvidia-ctk [--profile NAME]... [--out DIR]
-#                                      [--write-expectations [--label TEXT]]
+#                                      [--mode MODE] [--write-expectations [--label TEXT]]
 #
 # --out DIR               keep the raw and normalised specs there (default: a temp dir, removed)
+# --mode MODE             pass `--mode MODE` to both generators (e.g. management); expectations then
+#                         go to tests/expectations/nvidia-ctk/<MODE>/<profile>.json
 # --write-expectations    write NVIDIA's normalised output to tests/expectations/nvidia-ctk/<profile>.json
 # --label TEXT            what built nvidia-ctk, recorded as "source" (default: `nvidia-ctk --version`)
 #
@@ -20,16 +22,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-usage() { sed -n '6,11p' "$0" >&2; exit 2; }
+usage() { sed -n '6,13p' "$0" >&2; exit 2; }
 [ $# -ge 1 ] || usage
 NVIDIA_CTK=$(realpath "$1"); shift
-PROFILES=() OUT="" WRITE_EXPECT=0 LABEL=""
+PROFILES=() OUT="" WRITE_EXPECT=0 LABEL="" MODE_ARGS=() EXPECT_DIR=tests/expectations/nvidia-ctk
 while [ $# -gt 0 ]; do
     case "$1" in
         --profile) PROFILES+=("$2"); shift 2 ;;
         --out) OUT="$2"; shift 2 ;;
         --write-expectations) WRITE_EXPECT=1; shift ;;
         --label) LABEL="$2"; shift 2 ;;
+        --mode) MODE_ARGS=(--mode "$2"); EXPECT_DIR="tests/expectations/nvidia-ctk/$2"; shift 2 ;;
         *) usage ;;
     esac
 done
@@ -107,17 +110,17 @@ for profile in "${PROFILES[@]}"; do
         --bin-dir "$BIN_DIR" >/dev/null
     lib_dir=$("$BIN_DIR/gpuhook-sim" show "$profile" | awk -F'"' '/^lib_dir/ {print $2}')
     ours_ok=1 nv_ok=1
-    "$BIN_DIR/gpuhook" --log-level error cdi generate --driver-root "$root" --gpuhook-path /usr/bin/gpuhook \
+    "$BIN_DIR/gpuhook" --log-level error cdi generate "${MODE_ARGS[@]}" --driver-root "$root" --gpuhook-path /usr/bin/gpuhook \
         --output "$WORK/$profile.gpuhook.json" --no-inventory-cache 2>"$WORK/$profile.gpuhook.log" || ours_ok=0
     nv_log="$WORK/$profile.nvidia-ctk.log"
     unshare --mount --propagation private sh -c 'mount --bind "$1/proc/driver" /proc/driver && shift && exec "$@"' \
-        sh "$root" env LD_LIBRARY_PATH="$root$lib_dir" "$NVIDIA_CTK" cdi generate \
+        sh "$root" env LD_LIBRARY_PATH="$root$lib_dir" "$NVIDIA_CTK" cdi generate "${MODE_ARGS[@]}" \
         --driver-root "$root" --dev-root "$root" --nvidia-cdi-hook-path /usr/bin/nvidia-cdi-hook \
         --format json --output "$WORK/$profile.nvidia.json" >"$nv_log" 2>&1 || nv_ok=0
     nv_error=$(grep -m1 'level=error' "$nv_log" | sed -e 's/.*msg="\(.*\)"$/\1/' -e 's/\\"/"/g' || true)
     if [ "$WRITE_EXPECT" = 1 ]; then
-        mkdir -p tests/expectations/nvidia-ctk
-        expect="tests/expectations/nvidia-ctk/$profile.json"
+        mkdir -p "$EXPECT_DIR"
+        expect="$EXPECT_DIR/$profile.json"
         version=${LABEL:-$("$NVIDIA_CTK" --version | head -1)}
         if [ "$nv_ok" = 1 ]; then
             jq -S --arg root "$root" --arg p "$profile" --arg v "$version" \

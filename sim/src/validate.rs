@@ -40,7 +40,8 @@ pub const ARCHITECTURES: &[&str] = &[
     "hopper",
     "blackwell",
 ];
-/// Brands NVML reports (`nvmlDeviceGetBrand`), lower case as in `NVIDIA_REQUIRE_*` constraints.
+/// Brands NVML reports (`nvmlDeviceGetBrand`), spelt as NVIDIA's CUDA images write them in
+/// `NVIDIA_REQUIRE_CUDA` constraints (`brand=nvidiartx`, `brand=geforcertx`, ...).
 pub const BRANDS: &[&str] = &[
     "unknown",
     "quadro",
@@ -50,8 +51,10 @@ pub const BRANDS: &[&str] = &[
     "geforce",
     "titan",
     "nvidia",
-    "quadro-rtx",
-    "nvidia-rtx",
+    "quadrortx",
+    "nvidiartx",
+    "geforcertx",
+    "titanrtx",
 ];
 
 /// MIG profiles that a GPU model supports, or `None` when it has no MIG (or we do not model it).

@@ -260,3 +260,42 @@ fn workstation_has_i386_libraries_dev_links_gbm_and_desktop_files() {
     .unwrap();
     assert_eq!(icd["ICD"]["library_path"], "libGLX_nvidia.so.0");
 }
+
+#[test]
+fn check_cli_names_the_bad_feature_field() {
+    let sim = gpuhook_e2e::built("gpuhook-sim");
+    let dir = tempfile::tempdir().unwrap();
+    let text = run_ok(Command::new(&sim).args(["show", "workstation-full"]));
+    let good = dir.path().join("ws.toml");
+    std::fs::write(&good, &text).unwrap();
+    run_ok(Command::new(&sim).arg("check").arg(&good));
+    for (from, to, field) in [
+        (
+            "\"libcuda.so\"",
+            "\"libcuda.so.1\"",
+            "features.dev_links[0]",
+        ),
+        ("graphics = true", "graphics = false", "features.gbm"),
+        (
+            "lib32_dir = \"/usr/lib/i386-linux-gnu\"",
+            "lib32_dir = \"lib32\"",
+            "features.lib32_dir",
+        ),
+        (
+            "nvidia_uvm = true",
+            "nvidia_uvm = false",
+            "features.nvidia_uvm_tools",
+        ),
+    ] {
+        assert!(text.contains(from), "{from} in {text}");
+        let bad = dir.path().join("bad.toml");
+        std::fs::write(&bad, text.replacen(from, to, 1)).unwrap();
+        let out = Command::new(&sim).arg("check").arg(&bad).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{to}: accepted");
+        assert!(
+            err.contains("bad.toml") && err.contains(field),
+            "{to}: {err}"
+        );
+    }
+}

@@ -330,10 +330,11 @@ pub fn parse_arch(v: &str) -> Result<c_uint, String> {
 
 /// Brand name (case-insensitive, `-`/space = `_`) -> `nvmlBrandType_t`.
 pub fn parse_brand(v: &str) -> Result<c_uint, String> {
-    let norm = v.trim().to_ascii_lowercase().replace(['-', ' '], "_");
+    // `nvidia_rtx`, `nvidia-rtx` and `nvidiartx` (the NVIDIA_REQUIRE_CUDA spelling) are one brand.
+    let norm = v.trim().to_ascii_lowercase().replace(['-', ' ', '_'], "");
     ffi::BRANDS
         .iter()
-        .find(|(n, _)| *n == norm)
+        .find(|(n, _)| n.replace('_', "") == norm)
         .map(|(_, b)| *b)
         .ok_or_else(|| {
             let names: Vec<&str> = ffi::BRANDS.iter().map(|(n, _)| *n).collect();
@@ -358,6 +359,7 @@ mod tests {
         assert_eq!(parse_brand("Tesla"), Ok(2));
         assert_eq!(parse_brand("nvidia"), Ok(14));
         assert_eq!(parse_brand("geforce-rtx"), Ok(15));
+        assert_eq!(parse_brand("nvidiartx"), Ok(13));
         assert!(parse_brand("radeon").is_err());
     }
 

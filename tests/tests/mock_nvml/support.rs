@@ -146,16 +146,16 @@ pub fn bus_id_key(id: &str) -> String {
     )
 }
 
-/// The NVML brand of a profile's `brand` (`nvidia-rtx` and `nvidia_rtx` are the same, as in nvml.h's
-/// `NVML_BRAND_NVIDIA_RTX`).
+/// The NVML brand of a profile's `brand` (`nvidiartx`, as NVIDIA_REQUIRE_CUDA spells it, is nvml.h's
+/// `NVML_BRAND_NVIDIA_RTX`; `-` and `_` are ignored).
 pub fn brand_of(name: &str) -> Brand {
-    match name.replace('-', "_").as_str() {
+    match name.replace(['-', '_'], "").as_str() {
         "tesla" => Brand::Tesla,
         "nvidia" => Brand::Nvidia,
         "geforce" => Brand::GeForce,
         "quadro" => Brand::Quadro,
-        "nvidia_rtx" => Brand::NvidiaRTX,
-        "geforce_rtx" => Brand::GeForceRTX,
+        "nvidiartx" => Brand::NvidiaRTX,
+        "geforcertx" => Brand::GeForceRTX,
         other => panic!("brand {other:?} is not mapped in the test"),
     }
 }
