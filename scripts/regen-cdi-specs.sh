@@ -38,10 +38,18 @@ for profile in $("$BIN_DIR/gpuhook-sim" list | awk '{print $1}'); do
         echo "$build_log" >&2
         exit 1
     fi
-    "$BIN_DIR/gpuhook" --log-level error cdi generate \
+    # A node that cannot have a spec (MIG on without MIG devices: NVIDIA refuses too) gets
+    # cdi-specs/<profile>.error with gpuhook's error line instead.
+    if ! err=$("$BIN_DIR/gpuhook" --log-level error cdi generate \
         --driver-root "$root" \
         --output "cdi-specs/$profile.json" \
         --gpuhook-path /usr/bin/gpuhook \
-        --no-inventory-cache
+        --no-inventory-cache 2>&1); then
+        printf '%s\n' "$err" | tail -n 1 >"cdi-specs/$profile.error"
+        rm -f "cdi-specs/$profile.json"
+        echo "cdi-specs/$profile.error: $(cat "cdi-specs/$profile.error")"
+        continue
+    fi
+    rm -f "cdi-specs/$profile.error"
     "$BIN_DIR/gpuhook" cdi validate "cdi-specs/$profile.json"
 done

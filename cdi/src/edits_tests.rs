@@ -229,3 +229,46 @@ fn host_paths_follow_driver_root() {
         .unwrap();
     assert_eq!(smi.host_path, "/run/nvidia/driver/usr/bin/nvidia-smi");
 }
+
+/// nvidia-container-toolkit v1.20.0: internal/discover/compat_libs.go (`enable-cuda-compat
+/// --host-driver-version=<driver version>`), common-nvml.go (the application-profile hook), and
+/// `--disable-hook NAME`/`all` (cmd/nvidia-ctk/cdi/generate/generate.go) leaving that step out.
+#[test]
+fn nvidia_steps_and_disabled_hooks() {
+    let inv = inventory();
+    let all = caps(&[Compute, Utility]);
+    let mut o = opts();
+    o.cuda_compat = true;
+    o.application_profile = true;
+    let args = |o: &EditOptions| {
+        common_edits(&inv, &all, o)
+            .unwrap()
+            .hooks
+            .first()
+            .map(|h| h.args.clone())
+    };
+    let a = args(&o).unwrap();
+    let at = a
+        .iter()
+        .position(|x| x == CUDA_COMPAT_FLAG)
+        .expect("compat step");
+    assert_eq!(a[at + 1], "570.158.01");
+    assert!(a.contains(&APPLICATION_PROFILE_FLAG.to_string()));
+    o.disabled_hooks = ["create-symlinks", "enable-cuda-compat"]
+        .map(String::from)
+        .into();
+    let a = args(&o).unwrap();
+    assert!(
+        !a.iter().any(|x| x == "--link" || x == CUDA_COMPAT_FLAG),
+        "{a:?}"
+    );
+    assert!(a.iter().any(|x| x == "--folder"));
+    o.disabled_hooks = ["all".to_string()].into();
+    assert_eq!(args(&o), None, "no hook at all");
+    assert!(
+        !args(&opts())
+            .unwrap()
+            .contains(&CUDA_COMPAT_FLAG.to_string()),
+        "off unless asked"
+    );
+}

@@ -133,6 +133,35 @@ fn gds_mounts(inv: &Inventory) -> Result<Vec<Mount>, CdiError> {
     Ok(out)
 }
 
+/// Management's common edits: the driver's libraries, binaries, firmware and IPC sockets with the
+/// links, CUDA-compat and ldcache steps (management.go `GetCommonEdits`:
+/// `newDriverVersionDiscoverer`), without the graphics files and links, the device nodes (all
+/// in the device), the params override and the application profile.
+fn management_common(inv: &Inventory, opts: &GenerateOptions) -> Result<ContainerEdits, CdiError> {
+    let mut driver = inv.clone();
+    driver.files.config_files.clear();
+    driver
+        .files
+        .libraries
+        .retain(|l| !gpuhook_node::extras::is_graphics_library(&l.path));
+    driver
+        .files
+        .symlinks
+        .retain(|l| !gpuhook_node::extras::is_graphics_link(&l.link));
+    let mut edits = opts.edits.clone();
+    edits.disabled_hooks.extend(
+        [
+            "disable-device-node-modification",
+            "update-application-profile",
+        ]
+        .map(String::from),
+    );
+    let caps: BTreeSet<Capability> = Capability::ALL.into_iter().collect();
+    let mut common = common_edits(&driver, &caps, &edits)?;
+    common.device_nodes.clear();
+    Ok(common)
+}
+
 /// The spec of `mode` for the node; `opts` gives vendor, class and the hooks' options.
 pub fn generate_mode(
     inv: &Inventory,
@@ -176,13 +205,10 @@ pub fn generate_mode(
                 .collect();
             (devices, ContainerEdits::default())
         }
-        Mode::Management => {
-            let caps: BTreeSet<Capability> = Capability::ALL.into_iter().collect();
-            let mut common = common_edits(inv, &caps, &opts.edits)?;
-            // Every node is in the device; the common edits keep the files, env and hook.
-            common.device_nodes.clear();
-            (vec![device(ALL_DEVICE, spec_nodes, Vec::new())], common)
-        }
+        Mode::Management => (
+            vec![device(ALL_DEVICE, spec_nodes, Vec::new())],
+            management_common(inv, opts)?,
+        ),
         Mode::Gds => (
             vec![device(ALL_DEVICE, spec_nodes, gds_mounts(inv)?)],
             ContainerEdits::default(),

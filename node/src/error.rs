@@ -37,6 +37,12 @@ pub enum NodeError {
         source: std::io::Error,
     },
 
+    /// A file is larger than any real one of its kind.
+    #[error(
+        "{path} is larger than {limit} bytes: not a file gpuhook reads (check the driver root)"
+    )]
+    TooLarge { path: PathBuf, limit: u64 },
+
     /// `ld.so.cache` is truncated, corrupt or of an unknown format.
     #[error(
         "ld.so.cache {path} is unusable: {source}; regenerate it with `ldconfig` (for a driver root \

@@ -57,6 +57,22 @@ const XORG_DIRS: &[&str] = &[
     "/usr/lib64/xorg/modules/updates/extensions",
 ];
 
+/// Whether `link` is one of the graphics links made here (GBM backend, GLX server module), which
+/// NVIDIA's management spec leaves out with the rest of the graphics files.
+pub fn is_graphics_link(link: &Path) -> bool {
+    link.ends_with("gbm/nvidia-drm_gbm.so") || link.ends_with("libglxserver_nvidia.so")
+}
+
+/// Whether `path` is one of the EGL platform libraries (own versions) found here, which
+/// NVIDIA's management spec leaves out with the rest of the graphics files.
+pub fn is_graphics_library(path: &Path) -> bool {
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default();
+    OWN_VERSION_PREFIXES.iter().any(|p| name.starts_with(p))
+}
+
 fn exists(resolver: &RootResolver, path: &Path) -> bool {
     std::fs::symlink_metadata(resolver.host(path)).is_ok()
 }

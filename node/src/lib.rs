@@ -18,6 +18,7 @@ pub mod inventory;
 pub mod ldcache;
 pub mod nvml;
 pub mod procfs;
+pub mod read;
 pub mod rootfs;
 
 #[cfg(test)]

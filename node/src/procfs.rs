@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use crate::error::NodeError;
 use crate::inventory::{join_under, DeviceMajors, MigControlCaps};
+use crate::read::{read_text_bounded, MAX_PROC_BYTES};
 
 pub const PROC_DEVICES: &str = "/proc/devices";
 pub const PROC_VERSION: &str = "/proc/driver/nvidia/version";
@@ -176,10 +177,12 @@ impl ProcFs {
 
     fn read_optional(&self, p: &str) -> Result<Option<String>, NodeError> {
         let path = self.path(p);
-        match std::fs::read_to_string(&path) {
+        match read_text_bounded(&path, MAX_PROC_BYTES) {
             Ok(s) => Ok(Some(s)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(NodeError::io(path, e)),
+            Err(NodeError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                Ok(None)
+            }
+            Err(e) => Err(e),
         }
     }
 
@@ -211,7 +214,7 @@ impl ProcFs {
         for entry in entries {
             let entry = entry.map_err(|e| NodeError::io(&dir, e))?;
             let path = entry.path().join("information");
-            let text = std::fs::read_to_string(&path).map_err(|e| NodeError::io(&path, e))?;
+            let text = read_text_bounded(&path, MAX_PROC_BYTES)?;
             let gpu = parse_gpu_information(&text).ok_or_else(|| NodeError::Procfs {
                 path: path.clone(),
                 reason: "missing `GPU UUID`, `Bus Location` or `Device Minor`".into(),

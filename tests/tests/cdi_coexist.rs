@@ -34,6 +34,18 @@ fn nvidia_like(kind: &str, root: &Path, minor: u32) -> String {
     )
 }
 
+/// `gpuhook cdi list` over the runtimes' directories.
+fn list_specs() -> std::process::Output {
+    gpuhook(&[
+        "cdi",
+        "list",
+        "--spec-dir",
+        "/etc/cdi",
+        "--spec-dir",
+        RUN_CDI,
+    ])
+}
+
 fn ldcache_lists_libcuda(rootfs: &Path) -> bool {
     let cache = rootfs.join("etc/ld.so.cache");
     let out = gpuhook_e2e::run_ok(Command::new("ldconfig").arg("-p").arg("-C").arg(&cache));
@@ -71,47 +83,8 @@ fn gpuhook_spec_beside_nvidias_in_one_directory() {
         args.extend_from_slice(extra);
         gpuhook(&args)
     };
-    let list = || {
-        gpuhook(&[
-            "cdi",
-            "list",
-            "--spec-dir",
-            "/etc/cdi",
-            "--spec-dir",
-            RUN_CDI,
-        ])
-    };
 
-    // 1. Two files of one directory: podman drops the shared device; `cdi list` explains it.
-    let side = tmp.path().join("side.json");
-    gpuhook_ok(&[
-        "cdi",
-        "generate",
-        "--driver-root",
-        s(&root),
-        "--vendor",
-        &vendor,
-        "--no-inventory-cache",
-        "--output",
-        s(&side),
-    ]);
-    std::fs::copy(&side, &ours).unwrap();
-    let rootfs = cdi_support::busybox_rootfs(&tmp.path().join("rootfs-conflict"));
-    let out = podman_run(&device, &rootfs, "echo DONE");
-    assert!(
-        !out.status.success(),
-        "podman resolved {device} defined twice in one directory"
-    );
-    let (stdout, stderr) = texts(&list());
-    assert!(!stdout.lines().any(|l| l == device), "{stdout}");
-    let line = stderr
-        .lines()
-        .find(|l| l.contains("conflict:") && l.contains(&device));
-    let line = line.unwrap_or_else(|| panic!("no conflict line for {device}:\n{stderr}"));
-    for want in [s(&nvidia), s(&ours), "drop", "--force"] {
-        assert!(line.contains(want), "{want}: {line}");
-    }
-    std::fs::remove_file(&ours).unwrap();
+    conflict_is_dropped_and_explained(&tmp, &root, &vendor, &ours, &nvidia);
 
     // 2. Generation refuses to create that situation, and leaves NVIDIA's file alone.
     let out = gen(&[RUN_CDI]);
@@ -141,11 +114,53 @@ fn gpuhook_spec_beside_nvidias_in_one_directory() {
         ldcache_lists_libcuda(&rootfs),
         "gpuhook's setup hook did not run"
     );
-    let (stdout, stderr) = texts(&list());
+    let (stdout, stderr) = texts(&list_specs());
     assert!(stdout.lines().any(|l| l == device), "{stdout}");
     assert!(!stderr.contains(&vendor), "no conflict left: {stderr}");
     // A plain refresh now rewrites that file in place.
     let out = gen(&[RUN_CDI]);
     assert!(out.status.success(), "{}", texts(&out).1);
     assert!(!ours.exists());
+}
+
+/// Step 1: gpuhook's spec copied beside NVIDIA's: podman drops the shared device; `gpuhook cdi
+/// list` names both files and what to do.
+fn conflict_is_dropped_and_explained(
+    tmp: &tempfile::TempDir,
+    root: &Path,
+    vendor: &str,
+    ours: &Path,
+    nvidia: &Path,
+) {
+    let device = format!("{vendor}/gpu=0");
+    // 1. Two files of one directory: podman drops the shared device; `cdi list` explains it.
+    let side = tmp.path().join("side.json");
+    gpuhook_ok(&[
+        "cdi",
+        "generate",
+        "--driver-root",
+        s(root),
+        "--vendor",
+        vendor,
+        "--no-inventory-cache",
+        "--output",
+        s(&side),
+    ]);
+    std::fs::copy(&side, ours).unwrap();
+    let rootfs = cdi_support::busybox_rootfs(&tmp.path().join("rootfs-conflict"));
+    let out = podman_run(&device, &rootfs, "echo DONE");
+    assert!(
+        !out.status.success(),
+        "podman resolved {device} defined twice in one directory"
+    );
+    let (stdout, stderr) = texts(&list_specs());
+    assert!(!stdout.lines().any(|l| l == device), "{stdout}");
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("conflict:") && l.contains(&device));
+    let line = line.unwrap_or_else(|| panic!("no conflict line for {device}:\n{stderr}"));
+    for want in [s(nvidia), s(ours), "drop", "--force"] {
+        assert!(line.contains(want), "{want}: {line}");
+    }
+    std::fs::remove_file(ours).unwrap();
 }

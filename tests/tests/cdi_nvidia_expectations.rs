@@ -27,24 +27,36 @@ fn without_i386(v: &Value) -> Value {
 }
 
 fn check(profile: &str) {
+    check_mode(profile, "");
+    check_mode(profile, "management");
+}
+
+/// `mode`: "" for the default spec, else a `--mode` whose expectations are in that folder.
+fn check_mode(profile: &str, mode: &str) {
     if !gpuhook_e2e::e2e_ready("cdi_nvidia_expectations", &["ldconfig"]) {
         return;
     }
-    let file =
-        gpuhook_e2e::workspace_root().join(format!("tests/expectations/nvidia-ctk/{profile}.json"));
+    let file = gpuhook_e2e::workspace_root()
+        .join("tests/expectations/nvidia-ctk")
+        .join(mode)
+        .join(format!("{profile}.json"));
     let nv: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
     let t = tmp(&format!("nvexp-{profile}"));
     let root = t.path().join("driver");
     build_node(profile, &root);
-    let out = gpuhook(&[
+    let mut args = vec![
         "cdi",
         "generate",
         "--driver-root",
         s(&root),
         "--no-inventory-cache",
-        "--output",
-        "-",
-    ]);
+    ];
+    args.extend(["--output", "-"]);
+    if !mode.is_empty() {
+        args.extend(["--mode", mode]);
+    }
+    let out = gpuhook(&args);
+    let profile = &format!("{profile} {mode}");
     let (stdout, stderr) = texts(&out);
     if let Some(err) = nv.get("error") {
         assert!(
@@ -156,12 +168,9 @@ fn every_profile_has_an_expectation_test() {
     let mut files: Vec<String> =
         std::fs::read_dir(gpuhook_e2e::workspace_root().join("tests/expectations/nvidia-ctk"))
             .unwrap()
-            .map(|e| {
-                e.unwrap()
-                    .file_name()
-                    .to_string_lossy()
-                    .trim_end_matches(".json")
-                    .to_string()
+            .filter_map(|e| {
+                let name = e.unwrap().file_name().to_string_lossy().into_owned();
+                name.strip_suffix(".json").map(str::to_string)
             })
             .collect();
     files.sort();

@@ -48,7 +48,50 @@ pub fn profile(mask: u64) -> String {
 pub fn write_profile(rootfs: &Path) -> anyhow::Result<bool> {
     let root = ContainerRoot::open(rootfs).map_err(flat)?;
     let entries = list_dir(&root, Path::new("/dev")).map_err(flat)?;
-    let mask = gpu_mask(entries.as_deref().unwrap_or_default());
+    write_mask(&root, gpu_mask(entries.as_deref().unwrap_or_default()))
+}
+
+/// The mask of the GPU nodes an OCI spec makes the runtime create (`linux.devices`): the nodes
+/// the hook would find in the container's `/dev`.
+pub fn spec_gpu_mask(spec: &serde_json::Value) -> u64 {
+    let entries: Vec<DirEntry> = spec
+        .pointer("/linux/devices")
+        .and_then(serde_json::Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|d| {
+            let name = d.get("path")?.as_str()?.strip_prefix("/dev/")?;
+            let minor = u32::try_from(d.get("minor")?.as_u64()?).ok()?;
+            let major = u32::try_from(d.get("major")?.as_u64()?).ok()?;
+            Some(DirEntry {
+                name: name.to_string(),
+                char_device: d.get("type")?.as_str()? == "c",
+                rdev: libc::makedev(major, minor),
+            })
+        })
+        .collect();
+    gpu_mask(&entries)
+}
+
+/// What the setup hook `setup` would write into the image, done before the container exists
+/// (the runtime wrapper's early setup): the CUDA compat linker config, and the application
+/// profile for the GPU nodes of `spec`.
+pub fn early_steps(
+    rootfs: &Path,
+    setup: &super::SetupArgs,
+    spec: &serde_json::Value,
+) -> anyhow::Result<()> {
+    if let Some(version) = &setup.cuda_compat_host_driver_version {
+        gpuhook_inject::cuda_compat::enable_cuda_compat(rootfs, version).map_err(flat)?;
+    }
+    if setup.application_profile {
+        let root = ContainerRoot::open(rootfs).map_err(flat)?;
+        write_mask(&root, spec_gpu_mask(spec))?;
+    }
+    Ok(())
+}
+
+fn write_mask(root: &ContainerRoot, mask: u64) -> anyhow::Result<bool> {
     if mask == 0 {
         return Ok(false);
     }
@@ -89,5 +132,11 @@ mod tests {
             r#"{"profiles":[{"name":"_container_","settings":["EGLVisibleDGPUDevices",0x9]}],"rules":[{"pattern":[],"profile":"_container_"}]}"#
         );
         assert_eq!(gpu_mask(&entries[2..5]), 0);
+        let spec = serde_json::json!({"linux": {"devices": [
+            {"path": "/dev/nvidia2", "type": "c", "major": 195, "minor": 2},
+            {"path": "/dev/nvidiactl", "type": "c", "major": 195, "minor": 255},
+            {"path": "/dev/nvidia-caps/nvidia-cap1", "type": "c", "major": 511, "minor": 1}
+        ]}});
+        assert_eq!(spec_gpu_mask(&spec), 0b100);
     }
 }

@@ -4,7 +4,7 @@
 //! binary stays a three-line `main`. This is the one place in the crate that uses `anyhow`: it is
 //! the process boundary, where library errors become one line on stderr and an exit status.
 
-mod app_profile;
+pub mod app_profile;
 mod cdi;
 mod hook;
 mod prestart;

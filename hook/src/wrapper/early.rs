@@ -123,11 +123,6 @@ impl<'a> EarlySetupTakeover<'a> {
         if setup.container_spec.is_some() {
             return Err("the hook names its own --container-spec".into());
         }
-        if setup.cuda_compat_host_driver_version.is_some() || setup.application_profile {
-            return Err(
-                "the hook has CUDA-compat or application-profile steps, done in the hook".into(),
-            );
-        }
         // (type, joins an existing one)
         let namespaces: Vec<(&str, bool)> = spec
             .pointer("/linux/namespaces")
@@ -265,6 +260,12 @@ impl HookTakeover for EarlySetupTakeover<'_> {
                 return None;
             }
         };
+        // The steps that write into the image: CUDA compat before the early ldconfig reads its
+        // linker config, the application profile from the nodes runc will create.
+        if let Err(e) = crate::cli::app_profile::early_steps(&plan.rootfs, &setup, spec) {
+            tracing::warn!(container, error = %e, "hook setup stays a hook");
+            return None;
+        }
         match gpuhook_inject::start_early_setup(plan) {
             Ok(pending) => {
                 self.rewrite_hooks(spec, &setup);

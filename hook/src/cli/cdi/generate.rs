@@ -160,18 +160,7 @@ pub(super) fn run(args: &GenerateArgs, config: &Config) -> anyhow::Result<()> {
     let inv = discovery.inventory;
     let discovered = start.elapsed();
 
-    let mut opts = GenerateOptions::new(gpuhook_path);
-    opts.vendor = args.vendor.clone();
-    opts.class = class;
-    opts.name_strategies = args
-        .device_name_strategy
-        .iter()
-        .map(|&s| s.into())
-        .collect();
-    opts.edits.ldconfig_path = args.ldconfig_path.clone();
-    opts.edits.disabled_hooks = flags.disabled_hooks.clone();
-    opts.all_device = flags.all_device;
-    opts.device_ids = flags.device_ids.clone();
+    let opts = options(args, &flags, class, gpuhook_path);
     let spec_inv = if flags.no_ipc {
         let mut i = inv.clone();
         i.files.ipc.clear();
@@ -208,6 +197,28 @@ pub(super) fn run(args: &GenerateArgs, config: &Config) -> anyhow::Result<()> {
         spec.cdi_version
     );
     Ok(())
+}
+
+/// The generator's options from the command line.
+fn options(
+    args: &GenerateArgs,
+    flags: &super::nvidia_flags::Resolved,
+    class: String,
+    gpuhook_path: PathBuf,
+) -> GenerateOptions {
+    let mut opts = GenerateOptions::new(gpuhook_path);
+    opts.vendor = args.vendor.clone();
+    opts.class = class;
+    opts.name_strategies = args
+        .device_name_strategy
+        .iter()
+        .map(|&s| s.into())
+        .collect();
+    opts.edits.ldconfig_path = args.ldconfig_path.clone();
+    opts.edits.disabled_hooks = flags.disabled_hooks.clone();
+    opts.all_device = flags.all_device;
+    opts.device_ids = flags.device_ids.clone();
+    opts
 }
 
 /// Logs discovery's warnings; with `required`, an unusable NVML is an error (its warnings become
