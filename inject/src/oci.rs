@@ -60,10 +60,11 @@ impl OciState {
     }
 }
 
+/// An OCI input error; the reason is capped, since parsers quote the (image-controlled) input.
 fn oci_err(what: &str, reason: String) -> InjectError {
     InjectError::Oci {
-        what: what.to_string(),
-        reason,
+        what: gpuhook_node::bounded::cap_message(what),
+        reason: gpuhook_node::bounded::cap_message(&reason),
     }
 }
 

@@ -108,6 +108,40 @@ pub fn preview(value: &str) -> String {
     }
 }
 
+/// Bytes of an error message kept whole; a longer one (a parser quoting a hostile value) is cut.
+pub const MAX_MESSAGE_BYTES: usize = 1024;
+
+/// `message` unchanged when it is at most [`MAX_MESSAGE_BYTES`]; otherwise its head and tail
+/// (where parsers say what they expected) around a marker saying how much was cut. For error
+/// messages that quote input, e.g. serde's `invalid type: string "…", expected a map`.
+pub fn cap_message(message: &str) -> String {
+    if message.len() <= MAX_MESSAGE_BYTES {
+        return message.to_string();
+    }
+    let head_end = floor_char_boundary(message, MAX_MESSAGE_BYTES / 2);
+    let tail_start = ceil_char_boundary(message, message.len() - MAX_MESSAGE_BYTES / 4);
+    format!(
+        "{}… [{} bytes cut] …{}",
+        &message[..head_end],
+        tail_start - head_end,
+        &message[tail_start..]
+    )
+}
+
+fn floor_char_boundary(s: &str, mut i: usize) -> usize {
+    while !s.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
+}
+
+fn ceil_char_boundary(s: &str, mut i: usize) -> usize {
+    while !s.is_char_boundary(i) {
+        i += 1;
+    }
+    i
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -156,5 +190,20 @@ mod tests {
         assert_eq!(preview_joined(&["a", "b"], 5, ","), "a,b");
         assert_eq!(read_bounded_from(&b"abc"[..], 2).unwrap(), None);
         assert_eq!(read_bounded_from(&b"ab"[..], 2).unwrap().unwrap(), b"ab");
+    }
+
+    #[test]
+    fn long_messages_keep_head_and_tail_and_say_what_was_cut() {
+        let short = "invalid type: integer, expected a string";
+        assert_eq!(cap_message(short), short);
+        let long = format!(
+            "invalid type: string \"{}é\", expected a map",
+            "x".repeat(5000)
+        );
+        let capped = cap_message(&long);
+        assert!(capped.len() < MAX_MESSAGE_BYTES + 64, "{}", capped.len());
+        assert!(capped.starts_with("invalid type: string \"xxx"), "{capped}");
+        assert!(capped.ends_with("é\", expected a map"), "{capped}");
+        assert!(capped.contains("bytes cut]"), "{capped}");
     }
 }

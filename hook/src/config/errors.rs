@@ -1,5 +1,6 @@
 //! Config errors that point at the file, line and key.
 
+use gpuhook_node::bounded::{cap_message, preview};
 use std::path::{Path, PathBuf};
 
 /// A config file that cannot be used.
@@ -78,8 +79,8 @@ pub(super) fn parse_error(e: &toml::de::Error, text: &str, path: &Path) -> Confi
         path: path.to_path_buf(),
         line,
         column,
-        key: key_on_line(text, line),
-        message: e.message().trim().to_string(),
+        key: key_on_line(text, line).map(|k| preview(&k)),
+        message: cap_message(e.message().trim()),
     }
 }
 
@@ -88,18 +89,19 @@ pub(super) fn invalid(text: &str, path: &Path, key: &str, message: String) -> Co
         Some((t, l)) => (Some(t), l),
         None => (None, key),
     };
-    let line = (1..=text.lines().count()).find(|&n| {
-        text.lines()
-            .nth(n - 1)
-            .and_then(|l| l.split_once('='))
-            .is_some_and(|(k, _)| k.trim().trim_matches('"') == leaf)
-            && table_at(text, n).as_deref() == table
+    // One pass over the lines (a config may be long); `table_at` only for a matching key.
+    let line = text.lines().enumerate().find_map(|(i, l)| {
+        let n = i + 1;
+        let same_key = l
+            .split_once('=')
+            .is_some_and(|(k, _)| k.trim().trim_matches('"') == leaf);
+        (same_key && table_at(text, n).as_deref() == table).then_some(n)
     });
     ConfigError::Invalid {
         path: path.to_path_buf(),
         line,
-        key: key.to_string(),
-        message,
+        key: preview(key),
+        message: cap_message(&message),
     }
 }
 

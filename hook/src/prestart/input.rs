@@ -29,7 +29,7 @@ pub fn read_state(reader: impl Read) -> Result<OciState, PrestartError> {
     if !state.bundle.is_absolute() {
         return Err(state_err(format!(
             "bundle {:?} is not an absolute path",
-            state.bundle
+            gpuhook_node::bounded::preview(&state.bundle.to_string_lossy())
         )));
     }
     Ok(state)
