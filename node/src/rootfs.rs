@@ -20,7 +20,9 @@ const MAX_LINKS: u32 = 40;
 #[derive(Debug)]
 pub struct RootResolver {
     root: PathBuf,
-    cache: HashMap<PathBuf, PathBuf>,
+    /// In-root path → (resolved path, links followed to resolve it), so a cache hit still
+    /// counts toward the 40-link budget of the walk that uses it, as the kernel would.
+    cache: HashMap<PathBuf, (PathBuf, u32)>,
     /// Resolved paths known not to exist (discovery probes many optional well-known paths).
     missing: HashSet<PathBuf>,
 }
@@ -44,12 +46,17 @@ impl RootResolver {
     }
 
     /// Resolves every symlink of the absolute in-root `path`, inside the root. Returns the in-root
-    /// path of the real file. Fails when a component is missing (`NotFound`) or on a link loop.
+    /// path of the real file. Fails when a component is missing (`NotFound`), or with `ELOOP` when
+    /// the walk would follow more than 40 links in total (the kernel's MAXSYMLINKS), whatever
+    /// the shape of the link graph.
     pub fn resolve(&mut self, path: &Path) -> io::Result<PathBuf> {
-        self.resolve_depth(path, 0)
+        let mut links = 0;
+        self.resolve_counting(path, &mut links)
     }
 
-    fn resolve_depth(&mut self, path: &Path, depth: u32) -> io::Result<PathBuf> {
+    /// Resolves `path`, adding the links it follows to `links` (the whole walk's total).
+    fn resolve_counting(&mut self, path: &Path, links: &mut u32) -> io::Result<PathBuf> {
+        let eloop = || io::Error::from_raw_os_error(libc::ELOOP);
         let mut cur = PathBuf::from("/");
         for comp in path.components() {
             match comp {
@@ -60,24 +67,30 @@ impl RootResolver {
                 }
                 Component::Normal(name) => {
                     let next = cur.join(name);
-                    if let Some(hit) = self.cache.get(&next) {
+                    if let Some((hit, used)) = self.cache.get(&next) {
+                        *links = links.saturating_add(*used);
+                        if *links > MAX_LINKS {
+                            return Err(eloop());
+                        }
                         cur = hit.clone();
                         continue;
                     }
                     if self.missing.contains(&next) {
                         return Err(io::Error::from_raw_os_error(libc::ENOENT));
                     }
+                    let before = *links;
                     let resolved = match std::fs::read_link(join_under(&self.root, &next)) {
                         Ok(target) => {
-                            if depth >= MAX_LINKS {
-                                return Err(io::Error::from_raw_os_error(libc::ELOOP));
+                            *links += 1;
+                            if *links > MAX_LINKS {
+                                return Err(eloop());
                             }
                             let target = if target.is_absolute() {
                                 target
                             } else {
                                 cur.join(target)
                             };
-                            self.resolve_depth(&target, depth + 1)?
+                            self.resolve_counting(&target, links)?
                         }
                         Err(e) if e.raw_os_error() == Some(libc::EINVAL) => next.clone(),
                         Err(e) => {
@@ -87,7 +100,7 @@ impl RootResolver {
                             return Err(e);
                         }
                     };
-                    self.cache.insert(next, resolved.clone());
+                    self.cache.insert(next, (resolved.clone(), *links - before));
                     cur = resolved;
                 }
             }
@@ -143,5 +156,40 @@ mod tests {
         let missing = res.resolve(Path::new("/lib/nothing")).unwrap_err();
         assert_eq!(missing.kind(), io::ErrorKind::NotFound);
         assert_eq!(res.resolve(Path::new("/")).unwrap(), PathBuf::from("/"));
+    }
+
+    #[test]
+    fn a_walk_follows_at_most_forty_links_in_total_even_through_the_cache() {
+        // a0 -> a1 -> ... -> a45 (a real dir): 45 links in one walk is ELOOP, as in the kernel,
+        // also when the first resolution of a later link was cached by an earlier walk.
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("a45")).unwrap();
+        for i in (0..45).rev() {
+            symlink(format!("a{}", i + 1), dir.path().join(format!("a{i}"))).unwrap();
+        }
+        let mut r = RootResolver::new(dir.path());
+        assert_eq!(r.resolve(Path::new("/a10")).unwrap(), Path::new("/a45"));
+        let err = r.resolve(Path::new("/a0")).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::ELOOP), "{err}");
+        let err = RootResolver::new(dir.path())
+            .resolve(Path::new("/a0"))
+            .unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::ELOOP), "{err}");
+        assert_eq!(r.resolve(Path::new("/a5")).unwrap(), Path::new("/a45"));
+    }
+
+    #[test]
+    fn a_tree_of_links_is_bounded_not_exponential() {
+        // l_k -> l_{k+1}/../l_{k+1}: each level doubles a naive walk; ours stops at 40 links.
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("l60")).unwrap();
+        for k in (0..60).rev() {
+            let t = format!("l{}/../l{}", k + 1, k + 1);
+            symlink(t, dir.path().join(format!("l{k}"))).unwrap();
+        }
+        let err = RootResolver::new(dir.path())
+            .resolve(Path::new("/l0"))
+            .unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::ELOOP), "{err}");
     }
 }
