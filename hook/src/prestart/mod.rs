@@ -256,7 +256,7 @@ fn run_for(
         rootfs: &bundle_cfg.rootfs,
         ldconfig: &ldconfig,
         // ldconfig writes the image's root-owned /etc/ld.so.cache: it runs as the container's
-        // root (uid 0 without a single capability, chrooted), whatever user the process runs as
+        // root (uid 0 without a single capability, pivoted into the rootfs), whatever user the process runs as
         // (libnvc does the same); as the process user it could not write the cache.
         uid: 0,
         gid: 0,
