@@ -97,6 +97,18 @@ fn identity(path: &Path) -> (u64, i64, i64) {
     (m.ino(), m.mtime(), m.mtime_nsec())
 }
 
+/// Rebuilds `root` as h100-mig with only its first `keep` MIG devices; returns that profile.
+fn repartition(root: &Path, keep: usize) -> NodeProfile {
+    let p = repartitioned(keep);
+    let opts = MaterialiseOptions {
+        mock_nvml: Some(gpuhook_e2e::mock_nvml_lib()),
+        bin_dir: Some(gpuhook_e2e::bin_dir()),
+        ldconfig: None,
+    };
+    materialise(&p, root, &opts).expect("re-partition the simulated node");
+    p
+}
+
 /// h100-mig with only its first `keep` MIG devices (the others destroyed).
 fn repartitioned(keep: usize) -> NodeProfile {
     let mut p = NodeProfile::builtin("h100-mig").expect("h100-mig");
@@ -158,13 +170,7 @@ fn the_spec_follows_a_mig_repartition_and_an_idle_node_is_not_rewritten() {
     );
 
     // Re-partition: 7 x 1g.10gb -> 3 x 1g.10gb.
-    let after = repartitioned(3);
-    let opts = MaterialiseOptions {
-        mock_nvml: Some(gpuhook_e2e::mock_nvml_lib()),
-        bin_dir: Some(gpuhook_e2e::bin_dir()),
-        ldconfig: None,
-    };
-    materialise(&after, &root, &opts).expect("re-partition the simulated node");
+    let after = repartition(&root, 3);
     let took = wait_for_names(
         &spec,
         &expected_names(&after),

@@ -29,21 +29,9 @@ pub(super) fn check(opts: &Options, out: &mut Vec<Finding>) {
         "gpuhook runtime configure"
     };
     let fix = format!("{configure} --runtime-name {name} && systemctl restart containerd");
-    for file in [config, &opts.containerd_drop_in] {
-        match std::fs::metadata(file) {
-            Ok(m) if m.len() > MAX_FILE_BYTES => {
-                out.push(Finding::fail(
-                    CHECK,
-                    format!(
-                        "{} is over {MAX_FILE_BYTES} bytes; not read",
-                        file.display()
-                    ),
-                    "shrink the file",
-                ));
-                return;
-            }
-            _ => {}
-        }
+    if let Some(f) = too_large(opts) {
+        out.push(f);
+        return;
     }
     if !config.exists() {
         out.push(Finding::fail(
@@ -106,6 +94,20 @@ pub(super) fn check(opts: &Options, out: &mut Vec<Finding>) {
             fix,
         ),
     });
+}
+
+/// A fail when a config file is over the read limit.
+fn too_large(opts: &Options) -> Option<Finding> {
+    [&opts.containerd_config, &opts.containerd_drop_in]
+        .into_iter()
+        .find(|f| std::fs::metadata(f).is_ok_and(|m| m.len() > MAX_FILE_BYTES))
+        .map(|f| {
+            Finding::fail(
+                CHECK,
+                format!("{} is over {MAX_FILE_BYTES} bytes; not read", f.display()),
+                "shrink the file",
+            )
+        })
 }
 
 fn binary_finding(file: &Path, name: &str, binary: Option<PathBuf>) -> Finding {
