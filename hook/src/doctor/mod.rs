@@ -191,3 +191,6 @@ pub(crate) fn list_dir(dir: &std::path::Path) -> std::io::Result<(Vec<String>, b
     names.sort_unstable();
     Ok((names, cut))
 }
+
+#[cfg(test)]
+mod tests;
