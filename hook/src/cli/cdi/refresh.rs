@@ -153,7 +153,11 @@ mod tests {
         assert!(!w.due(&a), "same node, fresh failure: wait");
         let b = fp(dir.path(), "590.1.2");
         assert!(w.due(&b), "the node changed: try again");
-        w.failed.as_mut().unwrap().1 -= RETRY_AFTER_FAILURE;
+        let failed = w.failed.as_mut().unwrap();
+        failed.1 = failed
+            .1
+            .checked_sub(RETRY_AFTER_FAILURE)
+            .expect("uptime over 30 s");
         assert!(w.due(&a), "after the retry delay: try again");
     }
 }
