@@ -8,6 +8,7 @@
 
 pub mod cli;
 pub mod config;
+pub mod doctor;
 pub mod logging;
 pub mod prestart;
 pub mod request;

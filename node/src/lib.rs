@@ -13,6 +13,7 @@ pub mod discover;
 pub mod error;
 pub mod extras;
 pub mod files;
+pub mod fingerprint;
 pub mod gpus;
 pub mod inventory;
 pub mod ldcache;

@@ -8,9 +8,11 @@
 mod conflicts;
 mod generate;
 mod nvidia_flags;
+mod refresh;
 mod takeover;
 
 pub use nvidia_flags::NvidiaFlags;
+pub use refresh::RefreshArgs;
 
 use std::path::{Path, PathBuf};
 
@@ -32,6 +34,8 @@ pub enum CdiCommand {
         rewritten, and a file gpuhook did not write is never replaced. The discovered inventory is \
         also saved for `gpuhook prestart` (--inventory-cache). A one-line summary goes to stderr.")]
     Generate(Box<GenerateArgs>),
+    /// Generate the spec now and, with --watch, again whenever the driver or the MIG layout changes
+    Refresh(Box<RefreshArgs>),
     /// List the CDI devices defined in the spec directories
     #[command(
         long_about = "List the CDI devices defined in the spec directories.\n\n\
@@ -191,6 +195,7 @@ pub struct ValidateArgs {
 pub(super) fn run(command: &CdiCommand, config: &Config) -> anyhow::Result<()> {
     match command {
         CdiCommand::Generate(args) => generate::run(args, config),
+        CdiCommand::Refresh(args) => refresh::run(args, config),
         CdiCommand::List(args) => list(args, config),
         CdiCommand::Validate(args) => validate(args),
     }

@@ -6,6 +6,7 @@
 
 pub mod app_profile;
 mod cdi;
+mod doctor;
 mod hook;
 mod prestart;
 mod runtime;
@@ -17,6 +18,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 pub use cdi::{CdiCommand, GenerateArgs, ListArgs, NameStrategy, SpecFormat, ValidateArgs};
+pub use doctor::DoctorArgs;
 pub use hook::{
     CreateSymlinksArgs, DisableDeviceNodeModificationArgs, HookCommand, LinkSpec, SetupArgs,
     UpdateLdcacheArgs,
@@ -83,6 +85,8 @@ pub enum Command {
     /// Configure a container runtime to use gpuhook-runtime
     #[command(subcommand)]
     Runtime(RuntimeCommand),
+    /// Explain why this node or a container has no GPU: each check ok/warn/fail with its fix
+    Doctor(Box<DoctorArgs>),
     /// Print the version
     Version,
 }
@@ -165,6 +169,7 @@ fn dispatch(command: Command, config: &Config) -> anyhow::Result<()> {
         Command::Hook(c) => hook::run(&c, config),
         Command::System(c) => system::run(&c, config),
         Command::Runtime(c) => runtime::run(&c, config),
+        Command::Doctor(args) => doctor::run(&args, config),
         Command::Version => Ok(()),
     }
 }
