@@ -246,3 +246,72 @@ fn hook_setup_links_then_updates_the_ldcache_in_one_process() {
         );
     }
 }
+
+/// The setup hook's CUDA forward-compat step (NVIDIA's `enable-cuda-compat`,
+/// nvidia-container-toolkit v1.20.0 cmd/nvidia-cdi-hook/cudacompat/cudacompat.go): an image
+/// whose `/usr/local/cuda/compat` holds one `libcuda.so.<newer major>.*` gets that folder first
+/// in its `ld.so.cache`; with a host driver as new, the image is left alone.
+#[test]
+fn hook_setup_puts_newer_cuda_compat_libraries_first() {
+    if !gpuhook_e2e::e2e_ready("cdi_hooks::compat", &["ldconfig"]) {
+        return;
+    }
+    for (host, want_first) in [
+        ("570.158.01", "/usr/local/cuda/compat/libcuda.so.1"),
+        ("999.1.1", "libcuda.so.1 in the driver folder"),
+    ] {
+        let t = tmp("compat");
+        let (p, bundle, rootfs, lib) = bundle_with_libcuda(t.path());
+        let lib_dir = p.lib_dir.trim_start_matches('/');
+        let compat = rootfs.join("usr/local/cuda/compat");
+        std::fs::create_dir_all(&compat).unwrap();
+        std::fs::copy(
+            rootfs.join(lib_dir).join(&lib),
+            compat.join("libcuda.so.999.1.1"),
+        )
+        .unwrap();
+        std::os::unix::fs::symlink("libcuda.so.999.1.1", compat.join("libcuda.so.1")).unwrap();
+        let soname_link = format!("{lib}::{}/libcuda.so.1", p.lib_dir);
+        let args = [
+            "hook",
+            "setup",
+            "--link",
+            &soname_link,
+            "--ldconfig-path",
+            "/sbin/ldconfig",
+        ];
+        let mut args = args.to_vec();
+        args.extend([
+            "--folder",
+            &p.lib_dir,
+            "--cuda-compat-host-driver-version",
+            host,
+        ]);
+        let out = hook_with_state(&args, &bundle);
+        assert!(out.status.success(), "{}", texts(&out).1);
+        let listing = gpuhook_e2e::run_ok(
+            Command::new("ldconfig")
+                .arg("-p")
+                .arg("-C")
+                .arg(rootfs.join("etc/ld.so.cache")),
+        );
+        let first = listing
+            .lines()
+            .find(|l| l.trim_start().starts_with("libcuda.so.1 "))
+            .unwrap_or_else(|| panic!("{listing}"));
+        if host.starts_with("570") {
+            assert!(
+                first.ends_with(want_first),
+                "host {host}: {first}\n{listing}"
+            );
+        } else {
+            assert!(
+                first.ends_with(&format!("{}/libcuda.so.1", p.lib_dir)),
+                "host {host}: {want_first}: {first}"
+            );
+            assert!(!rootfs
+                .join("etc/ld.so.conf.d/00-compat-gpuhook.conf")
+                .exists());
+        }
+    }
+}

@@ -86,27 +86,68 @@ fn check_files(p: &NodeProfile, report: &Report, inv: &Inventory) {
     let name = &p.name;
     let lib_dir = Path::new(&p.lib_dir);
     for lib in libraries(p) {
-        let path = lib_dir.join(&lib.file_name);
+        let path = Path::new(&lib.dir).join(&lib.file_name);
         let found = inv.files.libraries.iter().find(|l| l.path == path);
         let found = found.unwrap_or_else(|| panic!("{name}: {} not discovered", path.display()));
+        let want = if lib.i386 { "compat32" } else { lib.capability };
         assert_eq!(
             found.capability.as_str(),
-            lib.capability,
+            want,
             "{name}: {}",
             path.display()
         );
         assert_eq!(found.soname.as_deref(), Some(lib.soname.as_str()), "{name}");
+        // symlinks.go `getDotSoSymlinks`: `libX.so -> SONAME` exactly where the host has it.
+        let dev_link = path
+            .with_file_name(lib.file_name.split(".so.").next().unwrap_or("").to_owned() + ".so");
+        let made = inv.files.symlinks.iter().any(|l| l.link == dev_link);
+        let always = ["libcuda.so", "libnvidia-opticalflow.so"]
+            .iter()
+            .any(|s| dev_link.ends_with(s));
+        assert_eq!(
+            made,
+            lib.dev_link.is_some() || always,
+            "{name}: {}",
+            dev_link.display()
+        );
     }
     assert_eq!(
         inv.files.libraries.len(),
         libraries(p).len(),
         "{name}: no extra libraries"
     );
+    let mut dirs = vec![lib_dir.to_path_buf()];
+    dirs.extend(p.features.lib32_dir.as_ref().map(PathBuf::from));
+    assert_eq!(inv.files.library_dirs, dirs, "{name}");
+    // Only the nodes the node has (pkg/nvcdi/common-nvml.go `controlDeviceNodeDiscoverer`),
+    // each with its mode (MIG caps read-only).
+    let nodes = inv
+        .files
+        .device_nodes
+        .as_ref()
+        .expect("discovery records the nodes");
+    let has = |path: &str| nodes.iter().any(|n| n.path == path);
     assert_eq!(
-        inv.files.library_dirs,
-        vec![lib_dir.to_path_buf()],
+        has("/dev/nvidia-modeset"),
+        p.features.nvidia_modeset,
         "{name}"
     );
+    assert_eq!(
+        has("/dev/nvidia-uvm-tools"),
+        p.features.nvidia_uvm_tools,
+        "{name}"
+    );
+    for n in nodes
+        .iter()
+        .filter(|n| n.path.starts_with("/dev/nvidia-caps/"))
+    {
+        assert!(
+            n.mode == 0o444 || n.mode == 0o400,
+            "{name}: {} mode {:o}",
+            n.path,
+            n.mode
+        );
+    }
     let cuda_link = inv
         .files
         .symlinks
@@ -121,7 +162,15 @@ fn check_files(p: &NodeProfile, report: &Report, inv: &Inventory) {
     found.extend(inv.files.firmware.iter().cloned());
     found.extend(inv.files.ipc.iter().map(|f| f.path.clone()));
     found.extend(inv.files.config_files.iter().map(|f| f.path.clone()));
-    let mut want: Vec<PathBuf> = report.files.iter().map(PathBuf::from).collect();
+    // The driver's own application-profile files are not mounted: nvidia-ctk v1.20.0 mounts
+    // none (tests/expectations/nvidia-ctk/workstation-full.json) and writes the container's own
+    // profile instead (the setup hook's --application-profile).
+    let mut want: Vec<PathBuf> = report
+        .files
+        .iter()
+        .filter(|f| !f.contains("/nvidia-application-profiles-"))
+        .map(PathBuf::from)
+        .collect();
     found.sort();
     want.sort();
     assert_eq!(

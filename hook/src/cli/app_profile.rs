@@ -75,20 +75,24 @@ pub fn spec_gpu_mask(spec: &serde_json::Value) -> u64 {
 
 /// What the setup hook `setup` would write into the image, done before the container exists
 /// (the runtime wrapper's early setup): the CUDA compat linker config, and the application
-/// profile for the GPU nodes of `spec`.
+/// profile for the GPU nodes of `spec`. Returns the compat folder to put first in the
+/// `ld.so.cache` folders, when the image's compat libraries are used.
 pub fn early_steps(
     rootfs: &Path,
     setup: &super::SetupArgs,
     spec: &serde_json::Value,
-) -> anyhow::Result<()> {
-    if let Some(version) = &setup.cuda_compat_host_driver_version {
-        gpuhook_inject::cuda_compat::enable_cuda_compat(rootfs, version).map_err(flat)?;
-    }
+) -> anyhow::Result<Option<std::path::PathBuf>> {
+    let compat = match &setup.cuda_compat_host_driver_version {
+        Some(version) => {
+            gpuhook_inject::cuda_compat::enable_cuda_compat(rootfs, version).map_err(flat)?
+        }
+        None => None,
+    };
     if setup.application_profile {
         let root = ContainerRoot::open(rootfs).map_err(flat)?;
         write_mask(&root, spec_gpu_mask(spec))?;
     }
-    Ok(())
+    Ok(compat)
 }
 
 fn write_mask(root: &ContainerRoot, mask: u64) -> anyhow::Result<bool> {

@@ -193,8 +193,11 @@ pub(super) fn run(command: &HookCommand, config: &Config) -> anyhow::Result<()> 
             };
             let profile =
                 args.application_profile && super::app_profile::write_profile(&bundle.rootfs)?;
+            // ldconfig lists a SONAME's folders in the order it reads them, command-line folders
+            // first: the compat folder goes before the driver's so its libcuda.so.1 wins.
+            let folders: Vec<PathBuf> = compat.iter().chain(&args.folders).cloned().collect();
             if !args.folders.is_empty() {
-                update_ldcache(&bundle, config, &args.folders, Some(&ldconfig))?;
+                update_ldcache(&bundle, config, &folders, Some(&ldconfig))?;
             }
             tracing::debug!(
                 rootfs = %bundle.rootfs.display(),

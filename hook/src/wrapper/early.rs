@@ -253,7 +253,7 @@ impl HookTakeover for EarlySetupTakeover<'_> {
         if !self.config.runtime.early_setup {
             return None;
         }
-        let (plan, setup) = match self.plan(bundle, spec) {
+        let (mut plan, setup) = match self.plan(bundle, spec) {
             Ok(p) => p,
             Err(why) => {
                 tracing::debug!(container, reason = %why, "hook setup stays a hook");
@@ -262,9 +262,13 @@ impl HookTakeover for EarlySetupTakeover<'_> {
         };
         // The steps that write into the image: CUDA compat before the early ldconfig reads its
         // linker config, the application profile from the nodes runc will create.
-        if let Err(e) = crate::cli::app_profile::early_steps(&plan.rootfs, &setup, spec) {
-            tracing::warn!(container, error = %e, "hook setup stays a hook");
-            return None;
+        match crate::cli::app_profile::early_steps(&plan.rootfs, &setup, spec) {
+            Ok(Some(compat)) if !plan.folders.is_empty() => plan.folders.insert(0, compat),
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(container, error = %e, "hook setup stays a hook");
+                return None;
+            }
         }
         match gpuhook_inject::start_early_setup(plan) {
             Ok(pending) => {

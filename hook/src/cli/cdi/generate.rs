@@ -44,7 +44,10 @@ impl Output {
         if p.is_dir() || p.as_os_str().as_bytes().ends_with(b"/") {
             return Ok(in_dir(p));
         }
-        let by_extension = Format::from_path(p);
+        // `.yml` is YAML too (nvidia-ctk generate.go `formatFromFilename`), though runtimes load
+        // only `*.yaml` (warned below).
+        let by_extension = Format::from_path(p)
+            .or_else(|| (p.extension() == Some("yml".as_ref())).then_some(Format::Yaml));
         match (format, by_extension) {
             (Some(f), Some(e)) if f != e => bail!(
                 "--format {} does not match the extension of {}: runtimes read *.json as JSON and \
@@ -52,7 +55,7 @@ impl Output {
                 f.as_str(),
                 p.display()
             ),
-            (_, None) => tracing::warn!(
+            _ if p.extension() == Some("yml".as_ref()) || by_extension.is_none() => tracing::warn!(
                 output = %p.display(),
                 "runtimes load only *.json and *.yaml files from their spec directories; this file \
                  will not be picked up there"
@@ -344,6 +347,11 @@ mod tests {
         assert_eq!(
             Output::resolve(Some(Path::new("/x/s.yaml")), None, KIND).unwrap(),
             Output::File("/x/s.yaml".into(), Format::Yaml)
+        );
+        // nvidia-ctk v1.20.0 generate.go `formatFromFilename`: `.yml` is YAML.
+        assert_eq!(
+            Output::resolve(Some(Path::new("/x/s.yml")), None, KIND).unwrap(),
+            Output::File("/x/s.yml".into(), Format::Yaml)
         );
         assert_eq!(
             Output::resolve(Some(Path::new("/x/s.yaml")), Some(Format::Yaml), KIND).unwrap(),
