@@ -38,10 +38,18 @@ BENCH_EXTRA_DIRS=()
 # bench_watchdog SECONDS: ends this script (and the command it waits for) after SECONDS, so a
 # runtime that hangs cannot keep the benchmark running; bench_cleanup still runs (containers
 # whose id starts with BENCH_ID_PREFIX are deleted). Only this script's own children are killed.
+# The watchdog's sleep holds none of the script's output open (a reader of the script's output
+# sees its end when the script ends) and is ended with the watchdog by bench_cleanup.
 bench_watchdog() {
   local main=$$
-  ( sleep "$1"; echo "benchmark: over its ${1}s limit, stopping" >&2
-    pkill -TERM -P "$main"; kill -TERM "$main" ) 2>/dev/null &
+  (
+    trap 'kill "$nap" 2>/dev/null; exit 0' TERM
+    sleep "$1" >/dev/null 2>&1 &
+    nap=$!
+    wait "$nap" || exit 0
+    echo "benchmark: over its ${1}s limit, stopping" >&2
+    pkill -TERM -P "$main"; kill -TERM "$main"
+  ) &
   BENCH_WATCHDOG=$!
   trap 'exit 124' TERM
 }
