@@ -26,6 +26,8 @@
 #   gpuN-floor     runc directly on the config.json gpuhook-runtime writes, hooks removed: runc's
 #                  own cost of our device nodes and mounts, the floor under any tool giving them
 #   gpuN-nvfloor   the same on the config.json NVIDIA's runtime writes, hooks removed
+#   gpu8-nvpreinjected runc on that config.json with its hooks: splits NVIDIA's cost into its
+#                  runtime's own and its hooks'
 #   gpu8-wrapper-hook  gpuhook-runtime with `early-setup = false`: runc runs our `setup` hook
 #   gpu8-preinjected   runc on the config.json of gpu8-wrapper-hook (same mounts and hook, no
 #                  wrapper): what a CDI-aware containerd would hand runc
@@ -236,7 +238,7 @@ PY
 VARIANTS=(plain-runc plain-wrapper gpu1-runc gpu1-wrapper gpu1-floor)
 [[ -n $NV_RUNTIME ]] && VARIANTS+=(gpu1-nvidia gpu1-nvfloor)
 VARIANTS+=(gpu8-runc gpu8-wrapper gpu8-wrapper-hook gpu8-preinjected gpu8-threehooks gpu8-floor)
-[[ -n $NV_RUNTIME ]] && VARIANTS+=(gpu8-nvidia gpu8-nvfloor)
+[[ -n $NV_RUNTIME ]] && VARIANTS+=(gpu8-nvidia gpu8-nvfloor gpu8-nvpreinjected)
 (( MOUNT_VARIANTS )) && VARIANTS+=(gpu8-floor-dir gpu8-floor-lean)
 [[ -n $NV_RUNTIME ]] || echo "no --nvidia-runtime/--nvidia-ctk: NVIDIA's columns are skipped" >&2
 
@@ -249,6 +251,7 @@ for v in "${VARIANTS[@]}"; do
     gpu8-threehooks) capture gpu8-wrapper-hook "$v" three-hooks ;;
     gpu8-floor) capture gpu8-wrapper-hook "$v" strip-hooks ;;
     gpu?-nvfloor) capture "${v%-nvfloor}-nvidia" "$v" strip-hooks ;;
+    gpu8-nvpreinjected) capture gpu8-nvidia "$v" none ;;
     gpu8-floor-dir) capture gpu8-wrapper-hook "$v" floor-dir "$WORK/stage" "$WORK/node" ;;
     gpu8-floor-lean) capture gpu8-wrapper-hook "$v" floor-lean ;;
     *) make_bundle "$v" ;;
@@ -304,6 +307,12 @@ for name, a, b, target in [
          "(vs CDI in containerd)"),
         ("8 GPUs: one setup hook vs NVIDIA's three", "gpu8-preinjected", "gpu8-threehooks",
          "(negative: what one hook saves)"),
+        ("8 GPUs: our hook vs NVIDIA's hooks", "gpu8-preinjected", "gpu8-nvpreinjected",
+         "(runc on each tool's edits)"),
+        ("8 GPUs: NVIDIA's hooks (runc on its edits)", "gpu8-nvpreinjected", "gpu8-nvfloor",
+         "(vs the same without hooks)"),
+        ("8 GPUs: NVIDIA's runtime vs runc, its edits", "gpu8-nvidia", "gpu8-nvpreinjected",
+         "(its runtime's own cost)"),
         ("8 GPUs floor: one dir mount vs per file", "gpu8-floor-dir", "gpu8-floor",
          "(negative: what per-file mounts cost)"),
         ("8 GPUs floor: bind vs rbind,rprivate", "gpu8-floor-lean", "gpu8-floor",
