@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shell helpers shared by the benchmark scripts (scripts/bench-*.sh); sourced, not run:
 #   source "$(dirname "$0")/bench-lib.sh"
 # One definition of the percentile and of the work-dir / rootfs set-up, so the numbers of the
@@ -21,7 +22,62 @@ bench_work_dir() {
   WORK=$(mktemp -d "${TMPDIR:-/tmp}/$1.XXXXXX")
   trap bench_cleanup EXIT
 }
-bench_cleanup() { [[ ${KEEP:-0} == 1 ]] && echo "kept $WORK" >&2 || rm -rf "$WORK"; }
+bench_cleanup() {
+  local id
+  [[ -n ${BENCH_WATCHDOG:-} ]] && kill "$BENCH_WATCHDOG" 2>/dev/null
+  if [[ -n ${BENCH_ID_PREFIX:-} ]] && command -v runc >/dev/null; then
+    for id in $(runc list -q 2>/dev/null | grep "^$BENCH_ID_PREFIX" || true); do
+      runc delete -f "$id" 2>/dev/null || true
+    done
+  fi
+  if [[ ${KEEP:-0} == 1 ]]; then echo "kept $WORK ${BENCH_EXTRA_DIRS[*]:-}" >&2; return; fi
+  rm -rf "$WORK" "${BENCH_EXTRA_DIRS[@]}"
+}
+BENCH_EXTRA_DIRS=()
+
+# bench_watchdog SECONDS: ends this script (and the command it waits for) after SECONDS, so a
+# runtime that hangs cannot keep the benchmark running; bench_cleanup still runs (containers
+# whose id starts with BENCH_ID_PREFIX are deleted). Only this script's own children are killed.
+# The watchdog's sleep holds none of the script's output open (a reader of the script's output
+# sees its end when the script ends) and is ended with the watchdog by bench_cleanup.
+bench_watchdog() {
+  local main=$$
+  (
+    trap 'kill "$nap" 2>/dev/null; exit 0' TERM
+    sleep "$1" >/dev/null 2>&1 &
+    nap=$!
+    wait "$nap" || exit 0
+    echo "benchmark: over its ${1}s limit, stopping" >&2
+    pkill -TERM -P "$main"; kill -TERM "$main"
+  ) &
+  BENCH_WATCHDOG=$!
+  trap 'exit 124' TERM
+}
+
+# bench_in_node_ns ROOT LIB_DIR CMD...: runs CMD as NVIDIA's tools see a simulated node at ROOT:
+# nvidia-ctk reads /proc/driver/nvidia-caps/mig-minors at that absolute path, whatever its
+# --driver-root (internal/nvcaps/nvcaps.go, NewMigCaps), so CMD runs in a private mount namespace
+# with ROOT/proc/driver bound over /proc/driver (gone with the namespace: nothing to unmount);
+# NVML is loaded with dlopen("libnvidia-ml.so.1"), found through LD_LIBRARY_PATH=ROOT/LIB_DIR.
+bench_in_node_ns() {
+  local root=$1 lib_dir=$2
+  shift 2
+  # shellcheck disable=SC2016 # $1 and $@ are the inner sh's
+  unshare --mount --propagation private sh -c 'mount --bind "$1/proc/driver" /proc/driver && shift && exec "$@"' \
+    sh "$root" env LD_LIBRARY_PATH="$root$lib_dir" "$@"
+}
+
+# bench_nvidia_ctk_generate NVIDIA_CTK ROOT LIB_DIR OUT [ARGS...]: NVIDIA's spec of the simulated
+# node ROOT (device names by index and UUID, plus `all`), written to OUT; its log beside OUT.
+bench_nvidia_ctk_generate() {
+  local ctk=$1 root=$2 lib_dir=$3 out=$4
+  shift 4
+  mkdir -p "$(dirname "$out")"
+  if ! bench_in_node_ns "$root" "$lib_dir" "$ctk" cdi generate --driver-root "$root" --dev-root "$root" \
+      --output "$out" "$@" >"$out.log" 2>&1; then
+    echo "nvidia-ctk cdi generate failed on $root:" >&2; tail -5 "$out.log" >&2; return 1
+  fi
+}
 
 # bench_busybox_rootfs DIR: a Debian-like busybox rootfs (sh, true, /etc/debian_version).
 bench_busybox_rootfs() {
@@ -48,6 +104,7 @@ pct() {
 #   ...report using load(variant) -> sorted ms, pct(xs, p), paired(a, b), statistics...
 #   PY
 #   } | python3 - "$WORK" "$RUNS"
+# shellcheck disable=SC2034 # used by the scripts that source this file
 BENCH_PY_STATS=$(cat <<'PY'
 import sys, statistics
 work, runs = sys.argv[1], int(sys.argv[2])
