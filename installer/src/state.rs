@@ -26,9 +26,39 @@ const MAX_SNAPSHOT_BYTES: u64 = 4 << 20;
 pub struct Changed {
     pub path: PathBuf,
     /// Content before the first install.
+    #[serde(with = "content")]
     pub before: Vec<u8>,
     /// Content the (last) install left.
+    #[serde(with = "content")]
     pub after: Vec<u8>,
+}
+
+/// File content in the state file: UTF-8 text as a string (readable by an admin), anything
+/// else as an array of bytes.
+mod content {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(untagged)]
+    enum Repr {
+        Text(String),
+        Bytes(Vec<u8>),
+    }
+
+    pub fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        match std::str::from_utf8(bytes) {
+            Ok(text) => Repr::Text(text.to_string()),
+            Err(_) => Repr::Bytes(bytes.to_vec()),
+        }
+        .serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        Ok(match Repr::deserialize(d)? {
+            Repr::Text(text) => text.into_bytes(),
+            Repr::Bytes(bytes) => bytes,
+        })
+    }
 }
 
 /// The record: everything is a host path.
@@ -259,6 +289,19 @@ mod tests {
             fs::read_to_string(tmp.path().join("config.toml")).unwrap(),
             "edited by the admin"
         );
+    }
+
+    #[test]
+    fn content_is_text_when_it_can_be_and_round_trips_either_way() {
+        let c = Changed {
+            path: PathBuf::from("/etc/x"),
+            before: vec![0xff, 0],
+            after: b"version = 2\n".to_vec(),
+        };
+        let json = serde_json::to_string(&c).unwrap();
+        assert!(json.contains(r#""after":"version = 2\n""#), "{json}");
+        assert!(json.contains(r#""before":[255,0]"#), "{json}");
+        assert_eq!(serde_json::from_str::<Changed>(&json).unwrap(), c);
     }
 
     #[test]
