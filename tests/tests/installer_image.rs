@@ -24,6 +24,12 @@ use gpuhook_e2e::{built, e2e_ready, run_ok, workspace_root};
 const INSTALL_DIR: &str = "usr/local/nvidia-gpuhook/bin";
 const BINARIES: [&str; 3] = ["gpuhook", "gpuhook-runtime", "gpu-mps-daemon"];
 
+/// The binaries the image is built from: the release build when `GPUHOOK_RELEASE_DIR` names
+/// it (`scripts/build-release.sh`, glibc 2.17), else the workspace's debug build.
+fn source_dir() -> PathBuf {
+    std::env::var_os("GPUHOOK_RELEASE_DIR").map_or_else(gpuhook_e2e::bin_dir, PathBuf::from)
+}
+
 /// The image, removed when dropped.
 struct Image(String);
 
@@ -32,7 +38,7 @@ impl Image {
         let tag = format!("localhost/gpuhook-installer-e2e:{}", std::process::id());
         run_ok(
             Command::new(workspace_root().join("deploy/image/build.sh"))
-                .arg(gpuhook_e2e::bin_dir())
+                .arg(source_dir())
                 .arg(&tag),
         );
         Image(tag)
@@ -89,7 +95,10 @@ fn copy_glibc(root: &Path, files: &[PathBuf]) {
 fn host_root(dir: &Path) -> PathBuf {
     let root = dir.join("host");
     build_node("a100-mig-mixed", &root);
-    copy_glibc(&root, &[built("gpuhook"), gpuhook_e2e::mock_nvml_lib()]);
+    copy_glibc(
+        &root,
+        &[source_dir().join("gpuhook"), gpuhook_e2e::mock_nvml_lib()],
+    );
     std::fs::create_dir_all(root.join("var")).unwrap();
     std::fs::create_dir_all(root.join("run")).unwrap();
     std::os::unix::fs::symlink("/run", root.join("var/run")).unwrap();
@@ -141,7 +150,7 @@ fn check_installed(root: &Path) {
         let path = dir.join(b);
         assert_eq!(
             std::fs::read(&path).unwrap(),
-            std::fs::read(built(b)).unwrap(),
+            std::fs::read(source_dir().join(b)).unwrap(),
             "{b}"
         );
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;

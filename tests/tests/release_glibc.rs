@@ -170,6 +170,20 @@ fn libc_minor(depends: &str) -> u32 {
         .unwrap()
 }
 
+/// The highest `GLIBC_2.N` version a binary needs, as N.
+fn glibc_minor(binary: &Path) -> u32 {
+    let info = run_ok(
+        Command::new("readelf")
+            .args(["--version-info", "--wide"])
+            .arg(binary),
+    );
+    info.split("GLIBC_2.")
+        .skip(1)
+        .filter_map(|v| v.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok())
+        .max()
+        .expect("no GLIBC_2.N version")
+}
+
 #[test]
 fn debs_hold_the_binaries_units_and_dependencies() {
     let Some(dir) = release_dir("debs") else {
@@ -185,10 +199,17 @@ fn debs_hold_the_binaries_units_and_dependencies() {
             .lines()
             .find(|l| l.ends_with(f))
             .unwrap_or_else(|| panic!("{f}:\n{list}"));
-        assert!(line.starts_with("-rwxr-xr-x root/root"), "{line}");
+        assert!(line.starts_with("-rwxr-xr-x 0/0 "), "{line}");
     }
     let depends = dpkg_deb(&["-f"], &hook);
     assert!(libc_minor(&depends) <= 17, "{depends}");
+    // ... and not below what the binaries need.
+    let needed =
+        ["gpuhook", "gpuhook-runtime", "gpu-mps-daemon"].map(|b| glibc_minor(&dir.join(b)));
+    assert!(
+        needed.iter().all(|n| *n <= libc_minor(&depends)),
+        "{needed:?} vs {depends}"
+    );
 
     let mps = deb(&dir, "gpu-mps-daemon");
     let list = dpkg_deb(&["-c"], &mps);
