@@ -278,3 +278,38 @@ fn failed_install_rolls_back() {
         "a failed install left changes: {changes:#?}"
     );
 }
+
+/// The installer run directly on the "host" (no podman) with `--drop-in`: the runtime goes to
+/// the drop-in, the main config only imports it, and uninstall removes the drop-in and its
+/// directory and restores the main config.
+#[test]
+fn drop_in_install_and_uninstall_on_the_host() {
+    if !e2e_ready("installer_image", &["containerd", "ldd", "ldconfig"]) {
+        return;
+    }
+    let dir = tmp("installer-dropin");
+    let root = host_root(dir.path());
+    let before = tree(&root);
+    let installer = |args: &[&str]| {
+        let mut cmd = Command::new(built("gpuhook-installer"));
+        cmd.args(args).args(["--host-root", s(&root)]);
+        cmd.output().unwrap()
+    };
+    let out = installer(&["install", "--drop-in", "--source-dir", s(&source_dir())]);
+    ok(&out, "install --drop-in");
+    let drop_in = std::fs::read_to_string(root.join("etc/containerd/conf.d/99-gpuhook.toml"))
+        .expect("the drop-in");
+    assert!(
+        drop_in.contains(&format!("/{INSTALL_DIR}/gpuhook-runtime")),
+        "{drop_in}"
+    );
+    let main = std::fs::read_to_string(root.join("etc/containerd/config.toml")).unwrap();
+    assert!(
+        main.contains("/etc/containerd/conf.d/99-gpuhook.toml")
+            && !main.contains("gpuhook-runtime"),
+        "{main}"
+    );
+    ok(&installer(&["uninstall"]), "uninstall");
+    let changes = diff(&before, &tree(&root));
+    assert!(changes.is_empty(), "uninstall left changes: {changes:#?}");
+}
