@@ -1,0 +1,118 @@
+//! `gpuhook-installer`: puts gpuhook on a node from a container, the way NVIDIA's toolkit
+//! container does (host root mounted at `/host`), and takes it off again.
+//!
+//! The image is `FROM scratch` (no shell), so this is a binary, and a thin one: it copies the
+//! binaries shipped beside it into a host directory (temp + rename), then `chroot`s into the host
+//! root and runs the *installed* `gpuhook` for the real work (`cdi generate`, `runtime
+//! configure`). Running inside the host root is what makes every path in the spec and in
+//! containerd's config a host path, and makes `/var/run -> /run` style symlinks resolve on the
+//! host rather than in the image. Everything it creates or changes is recorded in a state file
+//! in the install directory, which `uninstall` replays backwards.
+
+mod install;
+mod state;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Install directory on the host (NVIDIA's toolkit container uses /usr/local/nvidia/toolkit).
+pub const DEFAULT_INSTALL_DIR: &str = "/usr/local/nvidia-gpuhook/bin";
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "gpuhook-installer",
+    version,
+    about = "Install gpuhook on a node from a container, and uninstall it",
+    after_help = "Example (the image's entrypoint is this binary):\n  \
+        podman run --rm --privileged -v /:/host gpuhook-installer install --host-root /host\n  \
+        podman run --rm --privileged -v /:/host gpuhook-installer uninstall --host-root /host"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Copy the binaries to the host, write the CDI spec, register the runtime with containerd
+    #[command(
+        after_help = "Example:\n  gpuhook-installer install --host-root /host \
+        --containerd-config /etc/containerd/config.toml --drop-in"
+    )]
+    Install(InstallArgs),
+    /// Undo `install`: restore changed files, remove created files and directories
+    #[command(after_help = "Example:\n  gpuhook-installer uninstall --host-root /host")]
+    Uninstall(CommonArgs),
+}
+
+/// Flags both subcommands take. Every path except --host-root and --source-dir is a host path.
+#[derive(Debug, Clone, Args)]
+pub struct CommonArgs {
+    /// Where the host's root filesystem is mounted in this container ("/" when run on the host)
+    #[arg(long, value_name = "DIR", default_value = "/host")]
+    pub host_root: PathBuf,
+    /// Host directory for the binaries (and the installer's state file)
+    #[arg(long, value_name = "DIR", default_value = DEFAULT_INSTALL_DIR)]
+    pub install_dir: PathBuf,
+}
+
+/// Flags of `install`.
+#[derive(Debug, Clone, Args)]
+pub struct InstallArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Directory (in this container) holding the binaries to install [default: this binary's]
+    #[arg(long, value_name = "DIR")]
+    pub source_dir: Option<PathBuf>,
+    /// Host path of the driver installation (`gpuhook cdi generate --driver-root`)
+    #[arg(long, value_name = "DIR", default_value = "/")]
+    pub driver_root: PathBuf,
+    /// Host directory the CDI spec is written to
+    #[arg(long, value_name = "DIR", default_value = "/var/run/cdi")]
+    pub cdi_spec_dir: PathBuf,
+    /// Host path of the inventory cache that `gpuhook prestart` and the runtime read
+    #[arg(
+        long,
+        value_name = "FILE",
+        default_value = "/var/run/gpuhook/inventory.json"
+    )]
+    pub inventory_cache: PathBuf,
+    /// containerd's main config on the host
+    #[arg(long, value_name = "FILE", default_value = gpuhook_runtime::DEFAULT_CONFIG)]
+    pub containerd_config: PathBuf,
+    /// Write the runtime to a containerd drop-in (`runtime configure --drop-in`)
+    #[arg(long, value_name = "PATH", num_args = 0..=1,
+          default_missing_value = gpuhook_runtime::DEFAULT_DROP_IN)]
+    pub drop_in: Option<PathBuf>,
+    /// Name of the containerd runtime (the RuntimeClass handler)
+    #[arg(long, value_name = "NAME", default_value = gpuhook_runtime::DEFAULT_RUNTIME_NAME)]
+    pub runtime_name: String,
+    /// Leave containerd's config alone (binaries and CDI spec only)
+    #[arg(long)]
+    pub no_containerd: bool,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let result = match &cli.command {
+        Command::Install(args) => install::install(args),
+        Command::Uninstall(args) => install::uninstall(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("gpuhook-installer: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Builds the release binaries that nodes run, linked against glibc 2.17 so that they start on
+# RHEL 7/8, Ubuntu 18.04/20.04 and Amazon Linux 2 hosts as well as on new ones, then checks the
+# floor with scripts/check-glibc.sh. One build serves everything: the binaries in $DIST, the
+# container image (deploy/image) and, with --deb, the Debian packages (cargo-deb --no-build).
+#
+#   scripts/build-release.sh [--deb] [--image TAG]
+#
+# Needs cargo-zigbuild and zig (`pip install ziglang cargo-zigbuild`; installed when missing) and,
+# for --deb, cargo-deb (`cargo install --locked cargo-deb`). The binaries stay dynamically linked
+# against glibc: gpuhook dlopens NVML at run time, which a static (musl) binary cannot do.
+# CARGO_TARGET_DIR is honoured (default: target/); the binaries land in
+# $CARGO_TARGET_DIR/x86_64-unknown-linux-gnu/release and are copied to $DIST (default
+# $CARGO_TARGET_DIR/dist).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+deb=false
+image=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --deb) deb=true ;;
+        --image) image="${2:?--image needs a tag, e.g. gpuhook-installer:dev}"; shift ;;
+        -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "build-release: unknown argument $1 (see --help)" >&2; exit 2 ;;
+    esac
+    shift
+done
+
+glibc="${GPUHOOK_GLIBC:-2.17}"
+triple="x86_64-unknown-linux-gnu"
+target_dir="${CARGO_TARGET_DIR:-$PWD/target}"
+dist="${DIST:-$target_dir/dist}"
+bins=(gpuhook gpuhook-runtime gpu-mps-daemon gpuhook-installer)
+
+if ! command -v cargo-zigbuild >/dev/null 2>&1 || ! python3 -m ziglang version >/dev/null 2>&1; then
+    echo "build-release: installing ziglang and cargo-zigbuild from PyPI" >&2
+    python3 -m pip install --quiet ziglang cargo-zigbuild 2>/dev/null ||
+        python3 -m pip install --quiet --break-system-packages ziglang cargo-zigbuild
+    command -v pyenv >/dev/null 2>&1 && pyenv rehash || true
+    scripts=$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))')
+    case ":$PATH:" in *":$scripts:"*) ;; *) export PATH="$PATH:$scripts" ;; esac
+fi
+
+start=$(date +%s)
+CARGO_TARGET_DIR="$target_dir" cargo zigbuild --release --locked --target "$triple.$glibc" \
+    -p gpuhook -p gpu-mps-daemon -p gpuhook-installer --bins
+echo "build-release: cargo zigbuild took $(( $(date +%s) - start ))s" >&2
+
+mkdir -p "$dist"
+for b in "${bins[@]}"; do
+    install -m 0755 "$target_dir/$triple/release/$b" "$dist/$b"
+done
+GPUHOOK_GLIBC="$glibc" scripts/check-glibc.sh "$dist"
+
+if [ -n "$image" ]; then
+    deploy/image/build.sh "$dist" "$image"
+fi
+
+if $deb; then
+    if ! command -v cargo-deb >/dev/null 2>&1; then
+        echo "build-release: installing cargo-deb from crates.io" >&2
+        cargo install --locked cargo-deb
+    fi
+    for p in gpuhook gpu-mps-daemon; do
+        CARGO_TARGET_DIR="$target_dir" cargo deb --no-build --no-strip --target "$triple" \
+            -p "$p" --output "$dist"
+    done
+    ls -l "$dist"/*.deb
+fi
