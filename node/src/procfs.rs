@@ -104,39 +104,79 @@ pub fn normalize_bus_id(s: &str) -> Option<String> {
 }
 
 /// `/proc/driver/nvidia-caps/mig-minors`: capability name -> minor.
+///
+/// The driver lists every capability it could ever create (over a thousand lines for 8 GPUs,
+/// MIG or not), and discovery reads it on every `cdi generate`: names are kept as numbers in one
+/// sorted vector, not as a thousand strings in a hash map.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct MigMinors(HashMap<String, u32>);
+pub struct MigMinors(Vec<(MigCapName, u32)>);
+
+/// A capability of `mig-minors`: `config`, `monitor`, `gpu<minor>/gi<g>/access` or
+/// `gpu<minor>/gi<g>/ci<c>/access`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum MigCapName {
+    Config,
+    Monitor,
+    Gi(u32, u32),
+    Ci(u32, u32, u32),
+}
+
+impl MigCapName {
+    fn parse(name: &str) -> Option<MigCapName> {
+        match name {
+            "config" => return Some(MigCapName::Config),
+            "monitor" => return Some(MigCapName::Monitor),
+            _ => {}
+        }
+        let rest = name.strip_prefix("gpu")?.strip_suffix("/access")?;
+        let (gpu, rest) = rest.split_once("/gi")?;
+        let (gpu, gi) = (gpu.parse().ok()?, rest);
+        match gi.split_once("/ci") {
+            None => Some(MigCapName::Gi(gpu, gi.parse().ok()?)),
+            Some((gi, ci)) => Some(MigCapName::Ci(gpu, gi.parse().ok()?, ci.parse().ok()?)),
+        }
+    }
+}
 
 impl MigMinors {
     pub fn parse(text: &str) -> MigMinors {
-        let map = text
+        let mut caps: Vec<(MigCapName, u32)> = text
             .lines()
             .filter_map(|l| {
                 let (name, minor) = l.trim().rsplit_once(char::is_whitespace)?;
-                Some((name.trim().to_string(), minor.parse().ok()?))
+                Some((MigCapName::parse(name.trim())?, minor.parse().ok()?))
             })
             .collect();
-        MigMinors(map)
+        // Stable, so the first of two lines for one name wins, as a first-match lookup would.
+        caps.sort_by_key(|(name, _)| *name);
+        caps.dedup_by_key(|(name, _)| *name);
+        MigMinors(caps)
     }
 
+    fn minor(&self, name: MigCapName) -> Option<u32> {
+        let i = self.0.binary_search_by_key(&name, |(n, _)| *n).ok()?;
+        Some(self.0[i].1)
+    }
+
+    /// Minor of a capability by its `mig-minors` name (`config`, `gpu0/gi1/ci0/access`).
     pub fn get(&self, name: &str) -> Option<u32> {
-        self.0.get(name).copied()
+        self.minor(MigCapName::parse(name)?)
     }
 
     /// Minor of a GPU instance; `gpu_minor` is the parent's `/dev/nvidia<minor>`, not its index.
     pub fn gi(&self, gpu_minor: u32, gi: u32) -> Option<u32> {
-        self.get(&format!("gpu{gpu_minor}/gi{gi}/access"))
+        self.minor(MigCapName::Gi(gpu_minor, gi))
     }
 
     /// Minor of a compute instance.
     pub fn ci(&self, gpu_minor: u32, gi: u32, ci: u32) -> Option<u32> {
-        self.get(&format!("gpu{gpu_minor}/gi{gi}/ci{ci}/access"))
+        self.minor(MigCapName::Ci(gpu_minor, gi, ci))
     }
 
     pub fn control(&self) -> Option<MigControlCaps> {
         Some(MigControlCaps {
-            config_minor: self.get("config")?,
-            monitor_minor: self.get("monitor")?,
+            config_minor: self.minor(MigCapName::Config)?,
+            monitor_minor: self.minor(MigCapName::Monitor)?,
         })
     }
 }

@@ -121,3 +121,16 @@ fn reads_a_proc_tree_under_a_root() {
         "{err}"
     );
 }
+
+#[test]
+fn mig_minors_ignore_malformed_names_and_keep_the_first_of_duplicates() {
+    let m = MigMinors::parse(
+        "gpu0/gi1/access 12\ngpu0/gi1/access 99\ngpuX/gi1/access 5\ngpu0/gi/access 6\n\
+         gpu0/gi2/ci/access 7\ngpu0/gi2/ci1/access\ngpu3/gi4/ci5/access 42\nconfig one\n",
+    );
+    assert_eq!(m.gi(0, 1), Some(12));
+    assert_eq!(m.ci(3, 4, 5), Some(42));
+    assert_eq!(m.get("gpu3/gi4/ci5/access"), Some(42));
+    assert_eq!(m.get("gpu0/gi2/ci/access"), None);
+    assert_eq!(m.control(), None);
+}
