@@ -244,6 +244,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
 
     let board = Board::default();
     board.set_config(args.config.as_ref().map(|p| p.display().to_string()));
+    board.set_idle(loaded.plan.gpus.is_empty());
     let (stop_tx, stop_rx) = watch::channel(false);
     let writer = tokio::spawn(status::write_loop(
         board.clone(),
@@ -289,6 +290,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
                         loaded.node = node;
                         tracing::info!(started = ?s.started, restarted = ?s.restarted, stopped = ?s.stopped,
                             unchanged = ?s.unchanged, "config reloaded");
+                        board.set_idle(plan.gpus.is_empty());
                         loaded.plan = plan;
                         board.set_reload_error(None);
                     }

@@ -2,9 +2,10 @@
 //!
 //! Operators already write `sharing.mps` for NVIDIA's device plugin, so we read that exact shape
 //! (`version: v1`, `sharing.mps.resources[]`) and keep our own settings in a separate top-level
-//! `mpsDaemon` key that the plugin does not know about. Unknown keys are rejected with their full
-//! path (`sharing.mps.resources[0].replica: unknown field ...`) because a typo in a sharing config
-//! silently changes how many containers share a GPU.
+//! `mpsDaemon` key that the plugin does not know about. The device-plugin part is checked the way
+//! NVIDIA's plugin checks it ([`crate::kdp`]: unknown keys there are warnings, as the plugin
+//! ignores them; what it refuses, we refuse). Unknown keys in `mpsDaemon` are errors with their
+//! full path, because a typo there silently changes how the daemon runs.
 //!
 //! This module only parses; [`crate::plan`] checks the values against the node's GPUs.
 
@@ -49,9 +50,14 @@ impl ConfigError {
 
 /// The whole file.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[serde(rename_all = "camelCase")]
 pub struct ConfigFile {
-    pub version: String,
+    /// `v1`; omitted means `v1`, as for NVIDIA's plugin.
+    #[serde(default)]
+    pub version: Option<String>,
+    /// Keys NVIDIA's plugin ignores (named, to be shown as warnings).
+    #[serde(skip)]
+    pub warnings: Vec<String>,
     /// Device-plugin keys we accept so that one file can serve both programs; ignored here.
     #[serde(default)]
     pub flags: Option<serde_yaml::Value>,
@@ -68,7 +74,7 @@ pub struct ConfigFile {
 
 /// `sharing`.
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[serde(rename_all = "camelCase")]
 pub struct Sharing {
     /// Same shape as `mps`, used by the device plugin only.
     #[serde(default)]
@@ -79,7 +85,7 @@ pub struct Sharing {
 
 /// `sharing.mps`.
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[serde(rename_all = "camelCase")]
 pub struct MpsSharing {
     #[serde(default)]
     pub rename_by_default: bool,
@@ -91,7 +97,7 @@ pub struct MpsSharing {
 
 /// `sharing.mps.resources[]`.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[serde(rename_all = "camelCase")]
 pub struct Resource {
     pub name: String,
     #[serde(default)]
@@ -235,14 +241,27 @@ pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
 
 /// Parses YAML text; errors name the key path (`sharing.mps.resources[0].replicas`).
 pub fn parse(text: &str) -> Result<ConfigFile, ConfigError> {
-    let de = serde_yaml::Deserializer::from_str(text);
-    serde_path_to_error::deserialize(de).map_err(|e| {
+    // An empty file is a valid (empty) config for NVIDIA's plugin.
+    let doc: serde_yaml::Value = if text.trim().is_empty() {
+        serde_yaml::Value::Null
+    } else {
+        serde_yaml::from_str(text)
+            .map_err(|e| ConfigError::invalid("(top level)", e.to_string()))?
+    };
+    let warnings = crate::kdp::check(&doc)?;
+    let doc = match doc {
+        serde_yaml::Value::Null => serde_yaml::Value::Mapping(Default::default()),
+        d => d,
+    };
+    let mut cfg: ConfigFile = serde_path_to_error::deserialize(doc).map_err(|e| {
         let key = match e.path().to_string() {
             p if p == "." || p.is_empty() => "(top level)".to_string(),
             p => p,
         };
         ConfigError::invalid(key, e.into_inner().to_string())
-    })
+    })?;
+    cfg.warnings = warnings;
+    Ok(cfg)
 }
 
 /// Parses `1Gi`, `512Mi`, `1G`, `64M`, `4096K`, `123` (bytes).
@@ -299,6 +318,19 @@ impl<'de> Deserialize<'de> for Devices {
             }
             fn visit_u64<E: de::Error>(self, v: u64) -> Result<Devices, E> {
                 Ok(Devices::Count(i64::try_from(v).unwrap_or(i64::MAX)))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Devices, E> {
+                // YAML -> JSON makes 2.0 the count 2 for NVIDIA's plugin; 2.5 is no count.
+                if v.fract() == 0.0 && (1.0..=1e6).contains(&v) {
+                    format!("{v:.0}")
+                        .parse()
+                        .map(Devices::Count)
+                        .map_err(E::custom)
+                } else {
+                    Err(E::custom(format!(
+                        "a count of devices must be a whole number > 0, got {v}"
+                    )))
+                }
             }
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Devices, A::Error> {
                 let mut out = Vec::new();

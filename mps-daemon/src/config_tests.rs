@@ -17,7 +17,7 @@ sharing:
         devices: all
       - name: nvidia.com/gpu.big
         replicas: 2
-        devices: ["3", 5, GPU-abc]
+        devices: ["3", 5, GPU-4cf8db2d-06c0-7d70-1a51-e59b25b2c16c]
       - name: x
         replicas: 2
         devices: 2
@@ -41,7 +41,7 @@ mpsDaemon:
         Devices::List(vec![
             DeviceId::Index(3),
             DeviceId::Index(5),
-            DeviceId::Uuid("GPU-abc".into())
+            DeviceId::Uuid("GPU-4cf8db2d-06c0-7d70-1a51-e59b25b2c16c".into())
         ])
     );
     assert_eq!(mps.resources[2].devices, Devices::Count(2));
@@ -59,14 +59,24 @@ mpsDaemon:
 }
 
 #[test]
-fn unknown_key_is_named_with_its_path() {
+fn unknown_keys_warn_but_a_missing_required_key_fails_with_its_path() {
+    // As NVIDIA's plugin: the typo `replica` is ignored (a warning), so `replicas` is missing.
     let err = parse(
         "version: v1\nsharing:\n  mps:\n    resources:\n      - name: a\n        replica: 2\n",
     )
     .unwrap_err()
     .to_string();
-    assert!(err.contains("sharing.mps.resources[0]"), "{err}");
-    assert!(err.contains("unknown field `replica`"), "{err}");
+    assert_eq!(err, "sharing.mps.resources[0]: no replicas specified");
+    let cfg = parse("version: v1\nnotAField: 1\n").unwrap();
+    assert_eq!(cfg.warnings.len(), 1, "{:?}", cfg.warnings);
+    // Our own section stays strict.
+    let err = parse("mpsDaemon:\n  probeIntervall: 5s\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("mpsDaemon") && err.contains("unknown field `probeIntervall`"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -52,7 +52,12 @@ pub fn route(board: &Board, request_line: &str) -> Response {
         "/healthz" => text(200, "ok\n"),
         "/readyz" => {
             let (total, not_ready) = board.not_ready();
-            if total > 0 && not_ready.is_empty() {
+            if total == 0 && board.is_idle() {
+                text(
+                    200,
+                    "ready: no GPU is shared with MPS in the config; nothing to run\n",
+                )
+            } else if total > 0 && not_ready.is_empty() {
                 text(200, format!("ready: {total} GPU(s)\n"))
             } else {
                 let mut body = format!("not ready: {} of {total} GPU(s)\n", not_ready.len());

@@ -22,6 +22,8 @@ pub struct GpuFacts {
     pub mig_enabled: bool,
     /// UUIDs of its MIG devices, so that a `MIG-...` in the config gets a precise error.
     pub mig_uuids: Vec<String>,
+    /// Compute capability (major, minor), when known: MPS replicas are capped by it.
+    pub compute_capability: Option<(u32, u32)>,
 }
 
 /// Errors getting GPU facts.
@@ -77,6 +79,7 @@ pub fn facts_of(inv: &Inventory) -> Vec<GpuFacts> {
             memory_mib: g.memory_mib,
             mig_enabled: g.mig_enabled,
             mig_uuids: g.mig_devices.iter().map(|m| m.uuid.clone()).collect(),
+            compute_capability: g.compute_capability,
         })
         .collect();
     gpus.sort_by_key(|g| g.index);

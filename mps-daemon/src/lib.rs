@@ -22,6 +22,7 @@ pub mod daemon_proc;
 pub mod enforce;
 pub mod http;
 pub mod inventory;
+pub mod kdp;
 pub mod layout;
 pub mod limits;
 pub mod lock;

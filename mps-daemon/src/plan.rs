@@ -85,12 +85,6 @@ const MIG_ERR: &str = "MPS on MIG devices is not supported";
 
 /// Checks `cfg` against `gpus` and computes each GPU's limits.
 pub fn resolve(cfg: &ConfigFile, gpus: &[GpuFacts], ov: &Overrides) -> Result<Plan, ConfigError> {
-    if cfg.version != "v1" {
-        return Err(ConfigError::invalid(
-            "version",
-            format!("unsupported version {:?}; use `version: v1`", cfg.version),
-        ));
-    }
     let d = &cfg.mps_daemon;
     let mps_root = ov
         .mps_root
@@ -133,13 +127,14 @@ pub fn resolve(cfg: &ConfigFile, gpus: &[GpuFacts], ov: &Overrides) -> Result<Pl
         .as_ref()
         .map(|m| m.resources.as_slice())
         .unwrap_or(&[]);
+    let mut warnings = cfg.warnings.clone();
     if resources.is_empty() {
-        return Err(ConfigError::invalid(
-            "sharing.mps.resources",
-            "no MPS resources configured; add at least one entry with `name`, `replicas` and `devices`",
-        ));
+        // One ConfigMap may serve time-sliced nodes too: nothing to run here is not an error.
+        warnings.push(
+            "no sharing.mps section: no GPU is shared with MPS; the daemon idles and reports ready"
+                .to_string(),
+        );
     }
-    let mut warnings = Vec::new();
     let mut names: BTreeMap<&str, usize> = BTreeMap::new();
     // GPU index -> (resource position, name)
     let mut owner: BTreeMap<u32, (usize, &str)> = BTreeMap::new();
@@ -158,14 +153,28 @@ pub fn resolve(cfg: &ConfigFile, gpus: &[GpuFacts], ov: &Overrides) -> Result<Pl
                 format!("duplicate resource name {:?} (also sharing.mps.resources[{prev}]); use one entry per name", r.name),
             ));
         }
-        if r.replicas < 1 || r.replicas > 100 {
-            return Err(ConfigError::invalid(
-                format!("{key}.replicas"),
-                format!("must be between 1 and 100, got {}", r.replicas),
-            ));
-        }
-        let replicas = r.replicas as u32;
+        let replicas = u32::try_from(r.replicas)
+            .ok()
+            .filter(|n| *n >= 1)
+            .ok_or_else(|| {
+                ConfigError::invalid(
+                    format!("{key}.replicas"),
+                    format!("must be at least 1, got {}", r.replicas),
+                )
+            })?;
         for (g, dkey) in select(&r.devices, gpus, &format!("{key}.devices"), &mut warnings)? {
+            let max = crate::kdp::max_mps_replicas(g.compute_capability);
+            if replicas > max {
+                return Err(ConfigError::invalid(
+                    format!("{key}.replicas"),
+                    format!(
+                        "{replicas} > {max}: GPU {} ({}) of compute capability {} serves at most {max} MPS clients (as NVIDIA caps it)",
+                        g.index,
+                        g.uuid,
+                        g.compute_capability.map_or("unknown".to_string(), |(a, b)| format!("{a}.{b}"))
+                    ),
+                ));
+            }
             if let Some((pi, pname)) = owner.insert(g.index, (i, &r.name)) {
                 return Err(ConfigError::invalid(
                     dkey,

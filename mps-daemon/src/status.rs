@@ -168,6 +168,8 @@ struct Inner {
     config: Option<String>,
     last_reload_error: Option<String>,
     cdi: CdiStatus,
+    /// The config shares no GPU with MPS: nothing to run, and that is ready.
+    idle: bool,
 }
 
 /// Command latencies per GPU UUID and command word.
@@ -203,6 +205,15 @@ impl Board {
 
     pub fn set_config(&self, config: Option<String>) {
         self.with(|i| i.config = config);
+    }
+
+    /// Marks the daemon as having nothing to run (no `sharing.mps` on this node).
+    pub fn set_idle(&self, idle: bool) {
+        self.with(|i| i.idle = idle);
+    }
+
+    pub fn is_idle(&self) -> bool {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner()).idle
     }
 
     pub fn set_reload_error(&self, err: Option<String>) {

@@ -398,7 +398,7 @@ fn config_errors_name_the_key_and_start_nothing() {
     let node = Node::new(2, 8192);
     let cases = [
         ("      - {name: r, replicas: 0}\n", "", "sharing.mps.resources[0].replicas"),
-        ("      - {name: r, replicas: 2, replica: 3}\n", "", "sharing.mps.resources[0]"),
+        ("      - {name: r, replicas: 2, devices: [GPU-UUID]}\n", "", "sharing.mps.resources[0].devices: unsupported type for device"),
         ("      - {name: r, replicas: 2, devices: [7]}\n", "", "sharing.mps.resources[0].devices[0]: unknown device \"7\""),
         ("      - {name: r, replicas: 2, devices: [0]}\n      - {name: r, replicas: 2, devices: [1]}\n", "", "sharing.mps.resources[1].name: duplicate"),
         ("      - {name: r, replicas: 2, devices: [0]}\n      - {name: s, replicas: 2, devices: [0]}\n", "", "already shared by resource \"r\""),

@@ -92,6 +92,7 @@ fn facts(profile: &str) -> Vec<GpuFacts> {
             memory_mib: g.memory_mib,
             mig_enabled: g.mig_mode,
             mig_uuids: Vec::new(),
+            compute_capability: None,
         })
         .collect()
 }
