@@ -17,6 +17,7 @@ fn node() -> Vec<GpuFacts> {
             index: i,
             uuid: format!("GPU-{i:08}-0000-0000-0000-000000000000"),
             memory_mib: 81_559,
+            compute_capability: Some((9, 0)),
             mig_enabled: i == 2,
             mig_uuids: if i == 2 {
                 vec!["MIG-00000000-0000-0000-0000-000000000002".into()]

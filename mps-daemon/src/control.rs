@@ -300,8 +300,15 @@ fn private_dev_shm(shm: &CString) -> std::io::Result<()> {
 }
 
 /// Parses a thread percentage reply (`25.0`, `25`).
+/// `None` for anything but a finite number: `nan` would pass every `(got - want).abs() > 0.5`
+/// read-back check, so a control socket answering it must count as not answering.
 pub fn parse_percentage(reply: &str) -> Option<f64> {
-    reply.split_whitespace().last()?.parse().ok()
+    reply
+        .split_whitespace()
+        .last()?
+        .parse::<f64>()
+        .ok()
+        .filter(|p| p.is_finite())
 }
 
 /// Parses a pinned memory limit reply into MiB: `4096M`, `2G`, `0=4096M`, `4096 MB`, `4294967296`
@@ -336,6 +343,10 @@ mod tests {
     fn parses_replies() {
         assert_eq!(parse_percentage("25.0"), Some(25.0));
         assert_eq!(parse_percentage("x"), None);
+        // nan would pass the read-back check `(got - want).abs() > 0.5`; inf is no percentage.
+        assert_eq!(parse_percentage("nan"), None);
+        assert_eq!(parse_percentage("1e999"), None);
+        assert_eq!(parse_percentage("-inf"), None);
         assert_eq!(parse_mem_limit_mib("4096M"), Some(4096));
         assert_eq!(parse_mem_limit_mib("2G"), Some(2048));
         assert_eq!(parse_mem_limit_mib("0=20000M"), Some(20000));

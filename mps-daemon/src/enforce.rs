@@ -17,6 +17,7 @@
 //! Clients are only ever ended with `terminate_client` (never a signal): the server cleans up
 //! the client's context and the process sees an MPS error instead of dying mid-write.
 
+use crate::safefs::{clip, ECHO_MAX};
 use std::collections::BTreeMap;
 
 /// Why a client is ended.
@@ -98,8 +99,10 @@ pub fn parse_pids(reply: &str) -> Result<Vec<u32>, String> {
     reply
         .split_whitespace()
         .map(|w| {
-            w.parse::<u32>()
-                .map_err(|_| format!("unexpected pid {w:?} in reply {reply:?}"))
+            w.parse::<u32>().map_err(|_| {
+                let (w, reply) = (clip(w, 80), clip(reply, ECHO_MAX));
+                format!("unexpected pid {w:?} in reply {reply:?}")
+            })
         })
         .collect()
 }
@@ -107,6 +110,15 @@ pub fn parse_pids(reply: &str) -> Result<Vec<u32>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bad_pid_list_is_refused_with_a_clipped_reply() {
+        let reply = format!("12 {} 13", "x".repeat(5000));
+        let e = parse_pids(&reply).unwrap_err();
+        assert!(e.len() < 2 * ECHO_MAX + 200, "{}", e.len());
+        assert!(e.starts_with("unexpected pid \"xxx"), "{e}");
+        assert_eq!(parse_pids(" 12\n13 ").unwrap(), vec![12, 13]);
+    }
 
     fn c(pid: u32, seq: u64, ctr: Option<&str>) -> ClientView {
         ClientView {
