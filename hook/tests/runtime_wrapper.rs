@@ -188,3 +188,45 @@ fn nvidias_config_file_sets_the_policy_and_unknown_keys_only_warn() {
         "{lines}"
     );
 }
+
+/// Issue #17.7: `gpuhook-runtime --version` used to be runc's answer alone; now it names us and
+/// the runtime we wrap, then that runtime's own `--version` follows (as nvidia-container-runtime
+/// does). `--help` is ours and runs no runtime.
+#[test]
+fn version_and_help_are_answered_by_the_wrapper() {
+    let f = Fake::new();
+    let c = f.config("");
+    for flag in ["--version", "-v"] {
+        let out = f.run(&c, &[flag]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let stdout = text(&out.stdout);
+        let runc = f.path("bin/runc");
+        let expected = format!(
+            "gpuhook-runtime version {}\nwraps: {}\nFAKE-RUNC-STDOUT\n",
+            env!("CARGO_PKG_VERSION"),
+            runc.display()
+        );
+        assert_eq!(stdout, expected, "{flag}");
+        assert_eq!(
+            f.argv().as_deref(),
+            Some("--version\n"),
+            "runc asked its version"
+        );
+        std::fs::remove_file(f.path("argv")).unwrap();
+    }
+    for flag in ["--help", "-h"] {
+        let out = f.run(&c, &[flag]);
+        assert!(out.status.success());
+        let stdout = text(&out.stdout);
+        assert!(
+            stdout.starts_with("gpuhook-runtime: the runc wrapper"),
+            "{stdout}"
+        );
+        assert!(stdout.contains("Examples:"), "{stdout}");
+        assert_eq!(f.argv(), None, "runc not run for {flag}");
+    }
+    // Not alone on the command line: runc's, passed through.
+    let out = f.run(&c, &["--debug", "--version"]);
+    assert_eq!(text(&out.stdout), "FAKE-RUNC-STDOUT\n");
+    assert_eq!(f.argv().as_deref(), Some("--debug --version\n"));
+}
