@@ -20,13 +20,12 @@ use gpuhook::config::{Config, CONFIG_ENV};
 /// Rust's runtime start-up on Linux.
 #[cfg(not(test))]
 #[no_mangle]
-pub extern "C" fn main(argc: c_int, argv: *const *const std::ffi::c_char) -> c_int {
-    // The shim never runs `runc --version` or `runc --help` (one argument, no command): this
-    // compare is the whole cost on the pass-through path.
+pub extern "C" fn main(argc: c_int, _argv: *const *const std::ffi::c_char) -> c_int {
+    // The shim never runs `runc --version` or `runc --help` (one argument, no command): an
+    // integer compare is the whole cost on the pass-through path.
     if argc == 2 {
-        // SAFETY: the C runtime passes `argc` valid NUL-terminated strings in `argv`.
-        let arg = unsafe { std::ffi::CStr::from_ptr(*argv.add(1)) };
-        if let Some(flag) = own_flag(arg.to_bytes()) {
+        let arg = std::env::args_os().nth(1).unwrap_or_default();
+        if let Some(flag) = own_flag(arg.as_encoded_bytes()) {
             return answer(flag);
         }
     }
