@@ -48,6 +48,9 @@ pub enum Command {
 
 #[derive(Debug, Clone, Args)]
 pub struct RunArgs {
+    /// Log line format on stderr: json or text (colours only when stderr is a terminal)
+    #[arg(long, value_name = "FORMAT", env = "GPUHOOK_LOG_FORMAT", value_parser = ["json", "text"])]
+    pub log_format: Option<String>,
     /// Sharing config (k8s-device-plugin format plus `mpsDaemon`).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
