@@ -13,10 +13,10 @@ fn main() {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         );
     let format = match &args.command {
-        Some(Command::Check(r)) => r.log_format.as_deref(),
-        _ => args.run.log_format.as_deref(),
+        Some(Command::Check(r)) => r.log_format,
+        _ => args.run.log_format,
     };
-    if format == Some("json") {
+    if format == Some(cli::LogFormat::Json) {
         logs.json().init();
     } else {
         logs.init();
