@@ -289,5 +289,8 @@ fn policy_decisions_are_structured_json_lines_at_the_default_level() {
     let last: serde_json::Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
     assert_eq!(last["level"], "ERROR");
     let error = last["fields"]["error"].as_str().unwrap();
-    assert!(error.contains("unresolvable CDI devices nvidia.com/gpu=7"), "{error}");
+    assert!(
+        error.contains("unresolvable CDI devices nvidia.com/gpu=7"),
+        "{error}"
+    );
 }
