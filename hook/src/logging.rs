@@ -2,6 +2,10 @@
 //! runtime may read from a hook. One structured line per decision is the caller's job;
 //! [`Decision`] makes that one call.
 
+mod syslog;
+
+pub use syslog::{DecisionSyslog, DECISION_TARGET, SYSLOG_SOCKET};
+
 use std::fs::OpenOptions;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};

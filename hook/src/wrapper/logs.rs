@@ -7,7 +7,10 @@
 //!    line as JSON looking for runc's `"level":"error"` entry, still works (our levels are upper
 //!    case and never taken for runc's errors; our own failure line is added by
 //!    `gpuhook_runtime::report_error` in runc's format);
-//! 3. else (run by hand, no `--log`) stderr, coloured only on a terminal.
+//! 3. else (run by hand, no `--log`) stderr, coloured only on a terminal;
+//!
+//! and in cases 2 and 3 the `gpuhook::decision` lines also to the journal (`/dev/log`), since
+//! runc's log is deleted with the bundle.
 //!
 //! `GPUHOOK_LOG_FORMAT` (`json`/`text`) overrides the config's `log-format` for 1 and 3; 2
 //! always follows runc's `--log-format`, which the shim decodes.
@@ -20,6 +23,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::sync::Mutex;
 
 use tracing_subscriber::filter::LevelFilter;
+use tracing_subscriber::layer::SubscriberExt;
 
 use crate::config::Config;
 use crate::logging;
@@ -77,5 +81,10 @@ pub fn init(config: &Config, argv: &[OsString]) {
                 .finish(),
         ),
     };
-    let _ = tracing::subscriber::set_global_default(subscriber);
+    // No log file set up: the decision lines also go to the journal (see `DecisionSyslog`).
+    let socket = std::path::Path::new(logging::SYSLOG_SOCKET);
+    let _ = match logging::DecisionSyslog::connect(socket, "gpuhook-runtime") {
+        Some(journal) => tracing::subscriber::set_global_default(subscriber.with(journal)),
+        None => tracing::subscriber::set_global_default(subscriber),
+    };
 }
