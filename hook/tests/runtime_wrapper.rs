@@ -187,6 +187,17 @@ fn nvidias_config_file_sets_the_policy_and_unknown_keys_only_warn() {
         lines.contains("NVIDIA config key `bogus-key` has no meaning for gpuhook"),
         "{lines}"
     );
+    // The decision says which source was ignored and why (issue #17.6), not an enum name.
+    let skip = lines
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|v| v["outcome"] == "skip")
+        .expect("a skip decision");
+    let reason = skip["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("NVIDIA_VISIBLE_DEVICES of an unprivileged container ignored"),
+        "{reason}"
+    );
 }
 
 /// Issue #17.7: `gpuhook-runtime --version` used to be runc's answer alone; now it names us and
