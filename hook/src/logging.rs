@@ -2,6 +2,10 @@
 //! runtime may read from a hook. One structured line per decision is the caller's job;
 //! [`Decision`] makes that one call.
 
+mod syslog;
+
+pub use syslog::{DecisionSyslog, DECISION_TARGET, SYSLOG_SOCKET};
+
 use std::fs::OpenOptions;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -29,9 +33,40 @@ pub enum LogLevel {
 pub enum LogFormat {
     /// One JSON object per line (for log collectors).
     Json,
-    /// `timestamp LEVEL target: message key=value ...`.
+    /// `timestamp LEVEL target: message key=value ...` (`compact` is the old name).
     #[default]
+    #[value(name = "text", alias = "compact")]
+    #[serde(rename = "text", alias = "compact")]
     Compact,
+}
+
+/// The environment variable that sets the log format of every gpuhook binary (`json` or
+/// `text`); a command-line `--log-format` wins over it, and it wins over the config file.
+pub const LOG_FORMAT_ENV: &str = "GPUHOOK_LOG_FORMAT";
+
+impl LogFormat {
+    /// `json`, `text` (or `compact`); anything else is `None`.
+    pub fn parse(s: &str) -> Option<LogFormat> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "json" => Some(LogFormat::Json),
+            "text" | "compact" => Some(LogFormat::Compact),
+            _ => None,
+        }
+    }
+
+    /// From [`LOG_FORMAT_ENV`], when set to a known format.
+    pub fn from_env() -> Option<LogFormat> {
+        std::env::var(LOG_FORMAT_ENV)
+            .ok()
+            .as_deref()
+            .and_then(LogFormat::parse)
+    }
+}
+
+/// Colours only for a person watching: stderr is a terminal (never in files, journald or a
+/// collector's pipe).
+pub fn stderr_ansi() -> bool {
+    std::io::IsTerminal::is_terminal(&std::io::stderr())
 }
 
 /// Where and how to log.
@@ -103,9 +138,13 @@ pub fn subscriber(
                 .finish(),
         ),
         (None, LogFormat::Json) => Box::new(builder.json().with_writer(std::io::stderr).finish()),
-        (None, LogFormat::Compact) => {
-            Box::new(builder.compact().with_writer(std::io::stderr).finish())
-        }
+        (None, LogFormat::Compact) => Box::new(
+            builder
+                .with_ansi(stderr_ansi())
+                .compact()
+                .with_writer(std::io::stderr)
+                .finish(),
+        ),
     })
 }
 
@@ -244,6 +283,30 @@ mod tests {
         );
         assert!(!text.contains("hidden"));
         assert!(!text.contains('\u{1b}'), "no ANSI colours in files");
+    }
+
+    #[test]
+    fn text_is_the_name_of_the_line_format_and_compact_still_parses() {
+        use clap::ValueEnum;
+        let names: Vec<String> = LogFormat::value_variants()
+            .iter()
+            .filter_map(|v| v.to_possible_value().map(|p| p.get_name().to_string()))
+            .collect();
+        assert_eq!(names, ["json", "text"]);
+        assert_eq!(LogFormat::from_str("compact", true), Ok(LogFormat::Compact));
+        for (s, f) in [
+            ("JSON", Some(LogFormat::Json)),
+            ("text", Some(LogFormat::Compact)),
+        ] {
+            assert_eq!(LogFormat::parse(s), f);
+        }
+        assert_eq!(LogFormat::parse("yaml"), None);
+        #[derive(Deserialize)]
+        struct C {
+            f: LogFormat,
+        }
+        let c: C = serde_json::from_str(r#"{"f":"text"}"#).unwrap();
+        assert_eq!(c.f, LogFormat::Compact);
     }
 
     #[test]

@@ -81,8 +81,10 @@ fn help_of_every_command() {
         (
             &["runtime", "configure", "--help"],
             &[
-                "--config",
+                "--containerd-config",
                 "--drop-in",
+                "--drop-in-config",
+                "--privileged-host-devices",
                 "--set-as-default",
                 "--dry-run",
                 "RuntimeClass",
@@ -183,5 +185,141 @@ fn log_file_gets_the_error_too() {
             .unwrap()
             .contains("invalid OCI state"),
         "{line}"
+    );
+}
+
+/// Issue #17.7: every help page of these commands ends with an example.
+#[test]
+fn help_pages_show_an_example() {
+    for args in [
+        &["--help"][..],
+        &["prestart", "--help"],
+        &["system", "create-dev-char-symlinks", "--help"],
+        &["runtime", "configure", "--help"],
+    ] {
+        let stdout = text(&gpuhook(args, None).stdout);
+        let (_, example) = stdout
+            .split_once("Example")
+            .unwrap_or_else(|| panic!("{args:?} shows no example:\n{stdout}"));
+        assert!(example.contains("gpuhook "), "{args:?}: {example}");
+    }
+}
+
+fn containerd_config(dir: &std::path::Path) -> std::path::PathBuf {
+    let c = dir.join("config.toml");
+    std::fs::write(&c, "version = 2\n").unwrap();
+    c
+}
+
+/// Issue #17.6: `GPUHOOK_LOG_FORMAT=json` (or `--log-format json`) gives one JSON object per
+/// stderr line, with the fields as keys; and no colour codes when stderr is not a terminal.
+#[test]
+fn log_format_json_from_env_and_flag_and_no_ansi_off_a_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = containerd_config(dir.path());
+    let c = c.to_str().unwrap();
+    let cfg = dir.path().join("gpuhook.toml");
+    std::fs::write(&cfg, "log-format = \"text\"\n").unwrap();
+    let args = [
+        "runtime",
+        "configure",
+        "--containerd-config",
+        c,
+        "--dry-run",
+    ];
+    let via_env = Command::new(env!("CARGO_BIN_EXE_gpuhook"))
+        .args(args)
+        .env("GPUHOOK_CONFIG", &cfg)
+        .env("GPUHOOK_LOG_FORMAT", "json")
+        .output()
+        .unwrap();
+    let mut flag_args = vec!["--log-format", "json"];
+    flag_args.extend(args);
+    let via_flag = gpuhook(&flag_args, Some(&cfg));
+    for out in [via_env, via_flag] {
+        let stderr = text(&out.stderr);
+        assert!(!stderr.contains('\u{1b}'), "{stderr:?}");
+        let line = stderr
+            .lines()
+            .find(|l| l.contains("runtime configure"))
+            .unwrap_or_else(|| panic!("no log line: {stderr}"));
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert_eq!(v["level"], "INFO");
+        assert!(v["timestamp"].is_string(), "{v}");
+        assert_eq!(v["fields"]["message"], "runtime configure");
+        assert_eq!(v["fields"]["containerd_config"], c);
+    }
+    let plain = gpuhook(&args, Some(&cfg));
+    let stderr = text(&plain.stderr);
+    assert!(
+        stderr.contains("INFO") && stderr.contains("containerd_config="),
+        "{stderr}"
+    );
+    assert!(!stderr.contains('\u{1b}'), "{stderr:?}");
+    assert_eq!(
+        gpuhook(&["--log-format", "yaml", "version"], None)
+            .status
+            .code(),
+        Some(2)
+    );
+}
+
+/// Issue #17.7: `runtime configure --config` (containerd's file) keeps working, with a warning:
+/// everywhere else `--config` is gpuhook's own config.toml.
+#[test]
+fn runtime_configure_config_is_deprecated_but_works() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = containerd_config(dir.path());
+    let out = gpuhook(
+        &["runtime", "configure", "--config", c.to_str().unwrap()],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(std::fs::read_to_string(&c)
+        .unwrap()
+        .contains("gpuhook-runtime"));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("deprecated") && stderr.contains("--containerd-config"),
+        "{stderr}"
+    );
+}
+
+/// Issue #17.7: `--set-as-default` would hide host devices from every privileged pod.
+#[test]
+fn set_as_default_needs_privileged_host_devices() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = containerd_config(dir.path());
+    let c = c.to_str().unwrap();
+    let out = gpuhook(
+        &[
+            "runtime",
+            "configure",
+            "--containerd-config",
+            c,
+            "--set-as-default",
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("privileged pod") && stderr.contains("--privileged-host-devices"),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read_to_string(c).unwrap(), "version = 2\n");
+    let ok = [
+        "runtime",
+        "configure",
+        "--containerd-config",
+        c,
+        "--set-as-default",
+        "--privileged-host-devices",
+    ];
+    assert_eq!(gpuhook(&ok, None).status.code(), Some(0));
+    let written = std::fs::read_to_string(c).unwrap();
+    assert!(
+        written.contains("privileged_without_host_devices = false"),
+        "{written}"
     );
 }

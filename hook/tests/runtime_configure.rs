@@ -50,7 +50,7 @@ fn changed_then_unchanged_with_comments_and_backup() {
     let binary = "/opt/gpuhook/bin/gpuhook-runtime";
 
     // Dry run: exit 0 (would change), a diff on stdout, nothing written.
-    let out = configure(&["--config", c, "--binary", binary, "--dry-run"]);
+    let out = configure(&["--containerd-config", c, "--binary", binary, "--dry-run"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let stdout = text(&out.stdout);
     assert!(
@@ -61,7 +61,7 @@ fn changed_then_unchanged_with_comments_and_backup() {
     assert_eq!(std::fs::read_to_string(&config).unwrap(), MAIN);
     assert!(backups(tmp.path()).is_empty());
 
-    let out = configure(&["--config", c, "--binary", binary]);
+    let out = configure(&["--containerd-config", c, "--binary", binary]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains("wrote"), "{}", text(&out.stdout));
     let after = std::fs::read_to_string(&config).unwrap();
@@ -80,7 +80,7 @@ fn changed_then_unchanged_with_comments_and_backup() {
     );
 
     // Second run: exit 3, file byte-identical, no new backup.
-    let out = configure(&["--config", c, "--binary", binary]);
+    let out = configure(&["--containerd-config", c, "--binary", binary]);
     assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
     assert!(
         text(&out.stdout).contains("nothing changed"),
@@ -98,7 +98,7 @@ fn drop_in_with_and_without_a_path() {
     std::fs::write(&config, MAIN).unwrap();
     let drop_in = tmp.path().join("conf.d/50-gpu.toml");
     let args = [
-        "--config",
+        "--containerd-config",
         config.to_str().unwrap(),
         "--drop-in",
         drop_in.to_str().unwrap(),
@@ -119,7 +119,7 @@ fn bad_toml_is_an_error_naming_the_file_and_nothing_is_written() {
     let config = tmp.path().join("config.toml");
     let broken = "version = 2\n[plugins\nfoo = \n";
     std::fs::write(&config, broken).unwrap();
-    let out = configure(&["--config", config.to_str().unwrap()]);
+    let out = configure(&["--containerd-config", config.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1));
     let stderr = text(&out.stderr);
     assert!(stderr.contains(config.to_str().unwrap()), "{stderr}");

@@ -187,4 +187,121 @@ fn nvidias_config_file_sets_the_policy_and_unknown_keys_only_warn() {
         lines.contains("NVIDIA config key `bogus-key` has no meaning for gpuhook"),
         "{lines}"
     );
+    // The decision says which source was ignored and why (issue #17.6), not an enum name.
+    let skip = lines
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|v| v["outcome"] == "skip")
+        .expect("a skip decision");
+    let reason = skip["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("NVIDIA_VISIBLE_DEVICES of an unprivileged container ignored"),
+        "{reason}"
+    );
+}
+
+/// Issue #17.7: `gpuhook-runtime --version` used to be runc's answer alone; now it names us and
+/// the runtime we wrap, then that runtime's own `--version` follows (as nvidia-container-runtime
+/// does). `--help` is ours and runs no runtime.
+#[test]
+fn version_and_help_are_answered_by_the_wrapper() {
+    let f = Fake::new();
+    let c = f.config("");
+    for flag in ["--version", "-v"] {
+        let out = f.run(&c, &[flag]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let stdout = text(&out.stdout);
+        let runc = f.path("bin/runc");
+        let expected = format!(
+            "gpuhook-runtime version {}\nwraps: {}\nFAKE-RUNC-STDOUT\n",
+            env!("CARGO_PKG_VERSION"),
+            runc.display()
+        );
+        assert_eq!(stdout, expected, "{flag}");
+        assert_eq!(
+            f.argv().as_deref(),
+            Some("--version\n"),
+            "runc asked its version"
+        );
+        std::fs::remove_file(f.path("argv")).unwrap();
+    }
+    for flag in ["--help", "-h"] {
+        let out = f.run(&c, &[flag]);
+        assert!(out.status.success());
+        let stdout = text(&out.stdout);
+        assert!(
+            stdout.starts_with("gpuhook-runtime: the runc wrapper"),
+            "{stdout}"
+        );
+        assert!(stdout.contains("Examples:"), "{stdout}");
+        assert_eq!(f.argv(), None, "runc not run for {flag}");
+    }
+    // Not alone on the command line: runc's, passed through.
+    let out = f.run(&c, &["--debug", "--version"]);
+    assert_eq!(text(&out.stdout), "FAKE-RUNC-STDOUT\n");
+    assert_eq!(f.argv().as_deref(), Some("--debug --version\n"));
+}
+
+/// The decision lines of a JSON log file (target `gpuhook::decision`).
+fn decisions(log: &Path) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(log).unwrap();
+    assert!(
+        !text.contains('\u{1b}'),
+        "no colour codes in a file: {text:?}"
+    );
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
+        .filter(|v: &serde_json::Value| v["target"] == "gpuhook::decision")
+        .collect()
+}
+
+/// Issue #17.6: every policy decision of the wrapper is a structured line at the default level,
+/// in the format GPUHOOK_LOG_FORMAT asks for, with no log-level set up.
+#[test]
+fn policy_decisions_are_structured_json_lines_at_the_default_level() {
+    let f = Fake::new();
+    let log = f.path("gpuhook.log");
+    let c = f.config(&format!(
+        "log-file = \"{}\"\n[runtime]\ngenerate-missing = false",
+        log.display()
+    ));
+    let run = |env: &str, id: &str| {
+        let b = f.bundle(env);
+        Command::new(env!("CARGO_BIN_EXE_gpuhook-runtime"))
+            .args(["create", "--bundle", b.to_str().unwrap(), id])
+            .env("PATH", f.path("bin"))
+            .env("GPUHOOK_CONFIG", &c)
+            .env("GPUHOOK_LOG_FORMAT", "json")
+            .output()
+            .unwrap()
+    };
+    assert!(run("PATH=/bin", "plain").status.success());
+    assert_eq!(
+        run("NVIDIA_VISIBLE_DEVICES=7", "gpu-7").status.code(),
+        Some(1)
+    );
+    let d = decisions(&log);
+    assert_eq!(d.len(), 2, "{d:?}");
+    let skip = &d[0];
+    assert_eq!(skip["level"], "INFO");
+    assert_eq!(skip["fields"]["command"], "runtime create");
+    assert_eq!(skip["fields"]["outcome"], "skip");
+    assert_eq!(skip["fields"]["container"], "plain");
+    assert!(skip["fields"]["reason"].is_string(), "{skip}");
+    // The request is honoured (source and devices named); resolving it then fails, and that
+    // failure is the ERROR line after it.
+    let granted = &d[1];
+    assert_eq!(granted["level"], "INFO");
+    assert_eq!(granted["fields"]["outcome"], "inject");
+    assert_eq!(granted["fields"]["container"], "gpu-7");
+    assert_eq!(granted["fields"]["source"], "envvar");
+    assert_eq!(granted["fields"]["devices"], "nvidia.com/gpu=7");
+    let text = std::fs::read_to_string(&log).unwrap();
+    let last: serde_json::Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+    assert_eq!(last["level"], "ERROR");
+    let error = last["fields"]["error"].as_str().unwrap();
+    assert!(
+        error.contains("unresolvable CDI devices nvidia.com/gpu=7"),
+        "{error}"
+    );
 }

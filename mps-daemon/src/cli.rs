@@ -46,8 +46,18 @@ pub enum Command {
     Check(RunArgs),
 }
 
+/// `--log-format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Json,
+    Text,
+}
+
 #[derive(Debug, Clone, Args)]
 pub struct RunArgs {
+    /// Log line format on stderr: json or text (colours only when stderr is a terminal)
+    #[arg(long, value_name = "FORMAT", env = "GPUHOOK_LOG_FORMAT", value_enum)]
+    pub log_format: Option<LogFormat>,
     /// Sharing config (k8s-device-plugin format plus `mpsDaemon`).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,

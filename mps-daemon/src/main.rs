@@ -5,13 +5,22 @@ use gpu_mps_daemon::cli::{self, Cli, Command};
 
 fn main() {
     let args = Cli::parse();
-    tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
+        );
+    let format = match &args.command {
+        Some(Command::Check(r)) => r.log_format,
+        _ => args.run.log_format,
+    };
+    if format == Some(cli::LogFormat::Json) {
+        logs.json().init();
+    } else {
+        logs.init();
+    }
     raise_nofile();
     let res = match args.command {
         Some(Command::Status(s)) => cli::status_cmd(&s),

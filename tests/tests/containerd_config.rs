@@ -81,11 +81,11 @@ fn runtime<'a>(dump: &'a toml::Table, name: &str) -> &'a toml::Value {
     get(dump, &["plugins", CRI, "containerd", "runtimes", name])
 }
 
-/// The gpuhook runtime as containerd parsed it.
-fn assert_gpuhook(dump: &toml::Table, binary: &Path, systemd: bool) {
+/// The gpuhook runtime as containerd parsed it; `hides`: its privileged_without_host_devices.
+fn assert_gpuhook(dump: &toml::Table, binary: &Path, systemd: bool, hides: bool) {
     let rt = runtime(dump, "gpuhook");
     assert_eq!(rt["runtime_type"].as_str(), Some("io.containerd.runc.v2"));
-    assert_eq!(rt["privileged_without_host_devices"].as_bool(), Some(true));
+    assert_eq!(rt["privileged_without_host_devices"].as_bool(), Some(hides));
     // containerd's own dump shows it knows the key (containerd 1.6 has container_annotations).
     let ann = rt["container_annotations"]
         .as_array()
@@ -118,7 +118,7 @@ fn example_config_is_accepted_by_containerd() {
     std::fs::write(&config, text).unwrap();
 
     let d = dump(&config);
-    assert_gpuhook(&d, &node.binary(), true);
+    assert_gpuhook(&d, &node.binary(), true, true);
     assert_eq!(
         runtime(&d, "runc")["options"]["SystemdCgroup"].as_bool(),
         Some(true)
@@ -163,7 +163,7 @@ fn configure_on_debian_default_config_is_accepted_and_idempotent() {
     assert_eq!(first.exit_code(), EXIT_CHANGED, "{first:?}");
 
     let d = dump(&config);
-    assert_gpuhook(&d, &node.binary(), true);
+    assert_gpuhook(&d, &node.binary(), true, true);
     assert_eq!(
         get(&d, &["plugins", CRI, "sandbox_image"]).as_str(),
         Some("example.com/pause:9")
@@ -196,7 +196,9 @@ fn configure_drop_in_keeps_the_cri_settings_of_the_main_file() {
         config: config.clone(),
         drop_in: Some(drop_in.clone()),
         binary: node.binary(),
+        // A default runtime must not hide host devices from privileged pods (issue #17.7).
         set_as_default: true,
+        privileged_host_devices: true,
         ..Default::default()
     };
     assert_eq!(configure(&opts, false).unwrap().exit_code(), EXIT_CHANGED);
@@ -205,7 +207,7 @@ fn configure_drop_in_keeps_the_cri_settings_of_the_main_file() {
     // containerd 1.6 replaces the whole CRI section with the drop-in's: the settings of the
     // main file must still be in effect because the drop-in carries them.
     let d = dump(&config);
-    assert_gpuhook(&d, &node.binary(), true);
+    assert_gpuhook(&d, &node.binary(), true, false);
     assert_eq!(
         get(&d, &["plugins", CRI, "containerd", "default_runtime_name"]).as_str(),
         Some("gpuhook")

@@ -44,7 +44,9 @@ pub const EXIT_FAILURE: u8 = 1;
         the createContainer hooks those specs reference (`gpuhook hook ...`), and node helpers \
         (`gpuhook system ...`, `gpuhook runtime configure`).\n\n\
         Settings are read from /etc/gpuhook/config.toml (see config.toml.example); a missing default \
-        file means defaults. Diagnostics go to the configured log file or stderr, never stdout."
+        file means defaults. Diagnostics go to the configured log file or stderr, never stdout.",
+    after_help = "Examples:\n  gpuhook cdi generate && gpuhook cdi list\n  \
+        gpuhook --log-format json doctor\n  gpuhook runtime configure --drop-in --dry-run"
 )]
 pub struct Cli {
     /// Config file [default: /etc/gpuhook/config.toml; must exist when given]
@@ -57,7 +59,7 @@ pub struct Cli {
     #[arg(long, value_name = "FILE")]
     pub log_file: Option<PathBuf>,
     /// Log line format (overrides log-format in the config)
-    #[arg(long, value_name = "FORMAT", value_enum)]
+    #[arg(long, value_name = "FORMAT", value_enum, env = logging::LOG_FORMAT_ENV)]
     pub log_format: Option<LogFormat>,
     #[command(subcommand)]
     pub command: Command,
@@ -127,7 +129,7 @@ pub fn prestart_fast_path(argv: &[std::ffi::OsString]) -> Option<Cli> {
         config,
         log_level: None,
         log_file: None,
-        log_format: None,
+        log_format: LogFormat::from_env(),
         command: Command::Prestart(PrestartArgs {
             state: None,
             config: None,

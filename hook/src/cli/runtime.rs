@@ -20,7 +20,8 @@ use crate::config::Config;
 #[derive(Debug, Clone, Subcommand)]
 pub enum RuntimeCommand {
     /// Add a gpuhook runtime to containerd's config
-    #[command(long_about = "Add a gpuhook runtime to containerd's config.\n\n\
+    #[command(
+        long_about = "Add a gpuhook runtime to containerd's config.\n\n\
         Adds a runtime (runtime_type io.containerd.runc.v2, options.BinaryName = --binary) to the \
         CRI plugin table of the config version found (v1, v2 or v3), copying the options of the \
         existing runc runtime (SystemdCgroup included). With --drop-in the change goes to a separate \
@@ -28,7 +29,13 @@ pub enum RuntimeCommand {
         when something changed. containerd is never restarted: exit status 0 means a file changed \
         (restart containerd), 3 means everything was already configured, 1 an error (nothing \
         written). Select the runtime in Kubernetes with a RuntimeClass whose handler is \
-        --runtime-name.")]
+        --runtime-name.",
+        after_help = "Examples:\n  \
+        gpuhook runtime configure --drop-in --dry-run          # show the diff, write nothing\n  \
+        gpuhook runtime configure --drop-in; [ $? = 0 ] && systemctl restart containerd\n  \
+        gpuhook runtime configure --containerd-config /etc/containerd/config.toml \\\n      \
+        --drop-in-config /etc/containerd/conf.d/99-gpuhook.toml --binary /usr/local/bin/gpuhook-runtime"
+    )]
     Configure(ConfigureArgs),
 }
 
@@ -44,12 +51,18 @@ pub struct ConfigureArgs {
     /// Which runtime to configure
     #[arg(long, value_enum, default_value = "containerd")]
     pub runtime: RuntimeKind,
-    /// containerd's main config file
-    #[arg(long, value_name = "FILE", default_value = DEFAULT_CONFIG)]
-    pub config: PathBuf,
+    /// containerd's main config file [default: /etc/containerd/config.toml]
+    #[arg(long, value_name = "FILE", conflicts_with = "config")]
+    pub containerd_config: Option<PathBuf>,
+    /// Deprecated spelling of --containerd-config (everywhere else --config is gpuhook's own
+    /// config.toml)
+    #[arg(long, value_name = "FILE", hide = true)]
+    pub config: Option<PathBuf>,
     /// Write the runtime to a drop-in file (default /etc/containerd/conf.d/99-gpuhook.toml) and
-    /// add it to the main config's imports
-    #[arg(long, value_name = "PATH", num_args = 0..=1, default_missing_value = DEFAULT_DROP_IN)]
+    /// add it to the main config's imports; --drop-in-config PATH (nvidia-ctk's name) and
+    /// --drop-in-path PATH are the same
+    #[arg(long, value_name = "PATH", num_args = 0..=1, default_missing_value = DEFAULT_DROP_IN,
+          visible_alias = "drop-in-config", alias = "drop-in-path")]
     pub drop_in: Option<PathBuf>,
     /// Name of the runtime entry (the RuntimeClass handler)
     #[arg(long, value_name = "NAME", default_value = DEFAULT_RUNTIME_NAME)]
@@ -57,9 +70,14 @@ pub struct ConfigureArgs {
     /// Absolute path of the gpuhook-runtime binary (options.BinaryName)
     #[arg(long, value_name = "PATH", default_value = DEFAULT_BINARY)]
     pub binary: PathBuf,
-    /// Also make it the default runtime
+    /// Also make it the default runtime (needs --privileged-host-devices: a default runtime
+    /// must not hide host devices from privileged pods such as CSI drivers)
     #[arg(long)]
     pub set_as_default: bool,
+    /// Privileged containers of this runtime see all host devices, as with runc
+    /// (privileged_without_host_devices = false)
+    #[arg(long)]
+    pub privileged_host_devices: bool,
     /// Turn on enable_cdi in the CRI plugin (containerd 1.7+)
     #[arg(long)]
     pub enable_cdi: bool,
@@ -72,17 +90,30 @@ pub struct ConfigureArgs {
     pub dry_run: bool,
 }
 
+/// The deprecation warning for `runtime configure --config`.
+pub const CONFIG_DEPRECATED: &str =
+    "`runtime configure --config` is deprecated: use --containerd-config (--config is gpuhook's own config.toml)";
+
 impl ConfigureArgs {
+    /// containerd's config file, from --containerd-config or the deprecated --config.
+    pub fn containerd_config(&self) -> PathBuf {
+        self.containerd_config
+            .clone()
+            .or_else(|| self.config.clone())
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG))
+    }
+
     /// The library's options.
     pub fn options(&self) -> ConfigureOptions {
         ConfigureOptions {
-            config: self.config.clone(),
+            config: self.containerd_config(),
             drop_in: self.drop_in.clone(),
             runtime_name: self.runtime_name.clone(),
             binary: self.binary.clone(),
             set_as_default: self.set_as_default,
             enable_cdi: self.enable_cdi,
             pod_cdi_annotations: self.pod_cdi_annotations,
+            privileged_host_devices: self.privileged_host_devices,
         }
     }
 }
@@ -91,13 +122,16 @@ pub(super) fn run(command: &RuntimeCommand, _config: &Config) -> anyhow::Result<
     match command {
         RuntimeCommand::Configure(args) => {
             let RuntimeKind::Containerd = args.runtime;
+            if args.config.is_some() {
+                tracing::warn!("{CONFIG_DEPRECATED}");
+            }
             let outcome = configure(&args.options(), args.dry_run)?;
             let mut out = std::io::stdout().lock();
             out.write_all(outcome.summary().as_bytes())
                 .and_then(|()| out.flush())
                 .context("cannot write to stdout")?;
             tracing::info!(
-                config = %args.config.display(),
+                containerd_config = %args.containerd_config().display(),
                 exit = outcome.exit_code(),
                 "runtime configure"
             );
@@ -151,7 +185,7 @@ mod tests {
             "nvidia",
             "--set-as-default",
             "--enable-cdi",
-            "--config",
+            "--containerd-config",
             "/c.toml",
         ]);
         let o = c.options();
@@ -160,5 +194,35 @@ mod tests {
         assert_eq!(o.runtime_name, "nvidia");
         assert!(o.set_as_default && o.enable_cdi);
         assert_eq!(o.config, PathBuf::from("/c.toml"));
+    }
+
+    #[test]
+    fn nvidia_and_documented_drop_in_spellings_are_accepted() {
+        for flag in ["--drop-in-config", "--drop-in-path"] {
+            let c = configure_args(&[flag, "/etc/containerd/conf.d/50-gpu.toml"]);
+            assert_eq!(
+                c.options().drop_in,
+                Some(PathBuf::from("/etc/containerd/conf.d/50-gpu.toml")),
+                "{flag}"
+            );
+        }
+    }
+
+    #[test]
+    fn old_config_spelling_still_names_containerds_file() {
+        let c = configure_args(&["--config", "/old.toml"]);
+        assert_eq!(c.options().config, PathBuf::from("/old.toml"));
+        let both = [
+            "gpuhook",
+            "runtime",
+            "configure",
+            "--config",
+            "/a",
+            "--containerd-config",
+            "/b",
+        ];
+        assert!(Cli::try_parse_from(both).is_err(), "one file, one flag");
+        let c = configure_args(&["--set-as-default", "--privileged-host-devices"]);
+        assert!(c.options().set_as_default && c.options().privileged_host_devices);
     }
 }

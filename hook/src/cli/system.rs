@@ -24,6 +24,10 @@ pub enum SystemCommand {
 
 /// Arguments of `gpuhook system create-dev-char-symlinks`.
 #[derive(Debug, Clone, Args)]
+#[command(
+    after_help = "Examples:\n  gpuhook system create-dev-char-symlinks --dry-run\n  \
+    gpuhook system create-dev-char-symlinks --driver-root /run/nvidia/driver --dev-root /"
+)]
 pub struct CreateDevCharSymlinksArgs {
     /// Root of the driver installation [default: driver-root from the config]
     #[arg(long, value_name = "DIR")]

@@ -180,7 +180,10 @@ fn runtime_configure_flags_and_global_config() {
     let Command::Runtime(RuntimeCommand::Configure(c)) = cli.command else {
         panic!()
     };
-    assert_eq!(c.config, PathBuf::from("/etc/containerd/config.toml"));
+    assert_eq!(
+        c.containerd_config(),
+        PathBuf::from("/etc/containerd/config.toml")
+    );
     assert!(c.drop_in.is_some() && c.set_as_default && c.dry_run && !c.enable_cdi);
     assert_eq!(c.runtime, RuntimeKind::Containerd);
     assert_eq!(c.runtime_name, "gpuhook");

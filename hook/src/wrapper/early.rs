@@ -251,12 +251,17 @@ impl HookTakeover for EarlySetupTakeover<'_> {
         spec: &mut Value,
     ) -> Option<Box<dyn EarlyWork>> {
         if !self.config.runtime.early_setup {
+            early_decision(
+                container,
+                false,
+                "early-setup = false in [runtime] of the config",
+            );
             return None;
         }
         let (mut plan, setup) = match self.plan(bundle, spec) {
             Ok(p) => p,
             Err(why) => {
-                tracing::debug!(container, reason = %why, "hook setup stays a hook");
+                early_decision(container, false, &why.to_string());
                 return None;
             }
         };
@@ -266,21 +271,36 @@ impl HookTakeover for EarlySetupTakeover<'_> {
             Ok(Some(compat)) if !plan.folders.is_empty() => plan.folders.insert(0, compat),
             Ok(_) => {}
             Err(e) => {
-                tracing::warn!(container, error = %e, "hook setup stays a hook");
+                early_decision(container, false, &e.to_string());
                 return None;
             }
         }
         match gpuhook_inject::start_early_setup(plan) {
             Ok(pending) => {
                 self.rewrite_hooks(spec, &setup);
+                early_decision(container, true, "done beside runc create, same steps");
                 Some(Box::new(Running(pending)))
             }
             Err(e) => {
-                tracing::warn!(container, error = %e, "cannot do hook setup early; it stays a hook");
+                early_decision(container, false, &e.to_string());
                 None
             }
         }
     }
+}
+
+/// Whether the wrapper took over the `gpuhook hook setup` hook, and why (or why not): one
+/// `gpuhook::decision` line at info, so operators see it at the default level.
+fn early_decision(container: Option<&str>, taken: bool, reason: &str) {
+    let early_setup = if taken { "taken-over" } else { "stays-a-hook" };
+    tracing::info!(
+        target: "gpuhook::decision",
+        command = "runtime create",
+        container,
+        early_setup,
+        reason,
+        "decision"
+    );
 }
 
 #[cfg(test)]

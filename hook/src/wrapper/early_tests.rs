@@ -209,3 +209,48 @@ fn early_setup_off_leaves_the_spec_alone() {
         .is_none());
     assert_eq!(spec, before);
 }
+
+/// Issue #17.6: whether the setup hook was taken over, and why not, is a decision line at the
+/// default level (it used to be a debug line nobody saw).
+#[test]
+fn a_hook_left_to_runc_is_a_decision_line_with_the_reason() {
+    use gpuhook_runtime::HookTakeover;
+
+    use crate::logging::{self, LogFormat, LogSettings};
+    let f = Fixture::new();
+    let log = f.tmp.path().join("log.json");
+    let gpuhook = f.gpuhook();
+    let settings = LogSettings {
+        file: Some(log.clone()),
+        format: LogFormat::Json,
+        ..LogSettings::default()
+    };
+    let mut spec = f.spec(json!({}));
+    let take = |config: &Config, spec: &mut Value| {
+        let node = NodeState::new(config).with_gpuhook_path(gpuhook.clone());
+        let t = EarlySetupTakeover::new(config, &node);
+        let sub = logging::subscriber(&settings).unwrap();
+        tracing::subscriber::with_default(sub, || {
+            t.take_over(Path::new("/bundle"), Some("c1"), spec)
+                .is_none()
+        })
+    };
+    assert!(take(&f.config, &mut spec));
+    let mut off = f.config.clone();
+    off.runtime.early_setup = false;
+    assert!(take(&off, &mut spec));
+    let text = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    for (line, why) in lines.iter().zip(["0 hooks", "early-setup = false"]) {
+        assert_eq!(line["level"], "INFO", "{line}");
+        assert_eq!(line["target"], "gpuhook::decision");
+        assert_eq!(line["fields"]["early_setup"], "stays-a-hook");
+        assert_eq!(line["fields"]["container"], "c1");
+        let reason = line["fields"]["reason"].as_str().unwrap();
+        assert!(reason.contains(why), "{reason}");
+    }
+}

@@ -7,7 +7,13 @@
 //!    line as JSON looking for runc's `"level":"error"` entry, still works (our levels are upper
 //!    case and never taken for runc's errors; our own failure line is added by
 //!    `gpuhook_runtime::report_error` in runc's format);
-//! 3. else (run by hand, no `--log`) stderr.
+//! 3. else (run by hand, no `--log`) stderr, coloured only on a terminal;
+//!
+//! and in cases 2 and 3 the `gpuhook::decision` lines also to the journal (`/dev/log`), since
+//! runc's log is deleted with the bundle.
+//!
+//! `GPUHOOK_LOG_FORMAT` (`json`/`text`) overrides the config's `log-format` for 1 and 3; 2
+//! always follows runc's `--log-format`, which the shim decodes.
 //!
 //! A log that cannot be opened is not a reason to fail a container: logging is then off.
 
@@ -17,12 +23,16 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::sync::Mutex;
 
 use tracing_subscriber::filter::LevelFilter;
+use tracing_subscriber::layer::SubscriberExt;
 
 use crate::config::Config;
 use crate::logging;
 
 pub fn init(config: &Config, argv: &[OsString]) {
-    let settings = config.log_settings();
+    let mut settings = config.log_settings();
+    // GPUHOOK_LOG_FORMAT (the wrapper has no flags of its own: runc's `--log-format` is the
+    // format of runc's log, which ours then follows) sets the format of log-file and stderr.
+    settings.format = logging::LogFormat::from_env().unwrap_or(settings.format);
     if settings.file.is_some() {
         if let Err(e) = logging::init(&settings) {
             eprintln!("gpuhook-runtime: warning: {e}; logging is off");
@@ -60,7 +70,21 @@ pub fn init(config: &Config, argv: &[OsString]) {
                 Box::new(builder.compact().with_writer(file).finish())
             }
         }
-        None => Box::new(builder.compact().with_writer(std::io::stderr).finish()),
+        None if settings.format == logging::LogFormat::Json => {
+            Box::new(builder.json().with_writer(std::io::stderr).finish())
+        }
+        None => Box::new(
+            builder
+                .with_ansi(logging::stderr_ansi())
+                .compact()
+                .with_writer(std::io::stderr)
+                .finish(),
+        ),
     };
-    let _ = tracing::subscriber::set_global_default(subscriber);
+    // No log file set up: the decision lines also go to the journal (see `DecisionSyslog`).
+    let socket = std::path::Path::new(logging::SYSLOG_SOCKET);
+    let _ = match logging::DecisionSyslog::connect(socket, "gpuhook-runtime") {
+        Some(journal) => tracing::subscriber::set_global_default(subscriber.with(journal)),
+        None => tracing::subscriber::set_global_default(subscriber),
+    };
 }

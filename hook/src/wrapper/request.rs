@@ -154,12 +154,12 @@ impl<'a> WrapperRequest<'a> {
     ) -> Result<(Option<Injection>, String), BoxError> {
         let annotations = annotation_names(spec, policy)?;
         if !request::is_gpu_container(spec, policy) && annotations.is_empty() {
-            return Ok((None, "no GPU requested".into()));
+            return Ok((None, why_not_gpu(spec, policy).into()));
         }
         let req = match request::parse(spec, policy)? {
             ParseOutcome::Gpu(r) => r,
             ParseOutcome::NotGpu(reason) if annotations.is_empty() => {
-                return Ok((None, format!("{reason:?}")))
+                return Ok((None, not_gpu_reason(reason).into()))
             }
             // Only other vendors' CDI devices.
             ParseOutcome::NotGpu(_) => {
@@ -204,6 +204,32 @@ impl<'a> WrapperRequest<'a> {
             RuntimeMode::Legacy => Injection::Edits(Box::new(self.legacy_hook()?)),
         };
         Ok((Some(injection), source))
+    }
+}
+
+/// Why the cheap pre-check found no GPU request: only a container that set
+/// NVIDIA_VISIBLE_DEVICES is parsed, to tell "ignored by the policy" from "not asked".
+fn why_not_gpu(spec: &Value, policy: &RequestPolicy) -> &'static str {
+    let env = spec.pointer("/process/env").and_then(Value::as_array);
+    let sets_visible = env.into_iter().flatten().any(|e| {
+        e.as_str()
+            .is_some_and(|e| e.starts_with("NVIDIA_VISIBLE_DEVICES="))
+    });
+    match sets_visible.then(|| request::parse(spec, policy)) {
+        Some(Ok(ParseOutcome::NotGpu(reason))) => not_gpu_reason(reason),
+        _ => "no GPU requested",
+    }
+}
+
+/// Why a container gets no GPU, for the decision line.
+fn not_gpu_reason(reason: request::NotGpuReason) -> &'static str {
+    match reason {
+        request::NotGpuReason::NoRequest => "no GPU requested",
+        request::NotGpuReason::Void => "the device list is `void`",
+        request::NotGpuReason::EnvVarNotAccepted => {
+            "NVIDIA_VISIBLE_DEVICES of an unprivileged container ignored \
+             (accept-nvidia-visible-devices-envvar-when-unprivileged = false)"
+        }
     }
 }
 

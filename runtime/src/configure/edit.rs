@@ -182,7 +182,8 @@ pub fn ensure_runtime(
     if set_if_different(rt, "runtime_type", RUNC_V2) {
         changed.push("runtime_type");
     }
-    if set_if_different(rt, "privileged_without_host_devices", true) {
+    let hide_host_devices = !opts.privileged_host_devices;
+    if set_if_different(rt, "privileged_without_host_devices", hide_host_devices) {
         changed.push("privileged_without_host_devices");
     }
     if add_to_array(rt, "container_annotations", CDI_ANNOTATIONS) {

@@ -14,6 +14,14 @@ pub enum ConfigureError {
         option: &'static str,
         message: String,
     },
+    #[error(
+        "refusing --set-as-default: runtime {runtime} sets privileged_without_host_devices = true, and \
+         as the default runtime it would give every privileged pod (CSI drivers, GPU driver \
+         containers) no host devices, breaking them; select it per pod with a RuntimeClass \
+         (drop --set-as-default), or add --privileged-host-devices to make privileged containers \
+         of this runtime see all host devices as with runc; nothing was written"
+    )]
+    DefaultHidesHostDevices { runtime: String },
     #[error("cannot read {}: {source}", path.display())]
     Read {
         path: PathBuf,

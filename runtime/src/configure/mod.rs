@@ -100,6 +100,11 @@ pub struct ConfigureOptions {
     /// annotation is the pod author's, not a device grant (the wrapper honours it only for
     /// devices in gpuhook's `allow-cdi-devices-from-pod-annotations`).
     pub pod_cdi_annotations: bool,
+    /// Privileged containers of this runtime get all host devices
+    /// (`privileged_without_host_devices = false`, runc's behaviour). Required with
+    /// `set_as_default`: a *default* runtime that hides host devices from privileged containers
+    /// breaks the privileged pods that need them (CSI drivers, GPU driver containers).
+    pub privileged_host_devices: bool,
 }
 
 impl Default for ConfigureOptions {
@@ -112,6 +117,7 @@ impl Default for ConfigureOptions {
             set_as_default: false,
             enable_cdi: false,
             pod_cdi_annotations: false,
+            privileged_host_devices: false,
         }
     }
 }
@@ -145,6 +151,11 @@ fn parse(path: &Path, text: &str) -> Result<DocumentMut, ConfigureError> {
 }
 
 fn validate(opts: &ConfigureOptions) -> Result<(), ConfigureError> {
+    if opts.set_as_default && !opts.privileged_host_devices {
+        return Err(ConfigureError::DefaultHidesHostDevices {
+            runtime: opts.runtime_name.clone(),
+        });
+    }
     let n = &opts.runtime_name;
     if n.is_empty()
         || !n
@@ -356,3 +367,7 @@ pub fn configure(
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+#[path = "default_tests.rs"]
+mod default_tests;

@@ -62,8 +62,13 @@ fn read_doc(p: &Path) -> DocumentMut {
 
 /// Checks the gpuhook runtime's settings.
 fn assert_gpuhook(rt: &Item, binary: &str, systemd: Option<bool>) {
+    assert_gpuhook_hiding(rt, binary, systemd, true);
+}
+
+/// `hides`: the expected `privileged_without_host_devices`.
+fn assert_gpuhook_hiding(rt: &Item, binary: &str, systemd: Option<bool>, hides: bool) {
     assert_eq!(rt["runtime_type"].as_str(), Some(RUNC_V2));
-    assert_eq!(rt["privileged_without_host_devices"].as_bool(), Some(true));
+    assert_eq!(rt["privileged_without_host_devices"].as_bool(), Some(hides));
     let list = |key: &str| -> Vec<String> {
         rt.get(key)
             .and_then(Item::as_array)
@@ -186,14 +191,16 @@ fn version_1_and_3_tables() {
     let mut o = opts(&v3);
     o.enable_cdi = true;
     o.set_as_default = true;
+    o.privileged_host_devices = true;
     o.binary = "/opt/gpuhook/bin/gpuhook-runtime".into();
     o.runtime_name = "nvidia".into();
     configure(&o, false).unwrap();
     let doc = read_doc(&v3);
-    assert_gpuhook(
+    assert_gpuhook_hiding(
         runtime(&doc, "io.containerd.cri.v1.runtime", "nvidia"),
         "/opt/gpuhook/bin/gpuhook-runtime",
         Some(true),
+        false,
     );
     let cri = &doc["plugins"]["io.containerd.cri.v1.runtime"];
     assert_eq!(cri["enable_cdi"].as_bool(), Some(true));
@@ -346,6 +353,7 @@ fn drop_in_v2_carries_the_whole_cri_section() {
     let mut o = opts(&cfg);
     o.drop_in = Some(drop_in.clone());
     o.set_as_default = true;
+    o.privileged_host_devices = true;
     let out = configure(&o, false).unwrap();
     let ConfigureOutcome::Changed { files, .. } = &out else {
         panic!()
@@ -388,10 +396,11 @@ fn drop_in_v2_carries_the_whole_cri_section() {
         cri["containerd"]["default_runtime_name"].as_str(),
         Some("gpuhook")
     );
-    assert_gpuhook(
+    assert_gpuhook_hiding(
         runtime(&drop, "io.containerd.grpc.v1.cri", "gpuhook"),
         DEFAULT_BINARY,
         Some(true),
+        false,
     );
     assert!(runtime(&drop, "io.containerd.grpc.v1.cri", "runc").is_table_like());
     // Other plugins stay in the main file only.
