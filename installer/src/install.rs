@@ -100,7 +100,10 @@ fn install_steps(
         return Ok(());
     }
     let mut configure: Vec<OsString> = vec!["runtime".into(), "configure".into()];
-    configure.extend(["--config".into(), args.containerd_config.clone().into()]);
+    configure.extend([
+        "--containerd-config".into(),
+        args.containerd_config.clone().into(),
+    ]);
     configure.extend(["--runtime-name".into(), args.runtime_name.clone().into()]);
     configure.extend(["--binary".into(), dir.join("gpuhook-runtime").into()]);
     if let Some(drop_in) = &args.drop_in {

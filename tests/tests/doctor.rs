@@ -51,7 +51,7 @@ impl Node {
         gpuhook_ok(&[
             "runtime",
             "configure",
-            "--config",
+            "--containerd-config",
             s(&node.path("containerd.toml")),
             "--binary",
             s(&gpuhook_e2e::built("gpuhook-runtime")),
