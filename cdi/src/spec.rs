@@ -212,7 +212,11 @@ impl Spec {
             Format::Json => serde_json::from_slice(bytes).map_err(|e| e.to_string()),
             Format::Yaml => serde_yaml::from_slice(bytes).map_err(|e| e.to_string()),
         };
-        parsed.map_err(|message| CdiError::Parse { format, message })
+        // Parsers quote a value of the wrong type whole: cap it (the file may be anyone's).
+        parsed.map_err(|message| CdiError::Parse {
+            format,
+            message: gpuhook_node::bounded::cap_message(&message),
+        })
     }
 
     /// Serialises the spec: pretty JSON with a trailing newline, or YAML. Deterministic.
