@@ -70,6 +70,16 @@ pub enum CdiError {
     OciSpec(String),
 }
 
+impl From<gpuhook_node::bounded::BoundedReadError> for CdiError {
+    fn from(e: gpuhook_node::bounded::BoundedReadError) -> Self {
+        use gpuhook_node::bounded::BoundedReadError as B;
+        match e {
+            B::Io { path, source } => CdiError::io("read", path, source),
+            B::TooLarge { path, limit } => CdiError::TooLarge { path, limit },
+        }
+    }
+}
+
 impl CdiError {
     pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         CdiError::Io {

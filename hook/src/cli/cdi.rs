@@ -252,7 +252,7 @@ fn print_stdout(text: &str) -> anyhow::Result<()> {
 
 fn validate(args: &ValidateArgs) -> anyhow::Result<()> {
     let file = &args.file;
-    let bytes = gpuhook_cdi::read_bounded(file, gpuhook_cdi::MAX_SPEC_BYTES).map_err(flat)?;
+    let bytes = gpuhook_cdi::read_spec_file(file).map_err(flat)?;
     let format = gpuhook_cdi::Format::from_path(file);
     if format.is_none() {
         eprintln!(

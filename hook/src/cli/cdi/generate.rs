@@ -293,7 +293,7 @@ fn write(
 
 /// Removes our earlier spec file `old` (now replaced by a file of another name), if it is ours.
 fn retire(old: &Path, kind: &str) {
-    let ours = gpuhook_cdi::read_bounded(old, gpuhook_cdi::MAX_SPEC_BYTES)
+    let ours = gpuhook_cdi::read_spec_file(old)
         .ok()
         .and_then(|b| Spec::from_slice(&b, Format::from_path(old)).ok())
         .is_some_and(|s| gpuhook_cdi::is_ours(&s, kind).is_ok());
