@@ -28,6 +28,10 @@ pub enum CdiError {
         path: String,
         major: &'static str,
     },
+    /// The node has no device a spec could describe (no GPU, or only MIG-enabled GPUs without
+    /// MIG devices): a CDI spec needs at least one device.
+    #[error("the node has no GPU or MIG device to describe: {reason}")]
+    NothingToDescribe { reason: String },
     #[error("cannot parse CDI spec as {}: {message}", format.as_str())]
     Parse { format: Format, message: String },
     #[error("cannot serialise CDI spec: {0}")]

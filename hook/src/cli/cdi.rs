@@ -6,6 +6,7 @@
 //! nvidia.com/gpu=0` does not resolve without reading runtime logs.
 
 mod conflicts;
+mod empty;
 mod generate;
 mod nvidia_flags;
 mod refresh;
@@ -160,6 +161,10 @@ pub struct GenerateArgs {
     /// defines the same devices: gpuhook's spec takes its name, so runtimes see one definition
     #[arg(long)]
     pub force: bool,
+    /// Fail (and keep the old spec) when the node has no device to describe, as nvidia-ctk does;
+    /// by default gpuhook's spec at the output is removed with a warning (e.g. MIG on, no instance)
+    #[arg(long)]
+    pub fail_on_empty: bool,
     /// The flags of `nvidia-ctk cdi generate` (see `gpuhook cdi generate --help`)
     #[command(flatten)]
     pub nvidia: NvidiaFlags,
