@@ -38,18 +38,21 @@ for profile in $("$BIN_DIR/gpuhook-sim" list | awk '{print $1}'); do
         echo "$build_log" >&2
         exit 1
     fi
-    # A node that cannot have a spec (MIG on without MIG devices: NVIDIA refuses too) gets
-    # cdi-specs/<profile>.error with gpuhook's error line instead.
+    # A node with no device to describe (MIG on without MIG devices; nvidia-ctk fails there)
+    # gets no spec: gpuhook exits 0 with a warning, kept in cdi-specs/<profile>.empty.
+    rm -f "cdi-specs/$profile.json" "cdi-specs/$profile.empty" "cdi-specs/$profile.error"
     if ! err=$("$BIN_DIR/gpuhook" --log-level error cdi generate \
         --driver-root "$root" \
         --output "cdi-specs/$profile.json" \
         --gpuhook-path /usr/bin/gpuhook \
         --no-inventory-cache 2>&1); then
-        printf '%s\n' "$err" | tail -n 1 >"cdi-specs/$profile.error"
-        rm -f "cdi-specs/$profile.json"
-        echo "cdi-specs/$profile.error: $(cat "cdi-specs/$profile.error")"
+        echo "regen-cdi-specs: $profile: $err" >&2
+        exit 1
+    fi
+    if [ ! -e "cdi-specs/$profile.json" ]; then
+        printf '%s\n' "$err" | tail -n 1 >"cdi-specs/$profile.empty"
+        echo "cdi-specs/$profile.empty: $(cat "cdi-specs/$profile.empty")"
         continue
     fi
-    rm -f "cdi-specs/$profile.error"
     "$BIN_DIR/gpuhook" cdi validate "cdi-specs/$profile.json"
 done

@@ -28,6 +28,10 @@ pub enum CdiError {
         path: String,
         major: &'static str,
     },
+    /// The node has no device a spec could describe (no GPU, or only MIG-enabled GPUs without
+    /// MIG devices): a CDI spec needs at least one device.
+    #[error("the node has no GPU or MIG device to describe: {reason}")]
+    NothingToDescribe { reason: String },
     #[error("cannot parse CDI spec as {}: {message}", format.as_str())]
     Parse { format: Format, message: String },
     #[error("cannot serialise CDI spec: {0}")]
@@ -68,6 +72,16 @@ pub enum CdiError {
     /// The OCI runtime spec does not have the expected shape.
     #[error("invalid OCI spec: {0}")]
     OciSpec(String),
+}
+
+impl From<gpuhook_node::bounded::BoundedReadError> for CdiError {
+    fn from(e: gpuhook_node::bounded::BoundedReadError) -> Self {
+        use gpuhook_node::bounded::BoundedReadError as B;
+        match e {
+            B::Io { path, source } => CdiError::io("read", path, source),
+            B::TooLarge { path, limit } => CdiError::TooLarge { path, limit },
+        }
+    }
 }
 
 impl CdiError {

@@ -143,6 +143,27 @@ impl GenerateOptions {
     }
 }
 
+/// Why `inv` gives no device, and how to get some.
+fn nothing_to_describe(inv: &Inventory) -> String {
+    let empty_mig: Vec<String> = inv
+        .gpus
+        .iter()
+        .filter(|g| g.mig_enabled && g.mig_devices.is_empty())
+        .map(|g| format!("{} ({})", g.index, g.uuid))
+        .collect();
+    if inv.gpus.is_empty() {
+        "no GPU found (is the NVIDIA driver loaded?)".into()
+    } else if empty_mig.len() == inv.gpus.len() {
+        format!(
+            "MIG mode is on without MIG devices on GPU {}; create MIG instances \
+             (`nvidia-smi mig -cgi <profiles> -C`) or disable MIG mode (`nvidia-smi -i <index> -mig 0`)",
+            gpuhook_node::bounded::preview_list(&empty_mig, 8)
+        )
+    } else {
+        "no GPU or MIG device matches the selection".into()
+    }
+}
+
 /// Every injectable device, GPUs by index each followed by nothing (a whole GPU) or its MIG
 /// devices (a MIG-enabled GPU is not a whole device, like the toolkit's `all`).
 pub fn all_devices(inv: &Inventory) -> Vec<DeviceRef> {
@@ -227,10 +248,9 @@ pub fn generate(inv: &Inventory, opts: &GenerateOptions) -> Result<Spec, CdiErro
     }
     let all = select(inv, all_devices(inv), opts.device_ids.as_deref())?;
     if all.is_empty() {
-        return Err(bad(
-            "inventory",
-            "it has no GPU or MIG device to describe (is the driver loaded? is MIG enabled without MIG devices?)".into(),
-        ));
+        return Err(CdiError::NothingToDescribe {
+            reason: nothing_to_describe(inv),
+        });
     }
     let mut devices = Vec::new();
     let mut seen = BTreeSet::new();

@@ -142,6 +142,26 @@ fn custom_kind_and_errors() {
 }
 
 #[test]
+fn mig_on_without_instances_is_nothing_to_describe_and_says_what_to_do() {
+    let mut inv = inventory();
+    for g in &mut inv.gpus {
+        g.mig_enabled = true;
+        g.mig_devices.clear();
+    }
+    let err = generate(&inv, &opts()).unwrap_err();
+    assert!(matches!(err, CdiError::NothingToDescribe { .. }), "{err}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("MIG mode is on without MIG devices on GPU 0 ("),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("create MIG instances") && msg.contains("disable MIG mode"),
+        "{msg}"
+    );
+}
+
+#[test]
 fn strategy_parsing() {
     assert_eq!(
         "type-index".parse::<NameStrategy>().unwrap(),

@@ -32,7 +32,6 @@ pub mod generate;
 pub mod modes;
 pub mod names;
 pub mod nodes;
-pub mod read;
 pub mod registry;
 pub mod spec;
 pub mod validate;
@@ -49,10 +48,10 @@ pub use generate::{generate, GenerateOptions, NameStrategy, DEFAULT_CLASS, DEFAU
 pub use modes::{generate_mode, Mode};
 pub use names::{qualified_name, QualifiedName};
 pub use nodes::device_nodes;
-pub use read::{read_bounded, MAX_SPEC_BYTES};
 pub use registry::{
     Conflict, ConflictGroup, Registry, RegistryDevice, RegistryError, DEFAULT_SPEC_DIRS,
 };
+pub use spec::read_spec_file;
 pub use spec::{
     ContainerEdits, Device, DeviceNode, Format, Hook, IntelRdt, Mount, NetDevice, Spec,
 };

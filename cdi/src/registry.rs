@@ -13,7 +13,6 @@ use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::read::{read_bounded, MAX_SPEC_BYTES};
 use crate::spec::{Device, Format, Spec};
 use crate::validate::{join_errors, load_bytes};
 use crate::CdiError;
@@ -212,7 +211,7 @@ impl Registry {
                 return None;
             }
         }
-        let bytes = match read_bounded(path, MAX_SPEC_BYTES) {
+        let bytes = match crate::read_spec_file(path) {
             Ok(b) => b,
             Err(e) => {
                 self.error(path, e.to_string());

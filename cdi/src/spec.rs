@@ -204,6 +204,14 @@ impl Format {
     }
 }
 
+/// Reads a spec file's bytes, refusing one larger than any real spec
+/// ([`gpuhook_node::bounded::MAX_CDI_SPEC_BYTES`]: spec directories may hold anyone's files, even
+/// a `/dev/zero` behind a symlink).
+pub fn read_spec_file(path: &std::path::Path) -> Result<Vec<u8>, CdiError> {
+    use gpuhook_node::bounded::{read_bounded, MAX_CDI_SPEC_BYTES};
+    Ok(read_bounded(path, MAX_CDI_SPEC_BYTES)?)
+}
+
 impl Spec {
     /// Parses a spec; `format` `None` sniffs it from the content.
     pub fn from_slice(bytes: &[u8], format: Option<Format>) -> Result<Spec, CdiError> {
@@ -212,7 +220,11 @@ impl Spec {
             Format::Json => serde_json::from_slice(bytes).map_err(|e| e.to_string()),
             Format::Yaml => serde_yaml::from_slice(bytes).map_err(|e| e.to_string()),
         };
-        parsed.map_err(|message| CdiError::Parse { format, message })
+        // Parsers quote a value of the wrong type whole: cap it (the file may be anyone's).
+        parsed.map_err(|message| CdiError::Parse {
+            format,
+            message: gpuhook_node::bounded::cap_message(&message),
+        })
     }
 
     /// Serialises the spec: pretty JSON with a trailing newline, or YAML. Deterministic.
@@ -241,6 +253,21 @@ impl Spec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn spec_files_are_read_bounded_with_typed_errors() {
+        let err = read_spec_file(std::path::Path::new("/dev/zero")).unwrap_err();
+        assert!(matches!(err, CdiError::TooLarge { .. }), "{err}");
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("none.json");
+        let err = read_spec_file(&missing).unwrap_err();
+        assert!(
+            matches!(&err, CdiError::Io { op: "read", source, .. } if source.kind() == std::io::ErrorKind::NotFound),
+            "{err}"
+        );
+        std::fs::write(&missing, b"{}").unwrap();
+        assert_eq!(read_spec_file(&missing).unwrap(), b"{}");
+    }
 
     fn sample() -> Spec {
         Spec {

@@ -107,7 +107,7 @@ fn write_checked(
             })
         }
         Ok(meta) => {
-            let old = crate::read::read_bounded(path, crate::read::MAX_SPEC_BYTES)?;
+            let old = crate::read_spec_file(path)?;
             if old == bytes {
                 if meta.permissions().mode() & 0o7777 != SPEC_FILE_MODE {
                     fs::set_permissions(path, fs::Permissions::from_mode(SPEC_FILE_MODE))

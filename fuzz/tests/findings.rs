@@ -8,12 +8,6 @@
 //! - `mps_control/nan-*`: `control::parse_percentage("nan")` is `Some(NaN)`, and the supervisor's
 //!   read-back check `(pct - want).abs() > 0.5` is false for NaN, so a control socket that answers
 //!   `nan` passes any thread-percentage setting (issue 14, items 2 and 3); `1e999` gives `inf`.
-//! - `cdi_spec/duplicate-key-*`: a JSON spec with a key twice. `validate_bytes` parses into a
-//!   `serde_json::Value` (the last duplicate silently wins) and accepts it; the typed parse that
-//!   release builds of `load_bytes` use refuses it ("duplicate field"). So `gpuhook cdi validate`
-//!   and debug builds accept a spec that release builds refuse on the start path, and a reader of
-//!   the file may see a different `hooks`/`kind` than the one that counts. Fix: refuse duplicate
-//!   keys in `validate_bytes` too (parse typed first, or check for duplicates).
 
 use std::path::Path;
 

@@ -5,21 +5,26 @@
 //! <ver>`) so that it runs on an older host driver. NVIDIA's `enable-cuda-compat` hook
 //! (nvidia-container-toolkit v1.20.0 cmd/nvidia-cdi-hook/cudacompat/cudacompat.go `run`,
 //! `getContainerForwardCompatDir`, `useCompatLibraries`) puts that folder first in the
-//! container's linker path when exactly one `libcuda.so.*.*` is there and its major version is
-//! greater than the host driver's (without the ELF note the newer compat packages carry; that
-//! note is not read here): it writes `/etc/ld.so.conf.d/00-compat-<id>.conf`, which sorts before
-//! the driver folders' file, so the rebuilt `ld.so.cache` lists the compat `libcuda.so.1` first.
+//! container's linker path when exactly one `libcuda.so.*.*` is there and it is for a newer
+//! driver: by its `.note.cuda.fwd_compatibility` ELF note when it has one (the host driver's
+//! branch is listed and the compat version is greater, [`elf`]), else by a greater major
+//! version. It writes `/etc/ld.so.conf.d/00-compat-<id>.conf`, which sorts before the driver
+//! folders' file, so the rebuilt `ld.so.cache` lists the compat `libcuda.so.1` first.
 //!
 //! Everything is looked up in the root through openat2 `RESOLVE_IN_ROOT` (the image controls
 //! that tree), listings are bounded, and nothing is followed out of the root.
 
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use crate::error::{InjectError, Result};
 use crate::openat2::open_in_root;
 use crate::real::PathrsSyscalls;
 use crate::root::{normalize_container_path, ContainerRoot};
+
+#[path = "cuda_compat_elf.rs"]
+pub mod elf;
 
 /// Where CUDA images keep the forward-compat libraries.
 pub const CUDA_COMPAT_DIR: &str = "/usr/local/cuda/compat";
@@ -104,8 +109,9 @@ fn major(version: &str) -> Option<u64> {
     version.split('.').next()?.parse().ok()
 }
 
-/// Whether the compat library `file_name` (`libcuda.so.575.57.08`) is for a newer driver than
-/// `host_driver_version`: its major version is greater (cudacompat.go `useCompatLibraries`).
+/// Whether the compat library `file_name` (`libcuda.so.575.57.08`) without a readable note is
+/// for a newer driver than `host_driver_version`: its major version is greater (cudacompat.go
+/// `useCompatLibraries`, fallback).
 pub fn use_compat(file_name: &str, host_driver_version: &str) -> bool {
     let Some(compat) = file_name.strip_prefix("libcuda.so.") else {
         return false;
@@ -114,6 +120,29 @@ pub fn use_compat(file_name: &str, host_driver_version: &str) -> bool {
         (Some(c), Some(h)) => h < c,
         _ => false,
     }
+}
+
+/// The compat note of the image's file `path`, read through the root: opened with
+/// `RESOLVE_IN_ROOT` (links followed inside the root only), only a regular file (a FIFO or a
+/// device the image put there is never opened for reading), read bounded ([`elf::read_note`]).
+pub fn read_compat_note(
+    root: &ContainerRoot<PathrsSyscalls>,
+    path: &Path,
+) -> std::result::Result<Option<elf::CompatNote>, String> {
+    let path = normalize_container_path(path).map_err(|e| e.to_string())?;
+    let fd = open_in_root(root.root_fd(), &path, true).map_err(|e| e.to_string())?;
+    let stat = nix::sys::stat::fstat(fd.as_raw_fd()).map_err(|e| e.to_string())?;
+    if stat.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Err("not a regular file".into());
+    }
+    // Reopen the O_PATH descriptor for reading (the same inode; no new path walk).
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+        .map_err(|e| e.to_string())?;
+    let size = u64::try_from(stat.st_size).map_err(|_| "negative size".to_string())?;
+    elf::read_note(&file, size)
 }
 
 /// The compat folder to put first, when the image has one newer than the host driver.
@@ -143,7 +172,16 @@ pub fn compat_dir(
         }
         return Ok(None);
     };
-    Ok(use_compat(&lib.name, host_driver_version).then(|| PathBuf::from(CUDA_COMPAT_DIR)))
+    let path = Path::new(CUDA_COMPAT_DIR).join(&lib.name);
+    let note = read_compat_note(root, &path).unwrap_or_else(|reason| {
+        // As NVIDIA's hook: a note that cannot be read is a warning, and the major rule decides.
+        tracing::warn!(path = %path.display(), reason = %gpuhook_node::bounded::preview(&reason), "cannot read the CUDA compat ELF note; comparing major versions");
+        None
+    });
+    let compat_version = lib.name.trim_start_matches("libcuda.so.");
+    let use_it = elf::use_compat_libraries(compat_version, host_driver_version, note.as_ref());
+    tracing::debug!(lib = %lib.name, note = ?note, host = host_driver_version, use_it, "CUDA forward compatibility");
+    Ok(use_it.then(|| PathBuf::from(CUDA_COMPAT_DIR)))
 }
 
 /// Writes [`COMPAT_LDSO_CONF`] when the image's compat libraries are newer than the host
@@ -170,6 +208,85 @@ mod tests {
         assert!(!use_compat("libcuda.so.570.200.01", "570.158.01"));
         assert!(!use_compat("libcuda.so.560.35.03", "570.158.01"));
         assert!(!use_compat("libcuda.so.x", "570.158.01"));
+    }
+
+    fn compat_root(files: &[(&str, Option<Vec<u8>>)]) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let compat = dir.path().join("usr/local/cuda/compat");
+        std::fs::create_dir_all(&compat).unwrap();
+        for (name, data) in files {
+            match data {
+                Some(d) => std::fs::write(compat.join(name), d).unwrap(),
+                None => nix::unistd::mkfifo(
+                    &compat.join(name),
+                    nix::sys::stat::Mode::from_bits_truncate(0o644),
+                )
+                .unwrap(),
+            }
+        }
+        dir
+    }
+
+    fn decide(dir: &tempfile::TempDir, host: &str) -> Option<PathBuf> {
+        compat_dir(&ContainerRoot::open(dir.path()).unwrap(), host).unwrap()
+    }
+
+    /// NVIDIA v1.20 `useCompatLibraries`: the compat library's ELF note decides first.
+    #[test]
+    fn the_elf_note_decides_when_the_library_has_one() {
+        use elf::tests::{build, NOTE_575};
+        let note = |v: &str| Some(build(true, false, "NVIDIA Corporation", v, 4, 4096));
+        // 570.200.01 for branches up to 575, host 570.158.01: same major, but the note lists
+        // the host's branch and the compat build is newer.
+        let same_major = compat_root(&[("libcuda.so.570.200.01", note(NOTE_575))]);
+        assert_eq!(
+            decide(&same_major, "570.158.01"),
+            Some(PathBuf::from(CUDA_COMPAT_DIR))
+        );
+        // A newer major whose note does not list the host's branch (560 is, 555 is not).
+        let unlisted = compat_root(&[("libcuda.so.575.57.08", note(NOTE_575))]);
+        assert_eq!(decide(&unlisted, "555.42.06"), None);
+        assert_eq!(
+            decide(&unlisted, "560.35.03"),
+            Some(PathBuf::from(CUDA_COMPAT_DIR))
+        );
+        // Without a note (an empty file is no ELF: a warning), the major rule.
+        let plain = compat_root(&[("libcuda.so.575.57.08", Some(Vec::new()))]);
+        assert_eq!(
+            decide(&plain, "555.42.06"),
+            Some(PathBuf::from(CUDA_COMPAT_DIR))
+        );
+    }
+
+    /// The file is the image's: a FIFO is never opened for reading (no hang), and a symlink is
+    /// resolved inside the root.
+    #[test]
+    fn the_library_is_read_through_the_root() {
+        use elf::tests::{build, NOTE_575};
+        let fifo = compat_root(&[("libcuda.so.575.57.08", None)]);
+        assert_eq!(
+            decide(&fifo, "555.42.06"),
+            Some(PathBuf::from(CUDA_COMPAT_DIR)),
+            "a FIFO has no note: major rule"
+        );
+        let linked = compat_root(&[]);
+        let real = linked.path().join("opt/libcuda-real");
+        std::fs::create_dir_all(real.parent().unwrap()).unwrap();
+        std::fs::write(
+            &real,
+            build(false, true, "NVIDIA Corporation", NOTE_575, 4, 0),
+        )
+        .unwrap();
+        std::os::unix::fs::symlink(
+            "/opt/libcuda-real",
+            linked
+                .path()
+                .join("usr/local/cuda/compat/libcuda.so.575.57.08"),
+        )
+        .unwrap();
+        // The absolute target is the root's /opt/libcuda-real (its note excludes 555), not the
+        // host's /opt.
+        assert_eq!(decide(&linked, "555.42.06"), None);
     }
 
     #[test]

@@ -6,6 +6,11 @@
 //! checks the same way: the size is checked on the open file (no re-open race) and the read is
 //! capped at `limit + 1` bytes even if the file grows meanwhile. [`preview`] caps a value quoted
 //! in a message or a log line.
+//!
+//! This is the crate's (and the workspace's) one bounded reader: discovery (`ld.so.cache`,
+//! `/proc/driver`, the inventory cache, under a driver root that may be a container image) and
+//! the CDI crate (spec files anyone may drop in a spec directory) map [`BoundedReadError`] into
+//! their own typed errors.
 
 use std::fs::File;
 use std::io::Read;
@@ -17,6 +22,12 @@ pub const MAX_OCI_CONFIG_BYTES: u64 = 4 << 20;
 pub const MAX_CDI_SPEC_BYTES: u64 = 16 << 20;
 /// Largest config file (TOML) read.
 pub const MAX_CONFIG_FILE_BYTES: u64 = 1 << 20;
+/// Largest `ld.so.cache` read (real ones are well under 4 MiB).
+pub const MAX_LD_CACHE_BYTES: u64 = 64 << 20;
+/// Largest inventory cache read.
+pub const MAX_INVENTORY_BYTES: u64 = 16 << 20;
+/// Largest `/proc/driver` file read.
+pub const MAX_PROC_BYTES: u64 = 1 << 20;
 /// Characters of a value quoted in a message or log line, before it is cut.
 pub const MAX_PREVIEW_CHARS: usize = 200;
 
@@ -162,6 +173,17 @@ mod tests {
         assert_eq!(missing.io_kind(), Some(std::io::ErrorKind::NotFound));
         std::fs::write(&p, [0xff, 0xfe]).unwrap();
         assert!(read_bounded_string(&p, 10).is_err());
+    }
+
+    #[test]
+    fn an_endless_file_stops_at_the_limit() {
+        // `/dev/zero` has size 0: the read itself must stop at `limit + 1` bytes.
+        let err = read_bounded(Path::new("/dev/zero"), 4096).unwrap_err();
+        assert!(
+            matches!(err, BoundedReadError::TooLarge { limit: 4096, .. }),
+            "{err}"
+        );
+        assert!(err.to_string().contains("/dev/zero"), "{err}");
     }
 
     #[test]

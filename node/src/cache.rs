@@ -80,7 +80,7 @@ impl Inventory {
             path: path.to_path_buf(),
             reason,
         };
-        let data = crate::read::read_bounded(path, crate::read::MAX_INVENTORY_BYTES)?;
+        let data = crate::bounded::read_bounded(path, crate::bounded::MAX_INVENTORY_BYTES)?;
         let value: serde_json::Value =
             serde_json::from_slice(&data).map_err(|e| bad(format!("not JSON: {e}")))?;
         let version = value.get("format_version").and_then(|v| v.as_u64());

@@ -116,11 +116,39 @@ fn fmt_target(target: &Option<String>) -> String {
         .unwrap_or_default()
 }
 
+impl From<crate::bounded::BoundedReadError> for NodeError {
+    fn from(e: crate::bounded::BoundedReadError) -> Self {
+        use crate::bounded::BoundedReadError as B;
+        match e {
+            B::Io { path, source } => NodeError::Io { path, source },
+            B::TooLarge { path, limit } => NodeError::TooLarge { path, limit },
+        }
+    }
+}
+
 impl NodeError {
     pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         NodeError::Io {
             path: path.into(),
             source,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounded_read_errors_keep_their_kind() {
+        let err: NodeError = crate::bounded::read_bounded(std::path::Path::new("/dev/zero"), 8)
+            .unwrap_err()
+            .into();
+        assert!(matches!(err, NodeError::TooLarge { limit: 8, .. }), "{err}");
+        let err: NodeError =
+            crate::bounded::read_bounded(std::path::Path::new("/nonexistent/x"), 8)
+                .unwrap_err()
+                .into();
+        assert!(matches!(err, NodeError::Io { .. }), "{err}");
     }
 }

@@ -19,7 +19,6 @@ pub mod inventory;
 pub mod ldcache;
 pub mod nvml;
 pub mod procfs;
-pub mod read;
 pub mod rootfs;
 
 #[cfg(test)]

@@ -8,9 +8,9 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+use crate::bounded::{read_bounded_string, MAX_PROC_BYTES};
 use crate::error::NodeError;
 use crate::inventory::{join_under, DeviceMajors, MigControlCaps};
-use crate::read::{read_text_bounded, MAX_PROC_BYTES};
 
 pub const PROC_DEVICES: &str = "/proc/devices";
 pub const PROC_VERSION: &str = "/proc/driver/nvidia/version";
@@ -217,7 +217,7 @@ impl ProcFs {
 
     fn read_optional(&self, p: &str) -> Result<Option<String>, NodeError> {
         let path = self.path(p);
-        match read_text_bounded(&path, MAX_PROC_BYTES) {
+        match read_bounded_string(&path, MAX_PROC_BYTES).map_err(NodeError::from) {
             Ok(s) => Ok(Some(s)),
             Err(NodeError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
                 Ok(None)
@@ -254,7 +254,7 @@ impl ProcFs {
         for entry in entries {
             let entry = entry.map_err(|e| NodeError::io(&dir, e))?;
             let path = entry.path().join("information");
-            let text = read_text_bounded(&path, MAX_PROC_BYTES)?;
+            let text = read_bounded_string(&path, MAX_PROC_BYTES)?;
             let gpu = parse_gpu_information(&text).ok_or_else(|| NodeError::Procfs {
                 path: path.clone(),
                 reason: "missing `GPU UUID`, `Bus Location` or `Device Minor`".into(),

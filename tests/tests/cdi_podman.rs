@@ -381,8 +381,8 @@ fn podman_workstation_full() {
     podman_profile("workstation-full");
 }
 
-/// MIG on with no MIG device: no spec (as NVIDIA: `invalid device, empty device edits`), and
-/// the refusal says why.
+/// MIG on with no MIG device: no spec on stdout (NVIDIA refuses too: `invalid device, empty
+/// device edits`), and the refusal says why and what to do.
 #[test]
 fn podman_h100_mig_empty() {
     if !gpuhook_e2e::e2e_ready("cdi_podman", &["podman", "runc", "ldconfig"]) {
@@ -403,7 +403,8 @@ fn podman_h100_mig_empty() {
     let (_, stderr) = cdi_support::texts(&out);
     assert!(!out.status.success());
     assert!(
-        stderr.contains("MIG enabled without MIG devices"),
+        stderr.contains("MIG mode is on without MIG devices")
+            && stderr.contains("disable MIG mode"),
         "{stderr}"
     );
 }

@@ -116,6 +116,8 @@ fn repartitioned(keep: usize) -> NodeProfile {
         p.gpus[0].mig_devices.len() > keep,
         "h100-mig has more MIG devices"
     );
+    // Destroying instances leaves MIG mode on.
+    assert!(p.gpus[0].mig_mode, "h100-mig has MIG mode on");
     p.gpus[0].mig_devices.truncate(keep);
     p.name = format!("h100-mig-{keep}");
     p
@@ -195,6 +197,67 @@ fn the_spec_follows_a_mig_repartition_and_an_idle_node_is_not_rewritten() {
     assert!(
         log_text.contains("node state changed"),
         "the watcher says why it regenerated:\n{log_text}"
+    );
+}
+
+/// Destroying the last MIG instance (h100-mig re-partitioned to zero, MIG mode still on: the
+/// h100-mig-empty state) leaves no device to describe. nvidia-ctk v1.20 fails there and keeps its
+/// old spec, so runtimes keep offering destroyed devices; the watcher removes gpuhook's spec
+/// instead, the inventory cache follows, and the log says why and how to get devices back.
+#[test]
+fn the_last_mig_instance_destroyed_removes_the_stale_spec() {
+    if !gpuhook_e2e::e2e_ready("cdi_refresh", &["ldconfig"]) {
+        return;
+    }
+    let dir = tmp("refresh-empty");
+    let root = dir.path().join("node");
+    let spec = dir.path().join("spec.json");
+    let cache = dir.path().join("inventory.json");
+    let log = dir.path().join("watch.log");
+    let before = build_node("h100-mig", &root);
+    let _watcher = start_watcher(&root, &spec, &cache, &log);
+    wait_for_names(
+        &spec,
+        &expected_names(&before),
+        Duration::from_secs(10),
+        &log,
+    );
+
+    let after = repartition(&root, 0);
+    assert!(after.gpus[0].mig_mode && after.gpus[0].mig_devices.is_empty());
+    let start = Instant::now();
+    while spec.exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the stale spec (destroyed MIG devices {:?}) stayed\nwatcher log:\n{}",
+            spec_names(&spec),
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The cache follows: the GPU is still there, none of the destroyed MIG devices is.
+    let start = Instant::now();
+    loop {
+        let inv = std::fs::read_to_string(&cache).unwrap_or_default();
+        let stale = before.gpus[0]
+            .mig_devices
+            .iter()
+            .any(|m| inv.contains(&m.uuid));
+        if !stale && inv.contains(&before.gpus[0].uuid) {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "the inventory cache still lists destroyed MIG devices:\n{inv}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let log_text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        log_text.contains("MIG mode is on without MIG devices")
+            && log_text.contains("create MIG instances")
+            && log_text.contains(&format!("removed {}", spec.display())),
+        "the warning says why the spec is gone and what to do:\n{log_text}"
     );
 }
 

@@ -24,15 +24,27 @@ enum Sel {
     Mig(usize, usize),
 }
 
-fn expected_nodes(inv: &Inventory, sel: &[Sel], any: bool) -> BTreeSet<NodeSpec> {
+/// `host_has(path)`: whether the node has that device node. libnvidia-container lists only the
+/// control nodes that exist (`src/nvc_info.c` `find_device_node`: a missing one is logged
+/// "missing device" and skipped), so a node without `/dev/nvidia-uvm-tools` (l20-minimal)
+/// gives containers none.
+fn expected_nodes(
+    inv: &Inventory,
+    sel: &[Sel],
+    any: bool,
+    host_has: impl Fn(&str) -> bool,
+) -> BTreeSet<NodeSpec> {
     let mut out = BTreeSet::new();
     if !any {
         return out;
     }
     out.insert(("/dev/nvidiactl".into(), 195, 255));
     if let Some(uvm) = inv.majors.nvidia_uvm {
-        out.insert(("/dev/nvidia-uvm".into(), uvm, 0));
-        out.insert(("/dev/nvidia-uvm-tools".into(), uvm, 1));
+        for (path, minor) in [("/dev/nvidia-uvm", 0), ("/dev/nvidia-uvm-tools", 1)] {
+            if host_has(path) {
+                out.insert((path.into(), uvm, minor));
+            }
+        }
     }
     for s in sel {
         let (g, mig) = match *s {
@@ -82,17 +94,22 @@ fn cases(inv: &Inventory) -> Vec<(String, Vec<Sel>, bool)> {
             .to_ascii_uppercase();
         out.push((pci, vec![Sel::Gpu(i)], true));
     }
+    // A MIG-enabled GPU, preferably one with MIG devices.
     let mig = inv
         .gpus
         .iter()
         .enumerate()
-        .find(|(_, g)| g.mig_enabled && !g.mig_devices.is_empty());
+        .filter(|(_, g)| g.mig_enabled)
+        .max_by_key(|(_, g)| (!g.mig_devices.is_empty(), std::cmp::Reverse(g.index)));
     if let Some((gi, g)) = mig {
         // Issue #13.3: the MIG-enabled GPU itself (libnvc `select_gpu_device` ignores MIG
         // mode; NVIDIA's device plugin with MIG strategy `none` hands out its UUID): its
-        // /dev/nvidia<minor> and no MIG cap node.
+        // /dev/nvidia<minor> and no MIG cap node — with or without MIG instances
+        // (h100-mig-empty).
         out.push((g.uuid.clone(), vec![Sel::Gpu(gi)], true));
         out.push((g.index.to_string(), vec![Sel::Gpu(gi)], true));
+    }
+    if let Some((gi, g)) = mig.filter(|(_, g)| !g.mig_devices.is_empty()) {
         let last = g.mig_devices.len() - 1;
         let m = &g.mig_devices[last];
         out.push((m.uuid.clone(), vec![Sel::Mig(gi, last)], true));
@@ -137,16 +154,44 @@ fn check_profile(profile: &str) {
     let inv = &n.inventory;
     let libs = compute_utility_libs(inv);
     assert!(!libs.is_empty(), "{profile}: no compute/utility libraries");
+    // The libraries are where the profile's driver put them (rhel-a100: /usr/lib64), and the
+    // container gets them there (the checks below look for these paths and the ldcache entry).
+    let lib_dir = format!("{}/", n.profile.lib_dir);
+    assert!(
+        libs.iter().all(|l| l.starts_with(&lib_dir)),
+        "{profile}: libraries outside {lib_dir}: {libs:?}"
+    );
+    // Expectations use the inventory's index/minor/MIG layout: pin it to the profile (rhel-a100:
+    // index 0 is minor 1), so a discovery bug cannot hide behind itself.
+    for pg in &n.profile.gpus {
+        let g = inv
+            .gpus
+            .iter()
+            .find(|g| g.uuid == pg.uuid)
+            .expect("profile GPU");
+        assert_eq!(
+            (g.index, g.minor),
+            (pg.index, pg.minor),
+            "{profile}: {}",
+            pg.uuid
+        );
+        assert_eq!(g.mig_enabled, pg.mig_mode, "{profile}: {}", pg.uuid);
+        assert_eq!(g.mig_devices.len(), pg.mig_devices.len(), "{profile}");
+    }
+    let host_has = |path: &str| n.root.join(path.trim_start_matches('/')).exists();
     for (value, sel, gpu) in cases(inv) {
         let ctx = format!("{profile} NVIDIA_VISIBLE_DEVICES={value}");
-        let want = expected_nodes(inv, &sel, gpu);
+        let want = expected_nodes(inv, &sel, gpu, host_has);
         let mut bundle = Bundle::new(SCRIPT, true);
-        // Host nodes that are not injected: modeset (display only) and, when one GPU is
-        // selected, another GPU.
-        let mut denied = vec![(
-            "/dev/gpuhook-denied-modeset".to_string(),
-            "nvidia-modeset".to_string(),
-        )];
+        // Host nodes that are not injected: modeset (display only) where the node has it and,
+        // when one GPU is selected, another GPU.
+        let mut denied = Vec::new();
+        if host_has("/dev/nvidia-modeset") {
+            denied.push((
+                "/dev/gpuhook-denied-modeset".to_string(),
+                "nvidia-modeset".to_string(),
+            ));
+        }
         let selected: BTreeSet<String> = want.iter().map(|(p, _, _)| p.clone()).collect();
         if let Some(other) = inv
             .gpus
@@ -251,6 +296,13 @@ profile_tests! {
     every_form_on_a100_mig_mixed => "a100-mig-mixed",
     every_form_on_h100_mig => "h100-mig",
     every_form_on_h20_mig => "h20-mig",
+    // No nvidia-modeset, no nvidia-uvm-tools: neither appears in the container.
+    every_form_on_l20_minimal => "l20-minimal",
+    // /usr/lib64 libraries; NVML index 0 is minor 1: index 0 gives /dev/nvidia1.
+    every_form_on_rhel_a100 => "rhel-a100",
+    // MIG mode on, no instance: the GPU by index or UUID gives its /dev/nvidia<minor>.
+    every_form_on_h100_mig_empty => "h100-mig-empty",
+    every_form_on_workstation_full => "workstation-full",
 }
 
 #[test]
@@ -263,9 +315,13 @@ fn every_reference_profile_is_covered() {
             "a100-mig-mixed",
             "dgx-h100",
             "h100-mig",
+            "h100-mig-empty",
             "h20-mig",
             "l20",
-            "t4"
+            "l20-minimal",
+            "rhel-a100",
+            "t4",
+            "workstation-full"
         ],
         "a profile was added: add it to profile_tests!"
     );

@@ -7,8 +7,11 @@
 
 mod rules;
 mod schema;
+mod strict;
 
 use std::fmt;
+
+use gpuhook_node::bounded::cap_message;
 
 use crate::spec::{Format, Spec};
 
@@ -91,22 +94,13 @@ pub fn validate_model(spec: &Spec) -> Result<(), Vec<ValidationError>> {
 /// Fields unknown to the CDI model are errors, as in the runtimes.
 pub fn validate_bytes(bytes: &[u8], format: Option<Format>) -> Result<Spec, Vec<ValidationError>> {
     let format = format.unwrap_or_else(|| Format::sniff(bytes));
-    let value: serde_json::Value = match format {
-        Format::Json => serde_json::from_slice(bytes).map_err(|e| e.to_string()),
-        Format::Yaml => serde_yaml::from_slice(bytes).map_err(|e| e.to_string()),
-    }
-    .map_err(|e| {
-        vec![ValidationError::new(
-            "",
-            format!("not a {} document: {e}", format.as_str()),
-        )]
-    })?;
+    let value = strict::parse(bytes, format).map_err(|e| vec![e])?;
     let errors = schema::check(&value);
     if !errors.is_empty() {
         return Err(errors);
     }
-    let spec: Spec =
-        serde_json::from_value(value).map_err(|e| vec![ValidationError::new("", e.to_string())])?;
+    let spec: Spec = serde_json::from_value(value)
+        .map_err(|e| vec![ValidationError::new("", cap_message(&e.to_string()))])?;
     let errors = rules::check(&spec);
     if errors.is_empty() {
         Ok(spec)

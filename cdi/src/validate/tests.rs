@@ -244,3 +244,44 @@ fn unknown_fields_and_yaml() {
     let errs = validate_bytes(b"cdiVersion: [", Some(Format::Yaml)).unwrap_err();
     assert!(errs[0].message.contains("not a yaml document"), "{errs:?}");
 }
+
+#[test]
+fn duplicate_keys_are_refused_with_key_and_path() {
+    // serde_json::Value keeps the last duplicate; the typed (release start path) parse refuses
+    // it. Validation must refuse it too, naming the key and where it is.
+    let raw = br#"{"cdiVersion":"0.5.0","kind":"vendor.com/device","kind":"vendor.com/device","devices":[{"name":"a","containerEdits":{"env":["A=B"]}}]}"#;
+    let errs = validate_bytes(raw, None).unwrap_err();
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    assert_eq!(errs[0].path, "", "{errs:?}");
+    assert!(
+        errs[0].message.contains("key \"kind\" appears twice"),
+        "{errs:?}"
+    );
+    let raw = br#"{"cdiVersion":"0.5.0","kind":"a.com/b","devices":[{"name":"a","containerEdits":{"env":["A=B"],"env":[]}}]}"#;
+    let errs = validate_bytes(raw, None).unwrap_err();
+    assert_eq!(errs[0].path, "devices[0].containerEdits", "{errs:?}");
+    assert!(errs[0].message.contains("\"env\""), "{errs:?}");
+    assert!(load_bytes(raw, None).is_err());
+    // YAML mappings with a key twice are refused by the YAML reader already.
+    let yaml = b"cdiVersion: 0.5.0\nkind: a.com/b\nkind: a.com/b\ndevices:\n  - name: x\n    containerEdits:\n      env: [A=1]\n";
+    assert!(validate_bytes(yaml, None).is_err());
+}
+
+#[test]
+fn parse_errors_quoting_a_hostile_value_are_capped() {
+    let long = "x".repeat(6000);
+    let json = format!(r#"{{"cdiVersion":"0.5.0","kind":"a.com/b","devices":"{long}"}}"#);
+    let yaml = format!("cdiVersion: 0.5.0\nkind: a.com/b\ndevices: {long}\n");
+    for (bytes, format) in [(json, Format::Json), (yaml, Format::Yaml)] {
+        let err = crate::Spec::from_slice(bytes.as_bytes(), Some(format)).unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.len() < 1200, "{format:?}: {} bytes", msg.len());
+        assert!(msg.contains("bytes cut]"), "{msg}");
+        for e in validate_bytes(bytes.as_bytes(), Some(format)).unwrap_err() {
+            assert!(e.to_string().len() < 1200, "{format:?}: {e}");
+        }
+    }
+    let err =
+        validate_bytes(format!("{{\"a\": \"{long}").as_bytes(), Some(Format::Json)).unwrap_err();
+    assert!(err[0].message.starts_with("not a json document"), "{err:?}");
+}

@@ -6,6 +6,7 @@
 //! nvidia.com/gpu=0` does not resolve without reading runtime logs.
 
 mod conflicts;
+mod empty;
 mod generate;
 mod nvidia_flags;
 mod refresh;
@@ -160,6 +161,10 @@ pub struct GenerateArgs {
     /// defines the same devices: gpuhook's spec takes its name, so runtimes see one definition
     #[arg(long)]
     pub force: bool,
+    /// Fail (and keep the old spec) when the node has no device to describe, as nvidia-ctk does;
+    /// by default gpuhook's spec at the output is removed with a warning (e.g. MIG on, no instance)
+    #[arg(long)]
+    pub fail_on_empty: bool,
     /// The flags of `nvidia-ctk cdi generate` (see `gpuhook cdi generate --help`)
     #[command(flatten)]
     pub nvidia: NvidiaFlags,
@@ -252,7 +257,7 @@ fn print_stdout(text: &str) -> anyhow::Result<()> {
 
 fn validate(args: &ValidateArgs) -> anyhow::Result<()> {
     let file = &args.file;
-    let bytes = gpuhook_cdi::read_bounded(file, gpuhook_cdi::MAX_SPEC_BYTES).map_err(flat)?;
+    let bytes = gpuhook_cdi::read_spec_file(file).map_err(flat)?;
     let format = gpuhook_cdi::Format::from_path(file);
     if format.is_none() {
         eprintln!(

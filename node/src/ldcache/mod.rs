@@ -164,7 +164,7 @@ pub struct LdCache {
 impl LdCache {
     /// Reads and parses a cache file (one read).
     pub fn load(path: &Path) -> Result<LdCache, NodeError> {
-        let data = crate::read::read_bounded(path, crate::read::MAX_LD_CACHE_BYTES)?;
+        let data = crate::bounded::read_bounded(path, crate::bounded::MAX_LD_CACHE_BYTES)?;
         LdCache::parse(&data).map_err(|source| NodeError::LdCache {
             path: path.to_path_buf(),
             source,

@@ -13,7 +13,7 @@ use anyhow::{bail, Context};
 use gpuhook_cdi::{default_file_name, Format, GenerateOptions, Spec, WriteOutcome};
 use gpuhook_node::{discover, DiscoverOptions, DiscoverySource, Inventory};
 
-use super::{canonical_dir, flat, print_stdout, takeover, GenerateArgs};
+use super::{canonical_dir, empty, flat, print_stdout, takeover, GenerateArgs};
 use crate::config::Config;
 
 /// Where generated specs go by default (the runtimes' higher-priority, generated-specs directory).
@@ -174,8 +174,17 @@ pub(super) fn run(args: &GenerateArgs, config: &Config) -> anyhow::Result<()> {
     let spec = match flags.mode {
         None => gpuhook_cdi::generate(&spec_inv, &opts),
         Some(mode) => gpuhook_cdi::generate_mode(&spec_inv, mode, &opts),
-    }
-    .map_err(flat)?;
+    };
+    let spec = match spec {
+        Err(gpuhook_cdi::CdiError::NothingToDescribe { reason }) if !args.fail_on_empty => {
+            return nothing_to_describe(&reason, &output, &kind, &config.cdi_spec_dirs, || {
+                if let Some(path) = cache_path(args, config) {
+                    save_cache(&inv, path);
+                }
+            });
+        }
+        other => other.map_err(flat)?,
+    };
     let generated = start.elapsed();
 
     let (shown, outcome) = write(&spec, &output, args.force, &config.cdi_spec_dirs)?;
@@ -199,6 +208,31 @@ pub(super) fn run(args: &GenerateArgs, config: &Config) -> anyhow::Result<()> {
         spec.devices.len(),
         spec.cdi_version
     );
+    Ok(())
+}
+
+/// No device on the node: gpuhook's old spec at `output` goes, the inventory cache follows
+/// (`save_cache`), one warning says why ([`empty`]). To stdout it stays an error.
+fn nothing_to_describe(
+    reason: &str,
+    output: &Output,
+    kind: &str,
+    spec_dirs: &[PathBuf],
+    save_cache: impl FnOnce(),
+) -> anyhow::Result<()> {
+    let (path, named) = match output {
+        Output::Stdout(_) => bail!(
+            "the node has no GPU or MIG device to describe: {reason}; no spec printed (a CDI \
+             spec needs a device)"
+        ),
+        Output::File(p, _) => (p, true),
+        Output::InDir(p, _) => (p, false),
+    };
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let whole_dir = !named && takeover::is_spec_dir(dir, spec_dirs);
+    let stale = empty::remove_stale(path, kind, whole_dir);
+    save_cache();
+    eprintln!("{}", empty::warning(reason, &stale));
     Ok(())
 }
 
@@ -293,7 +327,7 @@ fn write(
 
 /// Removes our earlier spec file `old` (now replaced by a file of another name), if it is ours.
 fn retire(old: &Path, kind: &str) {
-    let ours = gpuhook_cdi::read_bounded(old, gpuhook_cdi::MAX_SPEC_BYTES)
+    let ours = gpuhook_cdi::read_spec_file(old)
         .ok()
         .and_then(|b| Spec::from_slice(&b, Format::from_path(old)).ok())
         .is_some_and(|s| gpuhook_cdi::is_ours(&s, kind).is_ok());

@@ -13,7 +13,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::bail;
-use gpuhook_cdi::{is_ours, read_bounded, Format, Spec, MAX_SPEC_BYTES};
+use gpuhook_cdi::{is_ours, read_spec_file, Format, Spec};
 
 use super::conflicts::some_names;
 
@@ -54,7 +54,7 @@ pub(super) fn rivals_in(dir: &Path, spec: &Spec, skip: &Path) -> Vec<Rival> {
     let ours: Vec<String> = spec.qualified_devices().map(|(n, _)| n).collect();
     let mut out = Vec::new();
     for path in spec_files(dir).into_iter().filter(|p| p != skip) {
-        let Ok(bytes) = read_bounded(&path, MAX_SPEC_BYTES) else {
+        let Ok(bytes) = read_spec_file(&path) else {
             continue;
         };
         let Ok(other) = Spec::from_slice(&bytes, Format::from_path(&path)) else {
