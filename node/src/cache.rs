@@ -15,6 +15,13 @@ use crate::error::NodeError;
 use crate::inventory::{Inventory, INVENTORY_FORMAT_VERSION};
 use crate::procfs::ProcFs;
 
+fn version_mismatch(version: Option<u64>) -> String {
+    format!(
+        "format version {} (this gpuhook reads {INVENTORY_FORMAT_VERSION})",
+        version.map_or("missing".to_string(), |v| v.to_string())
+    )
+}
+
 /// Why a cached inventory cannot be used as is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Staleness {
@@ -33,11 +40,25 @@ pub enum Staleness {
 impl Inventory {
     /// Writes the inventory as JSON to `path` atomically, mode 0644.
     pub fn save_json(&self, path: &Path) -> Result<(), NodeError> {
+        let json = self.to_json_bytes(path)?;
+        self.write_json_bytes(path, &json)
+    }
+
+    /// The file's bytes: pretty JSON and a final newline.
+    fn to_json_bytes(&self, path: &Path) -> Result<Vec<u8>, NodeError> {
+        let mut json = serde_json::to_vec_pretty(self).map_err(|e| NodeError::InventoryWrite {
+            path: path.to_path_buf(),
+            source: std::io::Error::other(e),
+        })?;
+        json.push(b'\n');
+        Ok(json)
+    }
+
+    fn write_json_bytes(&self, path: &Path, json: &[u8]) -> Result<(), NodeError> {
         let werr = |source| NodeError::InventoryWrite {
             path: path.to_path_buf(),
             source,
         };
-        let json = serde_json::to_vec_pretty(self).map_err(|e| werr(std::io::Error::other(e)))?;
         let dir = path
             .parent()
             .filter(|d| !d.as_os_str().is_empty())
@@ -58,8 +79,7 @@ impl Inventory {
                 .open(&tmp)?;
             // The mode given to open() is filtered by the umask; make it exact.
             f.set_permissions(std::fs::Permissions::from_mode(0o644))?;
-            f.write_all(&json)?;
-            f.write_all(b"\n")?;
+            f.write_all(json)?;
             f.sync_all()?;
             std::fs::rename(&tmp, path)?;
             // Persist the rename; not all filesystems support fsync on a directory.
@@ -81,16 +101,33 @@ impl Inventory {
             reason,
         };
         let data = crate::bounded::read_bounded(path, crate::bounded::MAX_INVENTORY_BYTES)?;
+        // The typed parse first: this runs on container starts, and a cache of the current format
+        // parses in one pass. Only a file that does not parse says why through a generic view.
+        match serde_json::from_slice::<Inventory>(&data) {
+            Ok(inv) if inv.format_version == INVENTORY_FORMAT_VERSION => return Ok(inv),
+            Ok(inv) => return Err(bad(version_mismatch(Some(u64::from(inv.format_version))))),
+            Err(_) => {}
+        }
         let value: serde_json::Value =
             serde_json::from_slice(&data).map_err(|e| bad(format!("not JSON: {e}")))?;
         let version = value.get("format_version").and_then(|v| v.as_u64());
         if version != Some(u64::from(INVENTORY_FORMAT_VERSION)) {
-            return Err(bad(format!(
-                "format version {} (this gpuhook reads {INVENTORY_FORMAT_VERSION})",
-                version.map_or("missing".to_string(), |v| v.to_string())
-            )));
+            return Err(bad(version_mismatch(version)));
         }
         serde_json::from_value(value).map_err(|e| bad(format!("not an inventory: {e}")))
+    }
+
+    /// Saves the inventory unless `path` already holds exactly these bytes; `Ok(true)` when it
+    /// wrote. Comparing bytes spares `cdi generate` parsing the old cache on every run.
+    pub fn save_json_if_changed(&self, path: &Path) -> Result<bool, NodeError> {
+        let json = self.to_json_bytes(path)?;
+        let same = crate::bounded::read_bounded(path, crate::bounded::MAX_INVENTORY_BYTES)
+            .is_ok_and(|old| old == json);
+        if same {
+            return Ok(false);
+        }
+        self.write_json_bytes(path, &json)?;
+        Ok(true)
     }
 
     /// Compares the cached inventory with the node as it is now.
@@ -160,6 +197,39 @@ mod tests {
             files: DriverFiles::default(),
             source: DiscoverySource::Procfs,
         }
+    }
+
+    #[test]
+    fn an_identical_cache_is_left_alone_a_changed_one_rewritten() {
+        use std::os::unix::fs::MetadataExt;
+        let root = FakeRoot::new();
+        let path = root.path("/inv.json");
+        let mut inv = inventory(root.root());
+        assert!(inv.save_json_if_changed(&path).unwrap());
+        let before = std::fs::metadata(&path).unwrap();
+        assert!(!inv.save_json_if_changed(&path).unwrap());
+        assert_eq!(std::fs::metadata(&path).unwrap().ino(), before.ino());
+        inv.driver_version = "580.159.04".into();
+        assert!(inv.save_json_if_changed(&path).unwrap());
+        assert_ne!(std::fs::metadata(&path).unwrap().ino(), before.ino());
+        assert_eq!(Inventory::load_json(&path).unwrap(), inv);
+    }
+
+    #[test]
+    fn another_format_version_is_named_whether_or_not_the_rest_parses() {
+        let root = FakeRoot::new();
+        let path = root.path("/inv.json");
+        let mut inv = inventory(root.root());
+        inv.format_version = INVENTORY_FORMAT_VERSION + 1;
+        inv.save_json(&path).unwrap();
+        let e = Inventory::load_json(&path).unwrap_err().to_string();
+        assert!(
+            e.contains(&format!("format version {}", INVENTORY_FORMAT_VERSION + 1)),
+            "{e}"
+        );
+        std::fs::write(&path, r#"{"format_version": 999, "other": 1}"#).unwrap();
+        let e = Inventory::load_json(&path).unwrap_err().to_string();
+        assert!(e.contains("format version 999"), "{e}");
     }
 
     #[test]

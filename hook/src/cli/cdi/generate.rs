@@ -105,18 +105,15 @@ fn cache_path<'a>(args: &'a GenerateArgs, config: &'a Config) -> Option<&'a Path
 /// An identical cache is left alone: rewriting it (with its fsync) would cost more than the rest
 /// of a refresh.
 fn save_cache(inv: &Inventory, path: &Path) {
-    if Inventory::load_json(path).is_ok_and(|cached| &cached == inv) {
-        tracing::debug!(path = %path.display(), "inventory cache unchanged");
-        return;
-    }
     let result = match path.parent().filter(|d| !d.as_os_str().is_empty()) {
         Some(dir) => std::fs::create_dir_all(dir)
             .map_err(|e| format!("cannot create {}: {e}", dir.display())),
         None => Ok(()),
     }
-    .and_then(|()| inv.save_json(path).map_err(|e| e.to_string()));
+    .and_then(|()| inv.save_json_if_changed(path).map_err(|e| e.to_string()));
     match result {
-        Ok(()) => tracing::debug!(path = %path.display(), "inventory cache saved"),
+        Ok(true) => tracing::debug!(path = %path.display(), "inventory cache saved"),
+        Ok(false) => tracing::debug!(path = %path.display(), "inventory cache unchanged"),
         Err(e) => tracing::warn!(
             path = %path.display(),
             "inventory cache not saved ({e}); `gpuhook prestart` will rediscover the node on every \
