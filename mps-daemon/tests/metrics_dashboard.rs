@@ -7,12 +7,32 @@
 
 use std::collections::BTreeSet;
 
-use gpu_mps_daemon::metrics_registry::{self as reg, family_of_sample, Family, FAMILIES};
+use gpu_mps_daemon::metrics_registry::{self as reg, family_of_sample, FAMILIES};
 use serde_json::Value;
 
-/// Metrics of other exporters the dashboard may join with: dcgm-exporter's
-/// `etc/default-counters.csv` exports `DCGM_FI_DEV_GPU_UTIL` by default.
-const EXTERNAL: [&str; 1] = ["DCGM_FI_DEV_GPU_UTIL"];
+/// Metrics of other exporters the dashboard joins with, and their labels: dcgm-exporter's
+/// `etc/default-counters.csv` exports `DCGM_FI_DEV_GPU_UTIL` by default, with the GPU labels of
+/// `render_metrics.go`; kube-state-metrics' `docs/pod-metrics.md` lists
+/// `kube_pod_container_info{container, pod, namespace, image, image_id, container_id}`.
+const EXTERNAL: [(&str, &[&str]); 2] = [
+    // The first six of GPU_LABELS are dcgm-exporter's (tests/metrics_labels.rs checks them).
+    ("DCGM_FI_DEV_GPU_UTIL", reg::GPU_LABELS.split_at(6).0),
+    (
+        "kube_pod_container_info",
+        &[
+            "container",
+            "pod",
+            "namespace",
+            "image",
+            "image_id",
+            "container_id",
+        ],
+    ),
+];
+
+fn external(m: &str) -> Option<&'static [&'static str]> {
+    EXTERNAL.iter().find(|(n, _)| *n == m).map(|(_, l)| *l)
+}
 
 /// What a PromQL expression refers to.
 #[derive(Debug, Default)]
@@ -159,13 +179,13 @@ fn scan(expr: &str) -> Refs {
 fn check_expr(expr: &str) -> Vec<String> {
     let r = scan(expr);
     let mut errs = Vec::new();
-    let mut fams: Vec<&Family> = Vec::new();
+    let mut known: BTreeSet<&str> = BTreeSet::new();
     for m in &r.metrics {
-        match family_of_sample(m) {
-            Some(f) if f.replaced_by.is_some() => errs.push(format!("{m} is deprecated")),
-            Some(f) => fams.push(f),
-            None if EXTERNAL.contains(&m.as_str()) => {}
-            None => errs.push(format!("{m} is not exported by gpu-mps-daemon")),
+        match (family_of_sample(m), external(m)) {
+            (Some(f), _) if f.replaced_by.is_some() => errs.push(format!("{m} is deprecated")),
+            (Some(f), _) => known.extend(f.all_labels()),
+            (None, Some(labels)) => known.extend(labels),
+            (None, None) => errs.push(format!("{m} is not exported by gpu-mps-daemon")),
         }
     }
     if r.metrics.is_empty() {
@@ -178,7 +198,6 @@ fn check_expr(expr: &str) -> Vec<String> {
             }
         }
     }
-    let known: BTreeSet<&str> = fams.iter().flat_map(|f| f.all_labels()).collect();
     for l in &r.grouping {
         if !known.contains(l.as_str()) {
             errs.push(format!("no metric of {expr:?} has label {l}"));
@@ -317,6 +336,10 @@ fn checker_rejects_what_the_daemon_does_not_export() {
         ),
         ("gpuhook_mps_command_duration_seconds", "not exported"),
         ("sum(rate(gpuhook_mps_ready_bucket[5m]))", "not exported"),
+        (
+            "gpuhook_mps_ready * on (UUID) group_left (pod_uid) kube_pod_container_info",
+            "has label pod_uid",
+        ),
     ] {
         let errs = check_expr(bad);
         assert!(errs.iter().any(|e| e.contains(why)), "{bad}: {errs:?}");
