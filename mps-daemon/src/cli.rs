@@ -255,6 +255,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
     let board = Board::default();
     board.set_config(args.config.as_ref().map(|p| p.display().to_string()));
     board.set_idle(loaded.plan.gpus.is_empty());
+    board.set_identities(crate::metrics::identities_of(&loaded.node));
     let (stop_tx, stop_rx) = watch::channel(false);
     let writer = tokio::spawn(status::write_loop(
         board.clone(),
@@ -297,6 +298,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
                 match res {
                     Ok((plan, node, s)) => {
                         cdi_tx.send_replace(Arc::new(CdiInputs { plan: plan.clone(), inventory: node.clone() }));
+                        board.set_identities(crate::metrics::identities_of(&node));
                         loaded.node = node;
                         tracing::info!(started = ?s.started, restarted = ?s.restarted, stopped = ?s.stopped,
                             unchanged = ?s.unchanged, "config reloaded");

@@ -29,6 +29,7 @@ pub mod lock;
 pub mod manager;
 pub mod metrics;
 pub mod metrics_parse;
+pub mod metrics_registry;
 pub mod node;
 pub mod plan;
 pub mod probe;

@@ -51,7 +51,7 @@ fn exposition_parses_back() {
             .iter()
             .find(|s| {
                 s.name == name
-                    && s.labels["uuid"] == "GPU-a\"b"
+                    && s.labels["UUID"] == "GPU-a\"b"
                     && s.labels["gpu"] == "3"
                     && extra
                         .iter()

@@ -182,7 +182,20 @@ pub struct Board {
     /// Bumped on every change; each watcher of the board has its own receiver.
     changed: Arc<watch::Sender<u64>>,
     latency: Arc<Mutex<Latencies>>,
+    identity: Arc<Mutex<Identities>>,
 }
+
+/// What `/metrics` labels a GPU with besides its index and UUID (from the node inventory).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GpuIdentity {
+    /// Product name (`NVIDIA H100 80GB HBM3`), dcgm-exporter's `modelName`.
+    pub model_name: String,
+    /// PCI bus id, dcgm-exporter's `pci_bus_id`.
+    pub pci_bus_id: String,
+}
+
+/// GPU identities by UUID.
+pub type Identities = BTreeMap<String, GpuIdentity>;
 
 impl Default for Board {
     fn default() -> Self {
@@ -190,6 +203,7 @@ impl Default for Board {
             inner: Arc::default(),
             changed: Arc::new(watch::channel(0).0),
             latency: Arc::default(),
+            identity: Arc::default(),
         }
     }
 }
@@ -223,6 +237,18 @@ impl Board {
     /// Records the CDI spec's state.
     pub fn set_cdi(&self, cdi: CdiStatus) {
         self.with(|i| i.cdi = cdi);
+    }
+
+    /// Replaces the GPU identities (after each inventory read).
+    pub fn set_identities(&self, ids: Identities) {
+        *self.identity.lock().unwrap_or_else(|e| e.into_inner()) = ids;
+    }
+
+    pub fn identities(&self) -> Identities {
+        self.identity
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Adds or replaces a GPU entry.

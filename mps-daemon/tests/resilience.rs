@@ -151,11 +151,9 @@ fn fd_exhaustion_never_restarts_a_healthy_control_daemon() {
     assert_eq!(g["state"], "ready", "{g}");
     assert!(alive(pid));
     let m = d.get("/metrics").1;
-    let labels = format!("{{gpu=\"0\",uuid=\"{}\"}}", uuid(0));
-    let n = metric(
-        &m,
-        &format!("gpuhook_mps_probes_inconclusive_total{labels}"),
-    );
+    let u = uuid(0);
+    let labels = [("gpu", "0"), ("UUID", u.as_str())];
+    let n = metric(&m, "gpuhook_mps_probes_inconclusive_total", &labels);
     assert!(n.is_some_and(|n| n >= 1.0), "{m}");
 }
 

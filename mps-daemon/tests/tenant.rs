@@ -228,13 +228,11 @@ fn limits_changed_through_the_pipe_directory_are_restored_and_counted() {
             && ctl(&format!("get_device_pinned_mem_limit {srv} 0")) == "6000M")
             .then_some(())
     });
-    let labels = format!("{{gpu=\"0\",uuid=\"{}\"", uuid(0));
+    let u = uuid(0);
     let drift = |scope: &str| {
         let m = d.get("/metrics").1;
-        metric(
-            &m,
-            &format!("gpuhook_mps_limit_drift_total{labels},scope=\"{scope}\"}}"),
-        )
+        let labels = [("gpu", "0"), ("UUID", u.as_str()), ("scope", scope)];
+        metric(&m, "gpuhook_mps_limit_drift_total", &labels)
     };
     wait_for("drift counted", || {
         (drift("default")? >= 1.0 && drift("server")? >= 1.0).then_some(())

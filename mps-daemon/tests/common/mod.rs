@@ -327,12 +327,18 @@ pub fn control_detached(pipe: &Path, cmd: &str, secs: u64) {
     });
 }
 
-/// Metric value of the sample line starting with `prefix` (name and labels), if any.
-pub fn metric(text: &str, prefix: &str) -> Option<f64> {
-    text.lines()
-        .find(|l| l.starts_with(prefix))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
+/// Value of the sample `name` whose labels include `labels`, parsing the exposition.
+pub fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    let samples = gpu_mps_daemon::metrics_parse::parse_text(text).ok()?;
+    samples
+        .into_iter()
+        .find(|s| {
+            s.name == name
+                && labels
+                    .iter()
+                    .all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v))
+        })
+        .map(|s| s.value)
 }
 
 pub fn http_get(port: u16, path: &str) -> (u16, String) {

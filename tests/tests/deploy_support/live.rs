@@ -186,21 +186,27 @@ fn configmap_l20_config_brings_up_the_simulated_l20_with_its_limits() {
     // /metrics, the DaemonSet's scrape target: the control daemon is up and the GPU ready.
     let (code, metrics) = http_get(port, "/metrics").expect("GET /metrics");
     assert_eq!(code, 200, "{metrics}");
-    let labels = format!("{{gpu=\"0\",uuid=\"{L20_UUID}\"}}");
-    for want in [
-        format!("gpuhook_mps_up{labels} 1"),
-        format!("gpuhook_mps_ready{labels} 1"),
-        format!("gpuhook_mps_active_thread_percentage{labels} 12"),
-        format!(
-            "gpuhook_mps_pinned_memory_limit_bytes{labels} {}",
-            5758u64 << 20
-        ),
+    let samples = gpu_mps_daemon::metrics_parse::parse_text(&metrics).expect("/metrics parses");
+    for (name, want) in [
+        ("gpuhook_mps_up", 1.0),
+        ("gpuhook_mps_ready", 1.0),
+        ("gpuhook_mps_active_thread_ratio", 0.12),
+        ("gpuhook_mps_pinned_memory_limit_bytes", 5758.0 * 1048576.0),
     ] {
-        assert!(
-            metrics.lines().any(|l| l == want),
-            "/metrics lacks {want:?}:\n{metrics}"
-        );
+        let got = samples
+            .iter()
+            .find(|s| {
+                s.name == name
+                    && s.labels.get("gpu").map(String::as_str) == Some("0")
+                    && s.labels.get("UUID").map(String::as_str) == Some(L20_UUID)
+            })
+            .map(|s| s.value);
+        assert_eq!(got, Some(want), "/metrics {name}:\n{metrics}");
     }
+    // dcgm-exporter's modelName label, from the node inventory.
+    let up = samples.iter().find(|s| s.name == "gpuhook_mps_up");
+    let model = up.and_then(|s| s.labels.get("modelName"));
+    assert_eq!(model.map(String::as_str), Some("NVIDIA L20"), "{metrics}");
 
     // The CDI spec, written once the GPU is ready (the writer may trail /readyz a little).
     let start = Instant::now();
