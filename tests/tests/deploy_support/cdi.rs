@@ -26,16 +26,28 @@ const HOST_CGROUP: &str = "/sys/fs/cgroup";
 const LIBCUDA: &str = "/usr/lib/x86_64-linux-gnu/libcuda.so.570.158.01";
 
 /// Where `containerd/README.md` installs gpuhook: the directory of its
-/// `install -m 0755 gpuhook gpuhook-runtime <dir>/` line.
+/// `install -m 0755 gpuhook gpuhook-runtime <dir>/` line, or `<root>/bin` of its
+/// `cargo install ... --path hook --root <root>` line.
 pub fn installed_gpuhook() -> PathBuf {
     let text = read(&root().join("containerd/README.md"));
-    let line = text
-        .lines()
-        .find(|l| l.trim_start().starts_with("install ") && l.contains(" gpuhook "))
-        .expect("containerd/README.md installs gpuhook with an `install` line");
-    let dir = line.split_whitespace().last().expect("install target");
-    assert!(dir.ends_with('/'), "install target is a directory: {line}");
-    Path::new(dir).join("gpuhook")
+    for line in text.lines().map(str::trim_start) {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        if line.starts_with("install ") && words.contains(&"gpuhook") {
+            let dir = words.last().expect("install target");
+            assert!(dir.ends_with('/'), "install target is a directory: {line}");
+            return Path::new(dir).join("gpuhook");
+        }
+        if line.starts_with("cargo install ") && line.contains("--path hook") {
+            let at = words.iter().position(|w| *w == "--root");
+            let dir = at.and_then(|i| words.get(i + 1)).unwrap_or_else(|| {
+                panic!(
+                    "containerd/README.md: `{line}` must name --root (cargo's default is ~/.cargo)"
+                )
+            });
+            return Path::new(dir).join("bin/gpuhook");
+        }
+    }
+    panic!("containerd/README.md installs gpuhook with an `install` or `cargo install` line")
 }
 
 /// Every `mpsDaemon` key the DaemonSet relies on is in the ConfigMap key `key` and resolves the

@@ -119,7 +119,7 @@ fn configmap_l20_config_brings_up_the_simulated_l20_with_its_limits() {
     }
     let daemon_bin = gpuhook_e2e::built("gpu-mps-daemon");
     let sim = gpuhook_e2e::built("sim-nvidia-cuda-mps-control");
-    let cm = yaml_docs(&root().join("deploy/kubernetes/configmap-example.yaml"));
+    let cm = yaml_docs(&root().join(super::EXAMPLE).join("configmap.yaml"));
     let text = s(by_kind(&cm, "ConfigMap")[0], &["data", "l20.yaml"]);
 
     let dir = tempfile::tempdir().expect("tempdir");
