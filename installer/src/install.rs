@@ -176,13 +176,17 @@ pub fn refresh(args: &RefreshArgs) -> anyhow::Result<()> {
     let gpuhook = args.common.install_dir.join("gpuhook");
     let mut cmd = Command::new(&gpuhook);
     cmd.args(["cdi", "refresh", "--watch", "--interval"])
-        .arg(args.interval.to_string())
-        .arg("--driver-root")
-        .arg(&args.driver_root)
-        .arg("--output")
-        .arg(&args.cdi_spec_dir)
-        .env_clear()
-        .env("PATH", PATH_ENV);
+        .arg(args.interval.to_string());
+    // The flags `install` generates with, so both write the same spec and cache.
+    for (flag, value) in [
+        ("--driver-root", &args.driver_root),
+        ("--output", &args.cdi_spec_dir),
+        ("--inventory-cache", &args.inventory_cache),
+        ("--gpuhook-path", &gpuhook),
+    ] {
+        cmd.arg(flag).arg(value);
+    }
+    cmd.env_clear().env("PATH", PATH_ENV);
     if let Some(filter) = std::env::var_os("RUST_LOG") {
         cmd.env("RUST_LOG", filter);
     }

@@ -110,6 +110,13 @@ pub struct RefreshArgs {
     /// Host directory the CDI spec is written to
     #[arg(long, value_name = "DIR", default_value = "/var/run/cdi")]
     pub cdi_spec_dir: PathBuf,
+    /// Host path of the inventory cache (the same as `install`'s)
+    #[arg(
+        long,
+        value_name = "FILE",
+        default_value = "/var/run/gpuhook/inventory.json"
+    )]
+    pub inventory_cache: PathBuf,
     /// Seconds between two polls of the node state
     #[arg(long, value_name = "SECS", default_value_t = 2)]
     pub interval: u64,
