@@ -211,6 +211,24 @@ fn image_installs_on_a_node_and_uninstall_restores_it() {
     let dir = tmp("installer");
     let root = host_root(dir.path());
     let image = Image::build();
+    // deploy/kubernetes runs the MPS daemon from this image too: it must find its libraries.
+    let out = Command::new("podman")
+        .args(["run", "--rm", "--runtime", "runc", "--network", "none"])
+        .args([
+            "--ulimit",
+            "nofile=1024:1024",
+            "--ulimit",
+            "nproc=1024:1024",
+        ])
+        .args([
+            "--entrypoint",
+            "/opt/gpuhook/bin/gpu-mps-daemon",
+            &image.0,
+            "--version",
+        ])
+        .output()
+        .expect("spawn podman");
+    assert!(ok(&out, "gpu-mps-daemon --version in the image").starts_with("gpu-mps-daemon"));
     let before = tree(&root);
 
     ok(
