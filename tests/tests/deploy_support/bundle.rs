@@ -28,6 +28,10 @@ const PRIVILEGED: [(&str, &str); 4] = [
     ("gpuhook-node", "install"),
 ];
 
+/// The GPU node labels a selector may use: GPU feature discovery's, Node Feature Discovery's.
+const GFD: &str = "nvidia.com/gpu.present";
+const NFD: &str = "feature.node.kubernetes.io/pci-10de.present";
+
 /// Every directory under `deploy/kubernetes` holding a `kustomization.yaml`.
 pub fn kustomizations() -> Vec<PathBuf> {
     fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -275,5 +279,48 @@ fn node_installer_installs_refreshes_and_uninstalls_on_the_host_root() {
             "/",
             "the host's root at /host"
         );
+    }
+}
+
+/// The node selectors of every DaemonSet and of the RuntimeClass: GPU pods must land only where
+/// gpuhook is installed, so all of them select the same GPU label.
+fn gpu_selectors(docs: &[Value]) -> Vec<(String, &serde_yaml::Mapping)> {
+    let mut out: Vec<(String, &serde_yaml::Mapping)> = by_kind(docs, "DaemonSet")
+        .into_iter()
+        .map(|ds| {
+            let sel = get(ds, &["spec", "template", "spec", "nodeSelector"]);
+            (
+                s(ds, &["metadata", "name"]).to_string(),
+                sel.as_mapping().unwrap(),
+            )
+        })
+        .collect();
+    let rc = by_kind(docs, "RuntimeClass")[0];
+    let sel = get(rc, &["scheduling", "nodeSelector"])
+        .as_mapping()
+        .unwrap();
+    out.push(("RuntimeClass".to_string(), sel));
+    out
+}
+
+/// The example overlay selects GFD's label, the `nfd` overlay NFD's instead (never both: a node
+/// with only one of them would be skipped).
+#[test]
+fn every_gpu_pod_and_the_runtime_class_select_one_gpu_label() {
+    if !gpuhook_e2e::e2e_ready("deploy_manifests", &["kubectl"]) {
+        return;
+    }
+    for (dir, want, not) in [
+        (EXAMPLE, GFD, NFD),
+        ("deploy/kubernetes/examples/nfd", NFD, GFD),
+    ] {
+        let docs = parse_docs(&render(&root().join(dir)), dir);
+        let sels = gpu_selectors(&docs);
+        assert!(sels.len() >= 2, "{dir}: DaemonSets and the RuntimeClass");
+        for (name, sel) in sels {
+            let get = |k: &str| sel.get(Value::from(k)).and_then(Value::as_str);
+            assert_eq!(get(want), Some("true"), "{dir}: {name} must select {want}");
+            assert_eq!(get(not), None, "{dir}: {name} must not also select {not}");
+        }
     }
 }

@@ -11,7 +11,22 @@ use super::{root, yaml_docs};
 /// newest schema bundled by the pinned validator (`kubernetes-validate==1.37.0` in `.ci/run`).
 const K8S_VERSIONS: [&str; 2] = ["1.28.0", "1.37.0"];
 
+/// Whether `file` is a partial object that its directory's kustomization patches in (validated
+/// as part of the rendering only).
+fn is_patch(file: &Path) -> bool {
+    let k = file.with_file_name("kustomization.yaml");
+    let Ok(text) = std::fs::read_to_string(&k) else {
+        return false;
+    };
+    let v: serde_yaml::Value = serde_yaml::from_str(&text).expect("kustomization.yaml");
+    let name = file.file_name().and_then(|n| n.to_str());
+    v.get("patchesStrategicMerge")
+        .and_then(serde_yaml::Value::as_sequence)
+        .is_some_and(|l| l.iter().any(|p| p.as_str() == name))
+}
+
 /// Every Kubernetes manifest we ship: all YAML under `deploy/kubernetes` but the kustomizations
+/// and their patches
 /// (`containerd/runtimeclass.yaml` links to the base's RuntimeClass).
 fn k8s_manifests() -> Vec<PathBuf> {
     fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -21,6 +36,7 @@ fn k8s_manifests() -> Vec<PathBuf> {
                 walk(&p, out);
             } else if p.extension().is_some_and(|x| x == "yaml" || x == "yml")
                 && p.file_name().is_some_and(|n| n != "kustomization.yaml")
+                && !is_patch(&p)
             {
                 out.push(p);
             }
