@@ -267,6 +267,8 @@ fn node_installer_installs_refreshes_and_uninstalls_on_the_host_root() {
         flag(&refresh, "--driver-root").unwrap_or("/"),
         "install and refresh must generate from the same driver root"
     );
+    // gpuhook's watch loop has no SIGTERM handler: it must not be its pid namespace's init.
+    assert_eq!(get(pod, &["shareProcessNamespace"]).as_bool(), Some(true));
     let pre = strings(seq(main, &["lifecycle", "preStop", "exec", "command"]));
     assert_eq!(pre[1], "uninstall");
     let volumes = seq(pod, &["volumes"]);
