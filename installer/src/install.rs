@@ -10,7 +10,7 @@ use std::process::Command;
 use anyhow::{bail, Context};
 
 use crate::state::{missing_dirs, Snapshot, State, STATE_FILE};
-use crate::{CommonArgs, InstallArgs};
+use crate::{CommonArgs, InstallArgs, RefreshArgs};
 
 /// The binaries installed on the host (the installer itself stays in the image).
 pub const BINARIES: [&str; 3] = ["gpuhook", "gpuhook-runtime", "gpu-mps-daemon"];
@@ -170,6 +170,37 @@ fn read_binaries(source_dir: Option<&Path>) -> anyhow::Result<Vec<(&'static str,
                 .with_context(|| format!("cannot read {} (is --source-dir right?)", path.display()))
         })
         .collect()
+}
+
+/// `refresh`: enters the host root and replaces this process with the installed gpuhook's watch
+/// loop, so the spec names host paths and SIGTERM from kubelet reaches gpuhook itself.
+pub fn refresh(args: &RefreshArgs) -> anyhow::Result<()> {
+    enter_host_root(&args.common.host_root)?;
+    let gpuhook = args.common.install_dir.join("gpuhook");
+    let mut cmd = Command::new(&gpuhook);
+    cmd.args(["cdi", "refresh", "--watch", "--interval"])
+        .arg(args.interval.to_string());
+    // The flags `install` generates with, so both write the same spec and cache.
+    for (flag, value) in [
+        ("--driver-root", &args.driver_root),
+        ("--output", &args.cdi_spec_dir),
+        ("--inventory-cache", &args.inventory_cache),
+        ("--gpuhook-path", &gpuhook),
+    ] {
+        cmd.arg(flag).arg(value);
+    }
+    cmd.env_clear().env("PATH", PATH_ENV);
+    if let Some(filter) = std::env::var_os("RUST_LOG") {
+        cmd.env("RUST_LOG", filter);
+    }
+    tracing::info!(command = ?cmd, "running");
+    let err = std::os::unix::process::CommandExt::exec(&mut cmd);
+    Err(err).with_context(|| {
+        format!(
+            "cannot run {} (run `gpuhook-installer install` first)",
+            gpuhook.display()
+        )
+    })
 }
 
 /// chroot into the host root, so that every path from here on is a host path.

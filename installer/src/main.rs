@@ -45,6 +45,11 @@ enum Command {
     /// Undo `install`: restore changed files, remove created files and directories
     #[command(after_help = "Example:\n  gpuhook-installer uninstall --host-root /host")]
     Uninstall(CommonArgs),
+    /// Keep the host's CDI spec fresh: chroot into the host root and become the installed
+    /// `gpuhook cdi refresh --watch` (regenerates after a driver change or a MIG re-partition)
+    #[command(after_help = "Example (the DaemonSet's cdi-refresh container):\n  \
+        gpuhook-installer refresh --host-root /host --driver-root / --interval 2")]
+    Refresh(RefreshArgs),
 }
 
 /// Flags both subcommands take. Every path except --host-root and --source-dir is a host path.
@@ -94,6 +99,29 @@ pub struct InstallArgs {
     pub no_containerd: bool,
 }
 
+/// Flags of `refresh`. Every path except --host-root is a host path.
+#[derive(Debug, Clone, Args)]
+pub struct RefreshArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Host path of the driver installation (`gpuhook cdi refresh --driver-root`)
+    #[arg(long, value_name = "DIR", default_value = "/")]
+    pub driver_root: PathBuf,
+    /// Host directory the CDI spec is written to
+    #[arg(long, value_name = "DIR", default_value = "/var/run/cdi")]
+    pub cdi_spec_dir: PathBuf,
+    /// Host path of the inventory cache (the same as `install`'s)
+    #[arg(
+        long,
+        value_name = "FILE",
+        default_value = "/var/run/gpuhook/inventory.json"
+    )]
+    pub inventory_cache: PathBuf,
+    /// Seconds between two polls of the node state
+    #[arg(long, value_name = "SECS", default_value_t = 2)]
+    pub interval: u64,
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
@@ -107,6 +135,7 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Install(args) => install::install(args),
         Command::Uninstall(args) => install::uninstall(args),
+        Command::Refresh(args) => install::refresh(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

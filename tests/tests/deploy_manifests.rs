@@ -22,6 +22,8 @@ use gpuhook_sim::NodeProfile;
 use serde::Deserialize;
 use serde_yaml::Value;
 
+#[path = "deploy_support/bundle.rs"]
+mod bundle;
 #[path = "deploy_support/cdi.rs"]
 mod cdi;
 #[path = "deploy_support/live.rs"]
@@ -35,15 +37,22 @@ fn root() -> PathBuf {
     gpuhook_e2e::workspace_root()
 }
 
+/// The example overlay: the per-node MPS configs and DaemonSets on top of the base.
+const EXAMPLE: &str = "deploy/kubernetes/examples/l20-t4";
+
 fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
 }
 
 /// Every document of a (multi-document) YAML file, empty documents left out.
 fn yaml_docs(path: &Path) -> Vec<Value> {
-    let text = read(path);
-    serde_yaml::Deserializer::from_str(&text)
-        .map(|d| Value::deserialize(d).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
+    parse_docs(&read(path), &path.display().to_string())
+}
+
+/// Every document of YAML `text` (from `what`), empty documents left out.
+fn parse_docs(text: &str, what: &str) -> Vec<Value> {
+    serde_yaml::Deserializer::from_str(text)
+        .map(|d| Value::deserialize(d).unwrap_or_else(|e| panic!("{what}: {e}")))
         .filter(|v| !v.is_null())
         .collect()
 }
@@ -127,7 +136,7 @@ fn check_device_plugin_shape(text: &str, replicas: u64) {
 
 #[test]
 fn configmap_embeds_device_plugin_configs_the_daemon_accepts() {
-    let path = root().join("deploy/kubernetes/configmap-example.yaml");
+    let path = root().join(EXAMPLE).join("configmap.yaml");
     let file_text = read(&path);
     let docs = yaml_docs(&path);
     let cm = by_kind(&docs, "ConfigMap");
@@ -182,7 +191,8 @@ fn daemon_args(container: &Value) -> gpu_mps_daemon::cli::RunArgs {
         .iter()
         .map(|v| v.as_str().unwrap().to_string())
         .collect();
-    assert_eq!(argv, ["gpu-mps-daemon"]);
+    // The binary's path in the image deploy/image/build.sh builds (the image has no PATH).
+    assert_eq!(argv, [format!("{}/gpu-mps-daemon", bundle::IMAGE_BIN_DIR)]);
     argv.extend(
         seq(container, &["args"])
             .iter()
@@ -199,13 +209,14 @@ fn daemon_args(container: &Value) -> gpu_mps_daemon::cli::RunArgs {
 
 #[test]
 fn daemonsets_agree_with_the_daemon_and_the_configmap() {
-    let docs = yaml_docs(&root().join("deploy/kubernetes/gpu-mps-daemon.yaml"));
-    let cm_docs = yaml_docs(&root().join("deploy/kubernetes/configmap-example.yaml"));
+    let docs = yaml_docs(&root().join(EXAMPLE).join("gpu-mps-daemon.yaml"));
+    let cm_docs = yaml_docs(&root().join(EXAMPLE).join("configmap.yaml"));
     let cm = by_kind(&cm_docs, "ConfigMap")[0];
-    let ns = s(by_kind(&docs, "Namespace")[0], &["metadata", "name"]);
+    let ns_docs = yaml_docs(&root().join("deploy/kubernetes/base/namespace.yaml"));
+    let ns = s(by_kind(&ns_docs, "Namespace")[0], &["metadata", "name"]);
     assert_eq!(
         s(
-            get(&docs[0], &["metadata", "labels"]),
+            get(&ns_docs[0], &["metadata", "labels"]),
             &["pod-security.kubernetes.io/enforce"]
         ),
         "privileged"

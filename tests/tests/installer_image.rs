@@ -211,6 +211,24 @@ fn image_installs_on_a_node_and_uninstall_restores_it() {
     let dir = tmp("installer");
     let root = host_root(dir.path());
     let image = Image::build();
+    // deploy/kubernetes runs the MPS daemon from this image too: it must find its libraries.
+    let out = Command::new("podman")
+        .args(["run", "--rm", "--runtime", "runc", "--network", "none"])
+        .args([
+            "--ulimit",
+            "nofile=1024:1024",
+            "--ulimit",
+            "nproc=1024:1024",
+        ])
+        .args([
+            "--entrypoint",
+            "/opt/gpuhook/bin/gpu-mps-daemon",
+            &image.0,
+            "--version",
+        ])
+        .output()
+        .expect("spawn podman");
+    assert!(ok(&out, "gpu-mps-daemon --version in the image").starts_with("gpu-mps-daemon"));
     let before = tree(&root);
 
     ok(
@@ -310,6 +328,57 @@ fn drop_in_install_and_uninstall_on_the_host() {
         "{main}"
     );
     ok(&installer(&["uninstall"]), "uninstall");
+    let changes = diff(&before, &tree(&root));
+    assert!(changes.is_empty(), "uninstall left changes: {changes:#?}");
+}
+
+/// `gpuhook-installer refresh` (the DaemonSet's long-running container) chroots into the host
+/// root and becomes the installed `gpuhook cdi refresh --watch`: a spec removed from the node
+/// comes back within 10 s, written inside the host root (host paths, the installed gpuhook in
+/// its hooks), and uninstall still restores the node afterwards.
+#[test]
+fn refresh_regenerates_the_spec_inside_the_host_root() {
+    if !e2e_ready("installer_image", &["containerd", "ldd", "ldconfig"]) {
+        return;
+    }
+    let dir = tmp("installer-refresh");
+    let root = host_root(dir.path());
+    let before = tree(&root);
+    let installer = |args: &[&str]| {
+        let mut cmd = Command::new(built("gpuhook-installer"));
+        cmd.args(args).args(["--host-root", s(&root)]);
+        cmd
+    };
+    let src = source_dir();
+    let install = ["install", "--no-containerd", "--source-dir", s(&src)];
+    ok(&installer(&install).output().unwrap(), "install");
+    let spec = root.join("run/cdi/nvidia.com-gpu.json");
+    let installed = std::fs::read_to_string(&spec).unwrap();
+    std::fs::remove_file(&spec).unwrap();
+
+    let child = installer(&["refresh", "--interval", "1"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn gpuhook-installer refresh");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !spec.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    // SAFETY: kill(2) on our own child's pid, not reaped yet (it exec'd gpuhook, same pid).
+    unsafe { libc::kill(i32::try_from(child.id()).unwrap(), libc::SIGTERM) };
+    let log = child.wait_with_output().expect("wait for refresh");
+    let log = String::from_utf8_lossy(&log.stderr);
+    let refreshed = std::fs::read_to_string(&spec)
+        .unwrap_or_else(|e| panic!("refresh did not rewrite the removed spec ({e}):\n{log}"));
+    let doc: serde_json::Value = serde_json::from_str(&refreshed).unwrap();
+    let first: serde_json::Value = serde_json::from_str(&installed).unwrap();
+    assert_eq!(device_names(&doc), device_names(&first));
+    assert!(
+        refreshed.contains(&format!("/{INSTALL_DIR}/gpuhook")) && !refreshed.contains(s(&root)),
+        "the refreshed spec must name host paths only:\n{refreshed}"
+    );
+
+    ok(&installer(&["uninstall"]).output().unwrap(), "uninstall");
     let changes = diff(&before, &tree(&root));
     assert!(changes.is_empty(), "uninstall left changes: {changes:#?}");
 }

@@ -26,15 +26,47 @@ const HOST_CGROUP: &str = "/sys/fs/cgroup";
 const LIBCUDA: &str = "/usr/lib/x86_64-linux-gnu/libcuda.so.570.158.01";
 
 /// Where `containerd/README.md` installs gpuhook: the directory of its
-/// `install -m 0755 gpuhook gpuhook-runtime <dir>/` line.
+/// `install -m 0755 gpuhook gpuhook-runtime <dir>/` line, or `<root>/bin` of its
+/// `cargo install ... --path hook --root <root>` line.
 pub fn installed_gpuhook() -> PathBuf {
     let text = read(&root().join("containerd/README.md"));
-    let line = text
+    for line in text.lines().map(str::trim_start) {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        if line.starts_with("install ") && words.contains(&"gpuhook") {
+            let dir = words.last().expect("install target");
+            assert!(dir.ends_with('/'), "install target is a directory: {line}");
+            return Path::new(dir).join("gpuhook");
+        }
+        if line.starts_with("cargo install ") && line.contains("--path hook") {
+            let at = words.iter().position(|w| *w == "--root");
+            let dir = at.and_then(|i| words.get(i + 1)).unwrap_or_else(|| {
+                panic!(
+                    "containerd/README.md: `{line}` must name --root (cargo's default is ~/.cargo)"
+                )
+            });
+            return Path::new(dir).join("bin/gpuhook");
+        }
+    }
+    panic!("containerd/README.md installs gpuhook with an `install` or `cargo install` line")
+}
+
+/// Where the bundle's node installer (deploy/kubernetes/base) puts gpuhook: the default
+/// `--install-dir` of `gpuhook-installer install` (the DaemonSet does not override it).
+pub fn bundle_gpuhook() -> PathBuf {
+    let out = std::process::Command::new(gpuhook_e2e::built("gpuhook-installer"))
+        .args(["install", "--help"])
+        .output()
+        .expect("run gpuhook-installer install --help");
+    let help = String::from_utf8_lossy(&out.stdout);
+    let line = help
         .lines()
-        .find(|l| l.trim_start().starts_with("install ") && l.contains(" gpuhook "))
-        .expect("containerd/README.md installs gpuhook with an `install` line");
-    let dir = line.split_whitespace().last().expect("install target");
-    assert!(dir.ends_with('/'), "install target is a directory: {line}");
+        .find(|l| l.trim_start().starts_with("--install-dir"))
+        .unwrap_or_else(|| panic!("no --install-dir in:\n{help}"));
+    let dir = line
+        .split("[default: ")
+        .nth(1)
+        .and_then(|d| d.strip_suffix(']'))
+        .unwrap_or_else(|| panic!("no default in {line}"));
     Path::new(dir).join("gpuhook")
 }
 
@@ -53,8 +85,8 @@ pub fn check_configmap_settings(key: &str, text: &str, profile: &str) {
     assert_eq!(plan.cdi.host_driver_root.as_deref(), Some(Path::new("/")));
     assert_eq!(
         plan.cdi.gpuhook_path,
-        installed_gpuhook(),
-        "{key}: mpsDaemon.gpuhookPath must be where containerd/README.md installs gpuhook"
+        bundle_gpuhook(),
+        "{key}: mpsDaemon.gpuhookPath must be where the bundle's node installer puts gpuhook"
     );
     assert_eq!(plan.cdi.spec_dir, Path::new(CDI_DIR), "{key}");
     assert_eq!(plan.enforce.proc_root, Path::new("/proc"), "{key}");
@@ -122,7 +154,7 @@ pub fn check_daemonset_host_view(
         "{name}: the driver library must be mounted from its host path: {host_paths:?}"
     );
     let hooks = hook_paths(&spec);
-    let gpuhook = installed_gpuhook();
+    let gpuhook = bundle_gpuhook();
     assert!(
         !hooks.is_empty() && hooks.iter().all(|p| Path::new(p) == gpuhook),
         "{name}: every hook must run {}: {hooks:?}",

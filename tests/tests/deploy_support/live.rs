@@ -18,7 +18,7 @@ use gpuhook_node::{
 use gpuhook_sim::NodeProfile;
 use serde_json::Value as Json;
 
-use super::cdi::{hook_paths, installed_gpuhook, strings_at};
+use super::cdi::{bundle_gpuhook, hook_paths, strings_at};
 use super::{by_kind, read, root, s, yaml_docs};
 
 const L20_UUID: &str = "GPU-e6c1ce30-955f-10af-95b1-0a37b420ba76";
@@ -119,7 +119,7 @@ fn configmap_l20_config_brings_up_the_simulated_l20_with_its_limits() {
     }
     let daemon_bin = gpuhook_e2e::built("gpu-mps-daemon");
     let sim = gpuhook_e2e::built("sim-nvidia-cuda-mps-control");
-    let cm = yaml_docs(&root().join("deploy/kubernetes/configmap-example.yaml"));
+    let cm = yaml_docs(&root().join(super::EXAMPLE).join("configmap.yaml"));
     let text = s(by_kind(&cm, "ConfigMap")[0], &["data", "l20.yaml"]);
 
     let dir = tempfile::tempdir().expect("tempdir");
@@ -255,7 +255,7 @@ fn configmap_l20_config_brings_up_the_simulated_l20_with_its_limits() {
         .any(|p| p == "/dev/nvidia0"));
     assert!(hook_paths(&spec)
         .iter()
-        .all(|p| Path::new(p) == installed_gpuhook()));
+        .all(|p| Path::new(p) == bundle_gpuhook()));
 
     let status = |args: &[&str]| {
         let mut c = Command::new(&daemon_bin);

@@ -1,5 +1,6 @@
 //! The Kubernetes manifests against Kubernetes' own OpenAPI schemas (`kubernetes-validate`,
-//! offline), for the oldest and the newest Kubernetes version we support.
+//! offline), for the oldest and the newest Kubernetes version we support: every manifest file,
+//! and what every kustomization renders to (`kubectl apply -k` sends that).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -8,16 +9,35 @@ use super::{root, yaml_docs};
 
 /// Oldest and newest Kubernetes versions the manifests are validated against. The newest is the
 /// newest schema bundled by the pinned validator (`kubernetes-validate==1.37.0` in `.ci/run`).
-const K8S_VERSIONS: [&str; 2] = ["1.30.0", "1.37.0"];
+const K8S_VERSIONS: [&str; 2] = ["1.28.0", "1.37.0"];
 
-/// Every Kubernetes manifest we ship: all YAML under `deploy/kubernetes` plus the RuntimeClass.
+/// Whether `file` is a partial object that its directory's kustomization patches in (validated
+/// as part of the rendering only).
+fn is_patch(file: &Path) -> bool {
+    let k = file.with_file_name("kustomization.yaml");
+    let Ok(text) = std::fs::read_to_string(&k) else {
+        return false;
+    };
+    let v: serde_yaml::Value = serde_yaml::from_str(&text).expect("kustomization.yaml");
+    let name = file.file_name().and_then(|n| n.to_str());
+    v.get("patchesStrategicMerge")
+        .and_then(serde_yaml::Value::as_sequence)
+        .is_some_and(|l| l.iter().any(|p| p.as_str() == name))
+}
+
+/// Every Kubernetes manifest we ship: all YAML under `deploy/kubernetes` but the kustomizations
+/// and their patches
+/// (`containerd/runtimeclass.yaml` links to the base's RuntimeClass).
 fn k8s_manifests() -> Vec<PathBuf> {
     fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
         for e in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
             let p = e.expect("dir entry").path();
             if p.is_dir() {
                 walk(&p, out);
-            } else if p.extension().is_some_and(|x| x == "yaml" || x == "yml") {
+            } else if p.extension().is_some_and(|x| x == "yaml" || x == "yml")
+                && p.file_name().is_some_and(|n| n != "kustomization.yaml")
+                && !is_patch(&p)
+            {
                 out.push(p);
             }
         }
@@ -25,20 +45,26 @@ fn k8s_manifests() -> Vec<PathBuf> {
     let mut out = Vec::new();
     walk(&root().join("deploy/kubernetes"), &mut out);
     out.sort();
-    out.push(root().join("containerd/runtimeclass.yaml"));
     out
 }
 
 #[test]
 fn kubernetes_manifests_pass_schema_validation() {
-    if !gpuhook_e2e::e2e_ready("deploy_manifests", &["kubernetes-validate"]) {
+    if !gpuhook_e2e::e2e_ready("deploy_manifests", &["kubernetes-validate", "kubectl"]) {
         return;
     }
-    let files = k8s_manifests();
+    let mut files = k8s_manifests();
+    let rendered = tempfile::tempdir().expect("tempdir");
+    for (i, dir) in super::bundle::kustomizations().iter().enumerate() {
+        let path = rendered.path().join(format!("rendered-{i}.yaml"));
+        std::fs::write(&path, super::bundle::render(dir)).expect("write rendered bundle");
+        files.push(path);
+    }
     let docs: usize = files.iter().map(|f| yaml_docs(f).len()).sum();
     assert!(
-        docs >= 6,
-        "expected the ConfigMap, Namespace, ServiceAccount, 2 DaemonSets, RuntimeClass"
+        docs >= 2 * 9,
+        "expected the files and the example's rendering: ConfigMap, Namespace, 2 ServiceAccounts, \
+         3 DaemonSets, RuntimeClass"
     );
     for version in K8S_VERSIONS {
         let out = Command::new("kubernetes-validate")
