@@ -286,12 +286,22 @@ pub fn generate(inv: &Inventory, opts: &GenerateOptions) -> Result<Spec, CdiErro
     }
     let caps: BTreeSet<Capability> = Capability::ALL.into_iter().collect();
     let common = common_edits(inv, &caps, &opts.edits)?;
+    finish_spec(opts.kind(), devices, common)
+}
+
+/// The spec of `kind` with these devices and common edits, at the minimum `cdiVersion` its
+/// contents need, validated: every generator mode ends here.
+pub(crate) fn finish_spec(
+    kind: String,
+    devices: Vec<Device>,
+    container_edits: ContainerEdits,
+) -> Result<Spec, CdiError> {
     let mut spec = Spec {
         cdi_version: String::new(),
-        kind: opts.kind(),
+        kind,
         annotations: Default::default(),
         devices,
-        container_edits: common,
+        container_edits,
     };
     spec.cdi_version = version::minimum_version(&spec).to_string();
     validate::validate_model(&spec).map_err(|errors| CdiError::Invalid { errors })?;

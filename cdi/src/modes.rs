@@ -20,9 +20,9 @@ use gpuhook_node::devnodes::{scan_nodes, DevNode};
 use gpuhook_node::{Capability, Inventory};
 
 use crate::edits::{common_edits, path_str, RO_MOUNT_OPTIONS};
-use crate::generate::{GenerateOptions, ALL_DEVICE};
+use crate::generate::{finish_spec, GenerateOptions, ALL_DEVICE};
 use crate::spec::{ContainerEdits, Device, DeviceNode, Mount, Spec};
-use crate::{validate, version, CdiError};
+use crate::CdiError;
 
 /// A generation mode of `nvidia-ctk cdi generate --mode` that gpuhook implements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -218,16 +218,7 @@ pub fn generate_mode(
             ContainerEdits::default(),
         ),
     };
-    let mut spec = Spec {
-        cdi_version: String::new(),
-        kind: opts.kind(),
-        annotations: Default::default(),
-        devices,
-        container_edits: common,
-    };
-    spec.cdi_version = version::minimum_version(&spec).to_string();
-    validate::validate_model(&spec).map_err(|errors| CdiError::Invalid { errors })?;
-    Ok(spec)
+    finish_spec(opts.kind(), devices, common)
 }
 
 #[cfg(test)]

@@ -83,18 +83,11 @@ fn install_steps(
             .with_context(|| format!("cannot install {}", dest.display()))?;
         tracing::info!(path = %dest.display(), "installed");
     }
-    fs::create_dir_all(&args.cdi_spec_dir)
-        .with_context(|| format!("cannot create {}", args.cdi_spec_dir.display()))?;
+    fs::create_dir_all(&args.spec.cdi_spec_dir)
+        .with_context(|| format!("cannot create {}", args.spec.cdi_spec_dir.display()))?;
     let gpuhook = dir.join("gpuhook");
     let mut generate: Vec<OsString> = vec!["cdi".into(), "generate".into()];
-    for (flag, value) in [
-        ("--driver-root", &args.driver_root),
-        ("--output", &args.cdi_spec_dir),
-        ("--inventory-cache", &args.inventory_cache),
-        ("--gpuhook-path", &gpuhook),
-    ] {
-        generate.extend([flag.into(), value.into()]);
-    }
+    generate.extend(args.spec.gpuhook_flags(&gpuhook));
     run_gpuhook(&gpuhook, &generate, &[0])?;
     if args.no_containerd {
         return Ok(());
@@ -135,8 +128,8 @@ pub fn uninstall(args: &CommonArgs) -> anyhow::Result<()> {
 
 /// The host directories `gpuhook` writes to, whose files are snapshotted.
 fn watched_dirs(args: &InstallArgs) -> Vec<PathBuf> {
-    let mut dirs = vec![args.cdi_spec_dir.clone()];
-    dirs.extend(args.inventory_cache.parent().map(Path::to_path_buf));
+    let mut dirs = vec![args.spec.cdi_spec_dir.clone()];
+    dirs.extend(args.spec.inventory_cache.parent().map(Path::to_path_buf));
     if !args.no_containerd {
         dirs.extend(args.containerd_config.parent().map(Path::to_path_buf));
         dirs.extend(
@@ -181,14 +174,7 @@ pub fn refresh(args: &RefreshArgs) -> anyhow::Result<()> {
     cmd.args(["cdi", "refresh", "--watch", "--interval"])
         .arg(args.interval.to_string());
     // The flags `install` generates with, so both write the same spec and cache.
-    for (flag, value) in [
-        ("--driver-root", &args.driver_root),
-        ("--output", &args.cdi_spec_dir),
-        ("--inventory-cache", &args.inventory_cache),
-        ("--gpuhook-path", &gpuhook),
-    ] {
-        cmd.arg(flag).arg(value);
-    }
+    cmd.args(args.spec.gpuhook_flags(&gpuhook));
     cmd.env_clear().env("PATH", PATH_ENV);
     if let Some(filter) = std::env::var_os("RUST_LOG") {
         cmd.env("RUST_LOG", filter);

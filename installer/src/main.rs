@@ -63,14 +63,10 @@ pub struct CommonArgs {
     pub install_dir: PathBuf,
 }
 
-/// Flags of `install`.
+/// Where the CDI spec and the inventory cache come from and go (host paths), shared by `install`
+/// and `refresh` so both write the same spec and cache.
 #[derive(Debug, Clone, Args)]
-pub struct InstallArgs {
-    #[command(flatten)]
-    pub common: CommonArgs,
-    /// Directory (in this container) holding the binaries to install [default: this binary's]
-    #[arg(long, value_name = "DIR")]
-    pub source_dir: Option<PathBuf>,
+pub struct SpecArgs {
     /// Host path of the driver installation (`gpuhook cdi generate --driver-root`)
     #[arg(long, value_name = "DIR", default_value = "/")]
     pub driver_root: PathBuf,
@@ -84,6 +80,34 @@ pub struct InstallArgs {
         default_value = "/var/run/gpuhook/inventory.json"
     )]
     pub inventory_cache: PathBuf,
+}
+
+impl SpecArgs {
+    /// The `gpuhook cdi generate|refresh` flags for these paths and the installed `gpuhook`.
+    pub fn gpuhook_flags(&self, gpuhook: &std::path::Path) -> Vec<std::ffi::OsString> {
+        let mut flags = Vec::new();
+        for (flag, value) in [
+            ("--driver-root", self.driver_root.as_path()),
+            ("--output", self.cdi_spec_dir.as_path()),
+            ("--inventory-cache", self.inventory_cache.as_path()),
+            ("--gpuhook-path", gpuhook),
+        ] {
+            flags.extend([flag.into(), value.into()]);
+        }
+        flags
+    }
+}
+
+/// Flags of `install`.
+#[derive(Debug, Clone, Args)]
+pub struct InstallArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Directory (in this container) holding the binaries to install [default: this binary's]
+    #[arg(long, value_name = "DIR")]
+    pub source_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub spec: SpecArgs,
     /// containerd's main config on the host
     #[arg(long, value_name = "FILE", default_value = gpuhook_runtime::DEFAULT_CONFIG)]
     pub containerd_config: PathBuf,
@@ -104,19 +128,8 @@ pub struct InstallArgs {
 pub struct RefreshArgs {
     #[command(flatten)]
     pub common: CommonArgs,
-    /// Host path of the driver installation (`gpuhook cdi refresh --driver-root`)
-    #[arg(long, value_name = "DIR", default_value = "/")]
-    pub driver_root: PathBuf,
-    /// Host directory the CDI spec is written to
-    #[arg(long, value_name = "DIR", default_value = "/var/run/cdi")]
-    pub cdi_spec_dir: PathBuf,
-    /// Host path of the inventory cache (the same as `install`'s)
-    #[arg(
-        long,
-        value_name = "FILE",
-        default_value = "/var/run/gpuhook/inventory.json"
-    )]
-    pub inventory_cache: PathBuf,
+    #[command(flatten)]
+    pub spec: SpecArgs,
     /// Seconds between two polls of the node state
     #[arg(long, value_name = "SECS", default_value_t = 2)]
     pub interval: u64,
