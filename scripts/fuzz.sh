@@ -10,7 +10,11 @@
 # (target/fuzz/corpus/<target>). A crash, a failed property (a panic), a hang (-timeout) or a
 # memory blow-up (-rss_limit_mb) stops that target: the reproducer is left in
 # fuzz/artifacts/<target>/ and the script exits 1 once every target has run.
-# Env: FUZZ_JOBS (default 1) parallel workers per target; FUZZ_NICE (default 10).
+# Env: FUZZ_JOBS (default 1) parallel workers per target; FUZZ_NICE (default 10);
+#      FUZZ_SEED and FUZZ_RUNS make a run repeatable: with a fixed seed and a run count that ends
+#      before SECONDS, libFuzzer (one process) tries the same inputs on every machine, so CI
+#      (which sets both) fails only on an input a developer's run of the same command also finds,
+#      never on the luck of the day. Fuzz without them to explore.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -53,6 +57,9 @@ echo "fuzz.sh: built in $(($(date +%s) - start)) s"
 # One job is one in-process fuzzer (with -jobs, even =1, libFuzzer forks workers that log to ./fuzz-N.log).
 jobs=
 if [ "${FUZZ_JOBS:-1}" -gt 1 ]; then jobs="-jobs=$FUZZ_JOBS -workers=$FUZZ_JOBS"; fi
+repeat=
+if [ -n "${FUZZ_SEED:-}" ]; then repeat="-seed=$FUZZ_SEED"; fi
+if [ -n "${FUZZ_RUNS:-}" ]; then repeat="$repeat -runs=$FUZZ_RUNS"; fi
 
 failed=()
 for t in $targets; do
@@ -66,7 +73,7 @@ for t in $targets; do
     if ! timeout --kill-after=30 $((seconds + 120)) nice -n "${FUZZ_NICE:-10}" \
         "$CARGO_TARGET_DIR/$host/release/$t" "$work" "$seeds" \
         -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
-        $jobs -print_final_stats=1 \
+        $jobs $repeat -print_final_stats=1 \
         -artifact_prefix="$artifacts/" >"$work.log" 2>&1; then
         failed+=("$t")
         echo "fuzz.sh: $t FAILED; reproducer(s):" >&2

@@ -40,10 +40,12 @@ pub enum ConfigError {
 }
 
 impl ConfigError {
+    /// Key and message are capped: parsers quote the (ConfigMap author's) value whole.
     pub(crate) fn invalid(key: impl Into<String>, message: impl Into<String>) -> Self {
+        use gpuhook_node::bounded::{cap_message, preview};
         ConfigError::Invalid {
-            key: key.into(),
-            message: message.into(),
+            key: preview(&key.into()),
+            message: cap_message(&message.into()),
         }
     }
 }

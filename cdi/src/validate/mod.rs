@@ -94,7 +94,8 @@ pub fn validate_model(spec: &Spec) -> Result<(), Vec<ValidationError>> {
 /// Fields unknown to the CDI model are errors, as in the runtimes.
 pub fn validate_bytes(bytes: &[u8], format: Option<Format>) -> Result<Spec, Vec<ValidationError>> {
     let format = format.unwrap_or_else(|| Format::sniff(bytes));
-    let value = strict::parse(bytes, format).map_err(|e| vec![e])?;
+    let mut value = strict::parse(bytes, format).map_err(|e| vec![e])?;
+    drop_null_members(&mut value);
     let errors = schema::check(&value);
     if !errors.is_empty() {
         return Err(errors);
@@ -106,6 +107,21 @@ pub fn validate_bytes(bytes: &[u8], format: Option<Format>) -> Result<Spec, Vec<
         Ok(spec)
     } else {
         Err(errors)
+    }
+}
+
+/// Removes every object member whose value is `null`, at any depth. The runtimes' CDI library
+/// (Go's encoding/json) and our typed start-path parse read `"containerEdits": null` as an absent
+/// member, while the JSON schema refuses a null object: validation must judge the spec the way it
+/// will be used, not refuse a file that every runtime accepts.
+fn drop_null_members(value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::Object(map) => {
+            map.retain(|_, v| !v.is_null());
+            map.values_mut().for_each(drop_null_members);
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(drop_null_members),
+        _ => {}
     }
 }
 

@@ -285,3 +285,18 @@ fn parse_errors_quoting_a_hostile_value_are_capped() {
         validate_bytes(format!("{{\"a\": \"{long}").as_bytes(), Some(Format::Json)).unwrap_err();
     assert!(err[0].message.starts_with("not a json document"), "{err:?}");
 }
+
+#[test]
+fn null_members_are_absent_as_in_the_runtimes_and_the_start_path() {
+    // Go's encoding/json (the runtimes' CDI library) and our typed parse read a null member as an
+    // absent one: validation agrees, so `cdi validate` never refuses what every consumer loads.
+    let raw = br#"{"cdiVersion":"0.5.0","kind":"vendor.com/device","containerEdits":null,"devices":[{"name":"a","annotations":null,"containerEdits":{"env":["A=B"],"mounts":null}}]}"#;
+    let spec = validate_bytes(raw, None).expect("null members are absent");
+    assert_eq!(
+        spec,
+        load_bytes(raw, None).expect("the start path loads it")
+    );
+    // A required member that is null is still missing.
+    let raw = br#"{"cdiVersion":"0.5.0","kind":null,"devices":[{"name":"a","containerEdits":{"env":["A=B"]}}]}"#;
+    assert!(validate_bytes(raw, None).is_err());
+}
