@@ -94,13 +94,16 @@ pub fn validate_model(spec: &Spec) -> Result<(), Vec<ValidationError>> {
 /// Fields unknown to the CDI model are errors, as in the runtimes.
 pub fn validate_bytes(bytes: &[u8], format: Option<Format>) -> Result<Spec, Vec<ValidationError>> {
     let format = format.unwrap_or_else(|| Format::sniff(bytes));
-    let mut value = strict::parse(bytes, format).map_err(|e| vec![e])?;
-    drop_null_members(&mut value);
-    let errors = schema::check(&value);
+    let value = strict::parse(bytes, format).map_err(|e| vec![e])?;
+    // The schema sees the file without null members, as the runtimes read them; the typed parse
+    // is the start path's own (an unknown member is refused even when null).
+    let mut without_nulls = value;
+    drop_null_members(&mut without_nulls);
+    let errors = schema::check(&without_nulls);
     if !errors.is_empty() {
         return Err(errors);
     }
-    let spec: Spec = serde_json::from_value(value)
+    let spec = Spec::from_slice(bytes, Some(format))
         .map_err(|e| vec![ValidationError::new("", cap_message(&e.to_string()))])?;
     let errors = rules::check(&spec);
     if errors.is_empty() {

@@ -290,13 +290,18 @@ fn parse_errors_quoting_a_hostile_value_are_capped() {
 fn null_members_are_absent_as_in_the_runtimes_and_the_start_path() {
     // Go's encoding/json (the runtimes' CDI library) and our typed parse read a null member as an
     // absent one: validation agrees, so `cdi validate` never refuses what every consumer loads.
-    let raw = br#"{"cdiVersion":"0.5.0","kind":"vendor.com/device","containerEdits":null,"devices":[{"name":"a","annotations":null,"containerEdits":{"env":["A=B"],"mounts":null}}]}"#;
+    // (YAML: an empty value is null, which serde_yaml gives a defaulted struct as an empty map.)
+    let raw = b"cdiVersion: \"0.5.0\"\nkind: vendor.com/device\ndevices:\n  - name: a\n    containerEdits: {env: [A=B]}\ncontainerEdits:\n";
     let spec = validate_bytes(raw, None).expect("null members are absent");
     assert_eq!(
         spec,
         load_bytes(raw, None).expect("the start path loads it")
     );
-    // A required member that is null is still missing.
+    // A required member that is null is still missing; an unknown one is refused even when null
+    // (the start path's typed parse refuses it).
     let raw = br#"{"cdiVersion":"0.5.0","kind":null,"devices":[{"name":"a","containerEdits":{"env":["A=B"]}}]}"#;
     assert!(validate_bytes(raw, None).is_err());
+    let raw = b"cdiVersion: \"0.5.0\"\nkind: vendor.com/device\ndevices:\n  - name: a\n    containerEdits: {env: [A=B]}\n0tainerEdits:\n";
+    assert!(validate_bytes(raw, None).is_err());
+    assert!(load_bytes(raw, None).is_err());
 }
