@@ -24,10 +24,11 @@ pub struct ValidationError {
 }
 
 impl ValidationError {
+    /// Path and message are capped here, for every rule: rules quote the spec author's values.
     pub(crate) fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
         ValidationError {
-            path: path.into(),
-            message: message.into(),
+            path: cap_message(&path.into()),
+            message: cap_message(&message.into()),
         }
     }
 }

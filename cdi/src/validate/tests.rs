@@ -305,3 +305,13 @@ fn null_members_are_absent_as_in_the_runtimes_and_the_start_path() {
     assert!(validate_bytes(raw, None).is_err());
     assert!(load_bytes(raw, None).is_err());
 }
+
+#[test]
+fn rule_messages_quoting_a_long_value_are_capped() {
+    let vendor = "v".repeat(5000);
+    let raw = format!(
+        r#"{{"cdiVersion":"0.5.0","kind":"{vendor}.com/device","devices":[{{"name":"a","containerEdits":{{"env":["A=B"]}}}}]}}"#
+    );
+    let errs = validate_bytes(raw.as_bytes(), None).unwrap_err();
+    assert!(errs.iter().all(|e| e.to_string().len() < 1200), "{errs:?}");
+}
