@@ -111,31 +111,47 @@ pub fn normalize_bus_id(s: &str) -> Option<String> {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MigMinors(Vec<(MigCapName, u32)>);
 
-/// A capability of `mig-minors`: `config`, `monitor`, `gpu<minor>/gi<g>/access` or
-/// `gpu<minor>/gi<g>/ci<c>/access`.
+/// A capability of `mig-minors`: `config`, `monitor`, or the GPU instance `gpu<minor>/gi<g>/access`
+/// (compute instance `None`) or compute instance `gpu<minor>/gi<g>/ci<c>/access`. Ordered as the
+/// driver lists them (a GI before its CIs), so sorting the file's lines finds them sorted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum MigCapName {
     Config,
     Monitor,
-    Gi(u32, u32),
-    Ci(u32, u32, u32),
+    Instance(u32, u32, Option<u32>),
 }
 
 impl MigCapName {
+    /// `config`, `monitor`, `gpu<N>/gi<G>/access` or `gpu<N>/gi<G>/ci<C>/access`, read byte by
+    /// byte: a thousand lines on every `cdi generate`, so no substring searcher per line.
     fn parse(name: &str) -> Option<MigCapName> {
         match name {
             "config" => return Some(MigCapName::Config),
             "monitor" => return Some(MigCapName::Monitor),
             _ => {}
         }
-        let rest = name.strip_prefix("gpu")?.strip_suffix("/access")?;
-        let (gpu, rest) = rest.split_once("/gi")?;
-        let (gpu, gi) = (gpu.parse().ok()?, rest);
-        match gi.split_once("/ci") {
-            None => Some(MigCapName::Gi(gpu, gi.parse().ok()?)),
-            Some((gi, ci)) => Some(MigCapName::Ci(gpu, gi.parse().ok()?, ci.parse().ok()?)),
+        let b = name.as_bytes();
+        let (gpu, b) = number_after(b, b"gpu")?;
+        let (gi, b) = number_after(b, b"/gi")?;
+        if b == b"/access" {
+            return Some(MigCapName::Instance(gpu, gi, None));
         }
+        let (ci, b) = number_after(b, b"/ci")?;
+        (b == b"/access").then_some(MigCapName::Instance(gpu, gi, Some(ci)))
     }
+}
+
+/// The decimal number right after `prefix` at the start of `b`, and the bytes after it.
+fn number_after<'a>(b: &'a [u8], prefix: &[u8]) -> Option<(u32, &'a [u8])> {
+    let rest = b.strip_prefix(prefix)?;
+    let digits = rest.iter().take_while(|c| c.is_ascii_digit()).count();
+    if digits == 0 || digits > 9 {
+        return None;
+    }
+    let n = rest[..digits]
+        .iter()
+        .fold(0u32, |n, d| n * 10 + u32::from(d - b'0'));
+    Some((n, &rest[digits..]))
 }
 
 impl MigMinors {
@@ -143,8 +159,12 @@ impl MigMinors {
         let mut caps: Vec<(MigCapName, u32)> = text
             .lines()
             .filter_map(|l| {
-                let (name, minor) = l.trim().rsplit_once(char::is_whitespace)?;
-                Some((MigCapName::parse(name.trim())?, minor.parse().ok()?))
+                let mut words = l.split_ascii_whitespace();
+                let (name, minor, extra) = (words.next()?, words.next()?, words.next());
+                if extra.is_some() {
+                    return None;
+                }
+                Some((MigCapName::parse(name)?, minor.parse().ok()?))
             })
             .collect();
         // Stable, so the first of two lines for one name wins, as a first-match lookup would.
@@ -165,12 +185,12 @@ impl MigMinors {
 
     /// Minor of a GPU instance; `gpu_minor` is the parent's `/dev/nvidia<minor>`, not its index.
     pub fn gi(&self, gpu_minor: u32, gi: u32) -> Option<u32> {
-        self.minor(MigCapName::Gi(gpu_minor, gi))
+        self.minor(MigCapName::Instance(gpu_minor, gi, None))
     }
 
     /// Minor of a compute instance.
     pub fn ci(&self, gpu_minor: u32, gi: u32, ci: u32) -> Option<u32> {
-        self.minor(MigCapName::Ci(gpu_minor, gi, ci))
+        self.minor(MigCapName::Instance(gpu_minor, gi, Some(ci)))
     }
 
     pub fn control(&self) -> Option<MigControlCaps> {
