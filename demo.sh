@@ -14,7 +14,9 @@ if [ "$(id -u)" -ne 0 ]; then
     exit 1
 fi
 
-step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+# Bold headings on a terminal only: no escape codes in a log file or a CI transcript.
+if [ -t 1 ]; then bold=$'\033[1m' plain=$'\033[0m'; else bold='' plain=''; fi
+step() { printf '\n%s== %s%s\n' "$bold" "$*" "$plain"; }
 
 step "building gpuhook (cargo build --workspace)"
 cargo build --workspace --bins --lib --quiet

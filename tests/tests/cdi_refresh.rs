@@ -123,30 +123,60 @@ fn repartitioned(keep: usize) -> NodeProfile {
     p
 }
 
+/// A simulated h100-mig node under a running watcher, its first spec written (the boot case).
+struct WatchedNode {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    spec: PathBuf,
+    cache: PathBuf,
+    log: PathBuf,
+    before: NodeProfile,
+    _watcher: Watcher,
+}
+
+impl WatchedNode {
+    fn start(name: &str) -> WatchedNode {
+        let dir = tmp(name);
+        let path = |p: &str| dir.path().join(p);
+        let (root, spec, cache, log) = (
+            path("node"),
+            path("spec.json"),
+            path("inventory.json"),
+            path("watch.log"),
+        );
+        let before = build_node("h100-mig", &root);
+        let watcher = start_watcher(&root, &spec, &cache, &log);
+        wait_for_names(
+            &spec,
+            &expected_names(&before),
+            Duration::from_secs(10),
+            &log,
+        );
+        WatchedNode {
+            _dir: dir,
+            root,
+            spec,
+            cache,
+            log,
+            before,
+            _watcher: watcher,
+        }
+    }
+}
+
 #[test]
 fn the_spec_follows_a_mig_repartition_and_an_idle_node_is_not_rewritten() {
     if !gpuhook_e2e::e2e_ready("cdi_refresh", &["ldconfig"]) {
         return;
     }
-    let dir = tmp("refresh");
-    let root = dir.path().join("node");
-    let spec = dir.path().join("spec.json");
-    let cache = dir.path().join("inventory.json");
-    let log = dir.path().join("watch.log");
-    let before = build_node("h100-mig", &root);
-    let _watcher = start_watcher(&root, &spec, &cache, &log);
-
     // Boot: the first generation.
-    wait_for_names(
-        &spec,
-        &expected_names(&before),
-        Duration::from_secs(10),
-        &log,
-    );
-    let spec_id = identity(&spec);
-    let cache_id = identity(&cache);
+    let node = WatchedNode::start("refresh");
+    let (root, spec, cache, log) = (&*node.root, &*node.spec, &*node.cache, &*node.log);
+    let before = &node.before;
+    let spec_id = identity(spec);
+    let cache_id = identity(cache);
     let generations = || {
-        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let text = std::fs::read_to_string(log).unwrap_or_default();
         text.lines()
             .filter(|l| l.starts_with("wrote ") || l.starts_with("unchanged "))
             .count()
@@ -156,12 +186,12 @@ fn the_spec_follows_a_mig_repartition_and_an_idle_node_is_not_rewritten() {
     // An unchanged node: several polls, no rewrite of the spec or the cache.
     std::thread::sleep(Duration::from_millis(3500));
     assert_eq!(
-        identity(&spec),
+        identity(spec),
         spec_id,
         "an unchanged node rewrote the spec"
     );
     assert_eq!(
-        identity(&cache),
+        identity(cache),
         cache_id,
         "an unchanged node rewrote the cache"
     );
@@ -172,17 +202,12 @@ fn the_spec_follows_a_mig_repartition_and_an_idle_node_is_not_rewritten() {
     );
 
     // Re-partition: 7 x 1g.10gb -> 3 x 1g.10gb.
-    let after = repartition(&root, 3);
-    let took = wait_for_names(
-        &spec,
-        &expected_names(&after),
-        Duration::from_secs(10),
-        &log,
-    );
+    let after = repartition(root, 3);
+    let took = wait_for_names(spec, &expected_names(&after), Duration::from_secs(10), log);
     eprintln!("spec followed the re-partition in {took:?}");
 
     // The inventory cache followed too: the kept MIG devices, not the destroyed ones.
-    let inv = std::fs::read_to_string(&cache).expect("inventory cache");
+    let inv = std::fs::read_to_string(cache).expect("inventory cache");
     for m in &after.gpus[0].mig_devices {
         assert!(inv.contains(&m.uuid), "cache lacks {}", m.uuid);
     }
@@ -193,7 +218,7 @@ fn the_spec_follows_a_mig_repartition_and_an_idle_node_is_not_rewritten() {
             m.uuid
         );
     }
-    let log_text = std::fs::read_to_string(&log).unwrap_or_default();
+    let log_text = std::fs::read_to_string(log).unwrap_or_default();
     assert!(
         log_text.contains("node state changed"),
         "the watcher says why it regenerated:\n{log_text}"
@@ -209,36 +234,26 @@ fn the_last_mig_instance_destroyed_removes_the_stale_spec() {
     if !gpuhook_e2e::e2e_ready("cdi_refresh", &["ldconfig"]) {
         return;
     }
-    let dir = tmp("refresh-empty");
-    let root = dir.path().join("node");
-    let spec = dir.path().join("spec.json");
-    let cache = dir.path().join("inventory.json");
-    let log = dir.path().join("watch.log");
-    let before = build_node("h100-mig", &root);
-    let _watcher = start_watcher(&root, &spec, &cache, &log);
-    wait_for_names(
-        &spec,
-        &expected_names(&before),
-        Duration::from_secs(10),
-        &log,
-    );
+    let node = WatchedNode::start("refresh-empty");
+    let (root, spec, cache, log) = (&*node.root, &*node.spec, &*node.cache, &*node.log);
+    let before = &node.before;
 
-    let after = repartition(&root, 0);
+    let after = repartition(root, 0);
     assert!(after.gpus[0].mig_mode && after.gpus[0].mig_devices.is_empty());
     let start = Instant::now();
     while spec.exists() {
         assert!(
             start.elapsed() < Duration::from_secs(10),
             "the stale spec (destroyed MIG devices {:?}) stayed\nwatcher log:\n{}",
-            spec_names(&spec),
-            std::fs::read_to_string(&log).unwrap_or_default()
+            spec_names(spec),
+            std::fs::read_to_string(log).unwrap_or_default()
         );
         std::thread::sleep(Duration::from_millis(100));
     }
     // The cache follows: the GPU is still there, none of the destroyed MIG devices is.
     let start = Instant::now();
     loop {
-        let inv = std::fs::read_to_string(&cache).unwrap_or_default();
+        let inv = std::fs::read_to_string(cache).unwrap_or_default();
         let stale = before.gpus[0]
             .mig_devices
             .iter()
@@ -252,7 +267,7 @@ fn the_last_mig_instance_destroyed_removes_the_stale_spec() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    let log_text = std::fs::read_to_string(&log).unwrap_or_default();
+    let log_text = std::fs::read_to_string(log).unwrap_or_default();
     assert!(
         log_text.contains("MIG mode is on without MIG devices")
             && log_text.contains("create MIG instances")
