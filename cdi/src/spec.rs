@@ -218,7 +218,7 @@ impl Spec {
         let format = format.unwrap_or_else(|| Format::sniff(bytes));
         let parsed = match format {
             Format::Json => serde_json::from_slice(bytes).map_err(|e| e.to_string()),
-            Format::Yaml => serde_yaml::from_slice(bytes).map_err(|e| e.to_string()),
+            Format::Yaml => yaml_serde::from_slice(bytes).map_err(|e| e.to_string()),
         };
         // Parsers quote a value of the wrong type whole: cap it (the file may be anyone's).
         parsed.map_err(|message| CdiError::Parse {
@@ -236,7 +236,7 @@ impl Spec {
                 out.push(b'\n');
                 Ok(out)
             }
-            Format::Yaml => serde_yaml::to_string(self)
+            Format::Yaml => yaml_serde::to_string(self)
                 .map(String::into_bytes)
                 .map_err(|e| CdiError::Serialize(e.to_string())),
         }

@@ -62,11 +62,11 @@ pub struct ConfigFile {
     pub warnings: Vec<String>,
     /// Device-plugin keys we accept so that one file can serve both programs; ignored here.
     #[serde(default)]
-    pub flags: Option<serde_yaml::Value>,
+    pub flags: Option<yaml_serde::Value>,
     #[serde(default)]
-    pub resources: Option<serde_yaml::Value>,
+    pub resources: Option<yaml_serde::Value>,
     #[serde(default)]
-    pub imex: Option<serde_yaml::Value>,
+    pub imex: Option<yaml_serde::Value>,
     #[serde(default)]
     pub sharing: Sharing,
     /// Our own settings.
@@ -80,7 +80,7 @@ pub struct ConfigFile {
 pub struct Sharing {
     /// Same shape as `mps`, used by the device plugin only.
     #[serde(default)]
-    pub time_slicing: Option<serde_yaml::Value>,
+    pub time_slicing: Option<yaml_serde::Value>,
     #[serde(default)]
     pub mps: Option<MpsSharing>,
 }
@@ -244,15 +244,15 @@ pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
 /// Parses YAML text; errors name the key path (`sharing.mps.resources[0].replicas`).
 pub fn parse(text: &str) -> Result<ConfigFile, ConfigError> {
     // An empty file is a valid (empty) config for NVIDIA's plugin.
-    let doc: serde_yaml::Value = if text.trim().is_empty() {
-        serde_yaml::Value::Null
+    let doc: yaml_serde::Value = if text.trim().is_empty() {
+        yaml_serde::Value::Null
     } else {
-        serde_yaml::from_str(text)
+        yaml_serde::from_str(text)
             .map_err(|e| ConfigError::invalid("(top level)", e.to_string()))?
     };
     let warnings = crate::kdp::check(&doc)?;
     let doc = match doc {
-        serde_yaml::Value::Null => serde_yaml::Value::Mapping(Default::default()),
+        yaml_serde::Value::Null => yaml_serde::Value::Mapping(Default::default()),
         d => d,
     };
     let mut cfg: ConfigFile = serde_path_to_error::deserialize(doc).map_err(|e| {
@@ -380,10 +380,10 @@ macro_rules! string_value {
     ($ty:ident, $parse:path, $wrap:expr, $what:literal) => {
         impl<'de> Deserialize<'de> for $ty {
             fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                let v = serde_yaml::Value::deserialize(d)?;
+                let v = yaml_serde::Value::deserialize(d)?;
                 let text = match &v {
-                    serde_yaml::Value::String(s) => s.clone(),
-                    serde_yaml::Value::Number(n) => n.to_string(),
+                    yaml_serde::Value::String(s) => s.clone(),
+                    yaml_serde::Value::Number(n) => n.to_string(),
                     _ => String::new(),
                 };
                 $parse(&text).map($wrap).ok_or_else(|| {

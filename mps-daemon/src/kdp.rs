@@ -19,7 +19,7 @@
 //! Deliberate differences: `replicas: 1` is accepted in `sharing.mps` (one client per GPU with a
 //! memory limit is a useful MPS setup); the `mpsDaemon` section is ours and strict.
 
-use serde_yaml::{Mapping, Value};
+use yaml_serde::{Mapping, Value};
 
 use crate::config::ConfigError;
 
@@ -96,7 +96,7 @@ pub fn check(doc: &Value) -> Result<Vec<String>, ConfigError> {
 }
 
 fn show(v: &Value) -> String {
-    let s = serde_yaml::to_string(v).unwrap_or_default();
+    let s = yaml_serde::to_string(v).unwrap_or_default();
     crate::safefs::clip(s.trim(), crate::safefs::ECHO_MAX)
 }
 

@@ -2,7 +2,7 @@
 use super::*;
 
 fn run(text: &str) -> Result<Vec<String>, String> {
-    let v: Value = serde_yaml::from_str(text).unwrap();
+    let v: Value = yaml_serde::from_str(text).unwrap();
     check(&v).map_err(|e| e.to_string())
 }
 

@@ -20,7 +20,7 @@ use gpu_mps_daemon::inventory::GpuFacts;
 use gpu_mps_daemon::plan::{self, GpuPlan, Overrides, Plan, Timing};
 use gpuhook_sim::NodeProfile;
 use serde::Deserialize;
-use serde_yaml::Value;
+use yaml_serde::Value;
 
 #[path = "deploy_support/bundle.rs"]
 mod bundle;
@@ -51,7 +51,7 @@ fn yaml_docs(path: &Path) -> Vec<Value> {
 
 /// Every document of YAML `text` (from `what`), empty documents left out.
 fn parse_docs(text: &str, what: &str) -> Vec<Value> {
-    serde_yaml::Deserializer::from_str(text)
+    yaml_serde::Deserializer::from_str(text)
         .map(|d| Value::deserialize(d).unwrap_or_else(|e| panic!("{what}: {e}")))
         .filter(|v| !v.is_null())
         .collect()
@@ -125,7 +125,7 @@ fn resolve(text: &str, profile: &str) -> Vec<GpuPlan> {
 
 /// Checks one embedded config is the device-plugin shape with one resource of `replicas`.
 fn check_device_plugin_shape(text: &str, replicas: u64) {
-    let v: Value = serde_yaml::from_str(text).expect("embedded config is YAML");
+    let v: Value = yaml_serde::from_str(text).expect("embedded config is YAML");
     assert_eq!(s(&v, &["version"]), "v1");
     let res = seq(&v, &["sharing", "mps", "resources"]);
     assert_eq!(res.len(), 1, "{text}");

@@ -1,6 +1,6 @@
 //! A JSON or YAML document read into a [`Value`] that refuses a key given twice in one object.
 //!
-//! `serde_json::Value` (and serde_yaml's reader into it) keeps the last of two equal keys, while the typed parse that the start
+//! `serde_json::Value` (and yaml_serde's reader into it) keeps the last of two equal keys, while the typed parse that the start
 //! path uses in release builds refuses them ("duplicate field"). Validation reads through this so
 //! `gpuhook cdi validate`, debug builds and release builds accept the same files, and a reader of
 //! the file can never see a different `kind` or `hooks` than the one that counts. The error names
@@ -32,7 +32,7 @@ pub(super) fn parse(bytes: &[u8], format: Format) -> Result<Value, ValidationErr
                 .map_err(|e| e.to_string())
         }
         Format::Yaml => seed
-            .deserialize(serde_yaml::Deserializer::from_slice(bytes))
+            .deserialize(yaml_serde::Deserializer::from_slice(bytes))
             .map_err(|e| e.to_string()),
     };
     match (parsed, duplicate.into_inner()) {

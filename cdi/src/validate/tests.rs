@@ -290,7 +290,7 @@ fn parse_errors_quoting_a_hostile_value_are_capped() {
 fn null_members_are_absent_as_in_the_runtimes_and_the_start_path() {
     // Go's encoding/json (the runtimes' CDI library) and our typed parse read a null member as an
     // absent one: validation agrees, so `cdi validate` never refuses what every consumer loads.
-    // (YAML: an empty value is null, which serde_yaml gives a defaulted struct as an empty map.)
+    // (YAML: an empty value is null, which yaml_serde gives a defaulted struct as an empty map.)
     let raw = b"cdiVersion: \"0.5.0\"\nkind: vendor.com/device\ndevices:\n  - name: a\n    containerEdits: {env: [A=B]}\ncontainerEdits:\n";
     let spec = validate_bytes(raw, None).expect("null members are absent");
     assert_eq!(

@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use serde_yaml::Value;
+use yaml_serde::Value;
 
 use super::{by_kind, get, parse_docs, read, root, s, seq, EXAMPLE};
 
@@ -85,7 +85,7 @@ fn image_binaries() -> BTreeSet<String> {
 
 /// The image the example overlay sets (`images:` newName:newTag).
 fn overlay_image() -> String {
-    let k: Value = serde_yaml::from_str(&read(&root().join(EXAMPLE).join("kustomization.yaml")))
+    let k: Value = yaml_serde::from_str(&read(&root().join(EXAMPLE).join("kustomization.yaml")))
         .expect("kustomization.yaml");
     let img = &seq(&k, &["images"])[0];
     format!("{}:{}", s(img, &["newName"]), s(img, &["newTag"]))
@@ -286,8 +286,8 @@ fn node_installer_installs_refreshes_and_uninstalls_on_the_host_root() {
 
 /// The node selectors of every DaemonSet and of the RuntimeClass: GPU pods must land only where
 /// gpuhook is installed, so all of them select the same GPU label.
-fn gpu_selectors(docs: &[Value]) -> Vec<(String, &serde_yaml::Mapping)> {
-    let mut out: Vec<(String, &serde_yaml::Mapping)> = by_kind(docs, "DaemonSet")
+fn gpu_selectors(docs: &[Value]) -> Vec<(String, &yaml_serde::Mapping)> {
+    let mut out: Vec<(String, &yaml_serde::Mapping)> = by_kind(docs, "DaemonSet")
         .into_iter()
         .map(|ds| {
             let sel = get(ds, &["spec", "template", "spec", "nodeSelector"]);

@@ -14,7 +14,7 @@ use gpu_mps_daemon::cli::RunArgs;
 use gpu_mps_daemon::plan::Overrides;
 use gpuhook_node::{Capability, DriverLibrary};
 use serde_json::Value as Json;
-use serde_yaml::Value;
+use yaml_serde::Value;
 
 use super::{get, live, named, read, resolve_plan, root, s};
 
@@ -76,7 +76,7 @@ pub fn check_configmap_settings(key: &str, text: &str, profile: &str) {
     let plan = resolve_plan(text, profile, &Overrides::default());
     // The raw key, not just the resolved value: without it the daemon falls back to driverRoot,
     // which in the DaemonSet is /driver-root.
-    let v: Value = serde_yaml::from_str(text).expect("YAML");
+    let v: Value = yaml_serde::from_str(text).expect("YAML");
     assert_eq!(
         v.get("mpsDaemon").and_then(|d| d.get("hostDriverRoot")),
         Some(&Value::from("/")),

@@ -18,10 +18,10 @@ fn is_patch(file: &Path) -> bool {
     let Ok(text) = std::fs::read_to_string(&k) else {
         return false;
     };
-    let v: serde_yaml::Value = serde_yaml::from_str(&text).expect("kustomization.yaml");
+    let v: yaml_serde::Value = yaml_serde::from_str(&text).expect("kustomization.yaml");
     let name = file.file_name().and_then(|n| n.to_str());
     v.get("patchesStrategicMerge")
-        .and_then(serde_yaml::Value::as_sequence)
+        .and_then(yaml_serde::Value::as_sequence)
         .is_some_and(|l| l.iter().any(|p| p.as_str() == name))
 }
 
