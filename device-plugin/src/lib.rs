@@ -1,0 +1,4 @@
+//! The Kubernetes device plugin: serves each extended resource of a [`gpuhook_sharing::Advertisement`]
+//! to the kubelet over the device plugin API v1beta1 (gRPC on a unix socket), and answers
+//! Allocate with what gpuhook-runtime, the prestart hook and CDI-aware runtimes turn into a
+//! container.
