@@ -1,5 +1,8 @@
 //! The `gpuhook` binary's surface: help texts, exit codes, one-line errors.
 
+// Integration tests: a failed unwrap or expect is the test failure, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::process::{Command, Output};
 
 fn gpuhook(args: &[&str], config: Option<&std::path::Path>) -> Output {

@@ -6,6 +6,9 @@
 //! tests. Every error case checks the contract: non-zero exit, exactly one `gpuhook: error:` line naming the file and
 //! the fix, and the previous spec byte-for-byte untouched with no temporary file left behind.
 
+// Integration tests: a failed unwrap or expect is the test failure, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod cdi_support;
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};

@@ -2,6 +2,9 @@
 //! directories' priority and conflict rules, broken files reported on stderr while the rest is
 //! listed, exit statuses, and every validation error printed with its JSON path.
 
+// Integration tests: a failed unwrap or expect is the test failure, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod cdi_support;
 
 use cdi_support::{gpuhook, gpuhook_ok, s, texts, tmp, write};

@@ -11,6 +11,9 @@
 //! Afterwards the container's `/etc/ld.so.cache` (in the rootfs dir on the host) must list
 //! `libcuda.so.1`: proof that the spec's `setup` createContainer hook ran.
 
+// Integration tests: a failed unwrap or expect is the test failure, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod cdi_support;
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -11,6 +11,9 @@
 //! name host paths and the installed gpuhook (`deploy_support/cdi.rs`); the shipped L20 config is
 //! run for real (`deploy_support/live.rs`: `/readyz`, `/metrics`, the spec file).
 
+// Integration tests: a failed unwrap or expect is the test failure, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::path::{Path, PathBuf};
 
 use clap::Parser;

@@ -2,6 +2,9 @@
 //! exactly what the profile describes (GPUs, MIG devices, cap minors, majors, driver files), both
 //! through the driver root's NVML and, with NVML hidden, through `/proc` alone.
 
+// Integration tests: a failed unwrap or expect is the test failure, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::path::{Path, PathBuf};
 
 use gpuhook_node::{discover, Capability, DiscoverOptions, DiscoverySource, Inventory};
@@ -68,7 +71,7 @@ fn check_devices(p: &NodeProfile, inv: &Inventory) {
             );
         }
         let indexes: Vec<u32> = g.mig_devices.iter().map(|m| m.index).collect();
-        let dense: Vec<u32> = (0..g.mig_devices.len() as u32).collect();
+        let dense: Vec<u32> = (0..u32::try_from(g.mig_devices.len()).unwrap()).collect();
         assert_eq!(indexes, dense, "{ctx}: MIG indexes in NVML order");
     }
     assert_eq!(inv.majors.nvidia, 195, "{name}");
@@ -226,7 +229,14 @@ fn without_nvml_discovery_falls_back_to_procfs() {
         let want: Vec<_> = want
             .iter()
             .enumerate()
-            .map(|(i, g)| (i as u32, g.minor, g.uuid.as_str(), g.name.as_str()))
+            .map(|(i, g)| {
+                (
+                    u32::try_from(i).unwrap(),
+                    g.minor,
+                    g.uuid.as_str(),
+                    g.name.as_str(),
+                )
+            })
             .collect();
         assert_eq!(got, want, "{profile_name}");
         assert!(

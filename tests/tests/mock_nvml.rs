@@ -8,6 +8,9 @@
 //! that `nvml-wrapper` does not wrap, and calls before init, go through raw `dlsym` lookups.
 //! No root needed.
 
+// Integration tests: a failed unwrap or expect is the test failure, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 #[path = "mock_nvml/support.rs"]
 mod support;
 
@@ -53,7 +56,7 @@ fn check_node(name: &str, text: &str) {
         "{name}"
     );
     assert!(matches!(
-        nvml.device_by_index(p.gpus.len() as u32),
+        nvml.device_by_index(u32::try_from(p.gpus.len()).unwrap()),
         Err(NvmlError::InvalidArg)
     ));
 

@@ -15,6 +15,9 @@
 //! The container shares the host pid namespace: the simulator registers a client under the pid
 //! the client reports for itself, whereas the real MPS daemon sees host pids.
 
+// Integration tests: a failed unwrap or expect is the test failure, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 

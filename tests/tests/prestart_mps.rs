@@ -10,6 +10,9 @@
 //! `unresolvable CDI devices` before anything is injected. The env edits cannot be applied by a
 //! hook: the log names them.
 
+// Integration tests: a failed unwrap or expect is the test failure, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod prestart_support;
 
 use gpuhook_e2e::mps::{write_config, Daemon};

@@ -7,6 +7,9 @@
 //! opening an allowed node without a driver gives ENXIO, a denied one EPERM — and a host node that
 //! was *not* injected is bind-mounted into every container to have a denied one at hand.
 
+// Integration tests: a failed unwrap or expect is the test failure, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod prestart_support;
 
 use std::collections::BTreeSet;

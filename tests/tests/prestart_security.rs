@@ -6,6 +6,9 @@
 //! directory itself (there is no runc tmpfs on /dev), so "nothing was created outside the rootfs"
 //! and "nothing was injected" are checked on the real objects. The rest goes through real runc.
 
+// Integration tests: a failed unwrap or expect is the test failure, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod prestart_support;
 
 use std::path::{Path, PathBuf};

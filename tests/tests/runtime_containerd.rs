@@ -12,6 +12,9 @@
 //! beside runc: `early-setup`). A container that
 //! asks for nothing is untouched, and an unknown device fails the start with the CDI wording.
 
+// Integration tests: a failed unwrap or expect is the test failure, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod cdi_support;
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -5,6 +5,9 @@
 //! `/proc` files parse back to the profile, the simulated `nvidia-smi -L` agrees, and a second
 //! build converges. Needs root (mknod, `ldconfig -r` chroots).
 
+// Integration tests: a failed unwrap or expect is the test failure, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::collections::HashMap;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};

@@ -289,7 +289,7 @@ fn configmap_l20_config_brings_up_the_simulated_l20_with_its_limits() {
     );
 
     // SIGTERM, as kubelet sends it: clean exit, MPS root left as the hostPath had it.
-    let pid = daemon.0.id() as i32;
+    let pid = i32::try_from(daemon.0.id()).unwrap();
     // deploy/README.md reloads through the pid in the lock file (in a hostPID pod the daemon is
     // not pid 1): it must be the daemon's, and SIGHUP with an unchanged config must keep the
     // GPU's control daemon (no restart under its clients).
