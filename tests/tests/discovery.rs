@@ -86,6 +86,14 @@ fn check_devices(p: &NodeProfile, inv: &Inventory) {
 }
 
 fn check_files(p: &NodeProfile, report: &Report, inv: &Inventory) {
+    check_libraries(p, inv);
+    check_device_nodes(p, inv);
+    check_other_files(p, report, inv);
+}
+
+/// Each profile library with its capability and SONAME, the `.so` links NVIDIA makes, and the
+/// library folders.
+fn check_libraries(p: &NodeProfile, inv: &Inventory) {
     let name = &p.name;
     let lib_dir = Path::new(&p.lib_dir);
     for lib in libraries(p) {
@@ -122,8 +130,12 @@ fn check_files(p: &NodeProfile, report: &Report, inv: &Inventory) {
     let mut dirs = vec![lib_dir.to_path_buf()];
     dirs.extend(p.features.lib32_dir.as_ref().map(PathBuf::from));
     assert_eq!(inv.files.library_dirs, dirs, "{name}");
-    // Only the nodes the node has (pkg/nvcdi/common-nvml.go `controlDeviceNodeDiscoverer`),
-    // each with its mode (MIG caps read-only).
+}
+
+/// Only the nodes the node has (pkg/nvcdi/common-nvml.go `controlDeviceNodeDiscoverer`), each
+/// with its mode (MIG caps read-only).
+fn check_device_nodes(p: &NodeProfile, inv: &Inventory) {
+    let name = &p.name;
     let nodes = inv
         .files
         .device_nodes
@@ -151,6 +163,12 @@ fn check_files(p: &NodeProfile, report: &Report, inv: &Inventory) {
             n.mode
         );
     }
+}
+
+/// The `libcuda.so` link, and binaries, firmware, sockets and config files as materialised.
+fn check_other_files(p: &NodeProfile, report: &Report, inv: &Inventory) {
+    let name = &p.name;
+    let lib_dir = Path::new(&p.lib_dir);
     let cuda_link = inv
         .files
         .symlinks
