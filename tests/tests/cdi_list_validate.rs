@@ -7,6 +7,8 @@
 
 mod cdi_support;
 
+use std::path::Path;
+
 use cdi_support::{gpuhook, gpuhook_ok, s, texts, tmp, write};
 
 fn spec_json(kind: &str, names: &[&str]) -> String {
@@ -67,8 +69,18 @@ fn list_follows_priority_and_conflict_rules() {
         stderr.contains(&format!("{}:", high.join("e.json").display())),
         "{stderr}"
     );
-    // Conflicts are explained once, with both files and the outcome (container-device-interface
-    // pkg/cdi/cache.go `refresh`: same directory -> dropped, later directory -> it wins).
+    check_conflict_messages(&stderr, &high);
+    assert!(!stderr.contains("ignored.yml"), "{stderr}");
+
+    let (plain, _) = gpuhook_ok(&["cdi", "list", "--spec-dir", s(&low)]);
+    assert_eq!(plain, "example.com/gpu=x\nexample.com/gpu=y\n");
+
+    listing_nothing(t.path());
+}
+
+/// Conflicts are explained once, with both files and the outcome (container-device-interface
+/// pkg/cdi/cache.go `refresh`: same directory -> dropped, later directory -> it wins).
+fn check_conflict_messages(stderr: &str, high: &Path) {
     let conflict = stderr
         .lines()
         .find(|l| l.contains("conflict:") && l.contains("example.com/gpu=z"))
@@ -90,13 +102,12 @@ fn list_follows_priority_and_conflict_rules() {
         1,
         "each conflict told once:\n{stderr}"
     );
-    assert!(!stderr.contains("ignored.yml"), "{stderr}");
+}
 
-    let (plain, _) = gpuhook_ok(&["cdi", "list", "--spec-dir", s(&low)]);
-    assert_eq!(plain, "example.com/gpu=x\nexample.com/gpu=y\n");
-
+/// Only broken files: an error exit. Nothing at all: fine, and said so.
+fn listing_nothing(t: &Path) {
     // Only broken files: an error exit.
-    let broken = t.path().join("broken");
+    let broken = t.join("broken");
     write(&broken.join("bad.json"), "{");
     let out = gpuhook(&["cdi", "list", "--spec-dir", s(&broken)]);
     let (stdout, stderr) = texts(&out);
@@ -108,7 +119,7 @@ fn list_follows_priority_and_conflict_rules() {
     );
 
     // Nothing at all: fine, and said so.
-    let (stdout, stderr) = gpuhook_ok(&["cdi", "list", "--spec-dir", s(&t.path().join("none"))]);
+    let (stdout, stderr) = gpuhook_ok(&["cdi", "list", "--spec-dir", s(&t.join("none"))]);
     assert!(stdout.is_empty());
     assert!(stderr.contains("no CDI specs found"), "{stderr}");
 }
