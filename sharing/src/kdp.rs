@@ -21,7 +21,7 @@
 
 use yaml_serde::{Mapping, Value};
 
-use crate::config::ConfigError;
+use crate::error::{clip, ConfigError, ECHO_MAX};
 
 /// Most MPS clients per GPU: 48 from compute capability 7.5, 16 below
 /// (`cmd/mps-control-daemon/mps/device.go:assertReplicas`).
@@ -97,7 +97,7 @@ pub fn check(doc: &Value) -> Result<Vec<String>, ConfigError> {
 
 fn show(v: &Value) -> String {
     let s = yaml_serde::to_string(v).unwrap_or_default();
-    crate::safefs::clip(s.trim(), crate::safefs::ECHO_MAX)
+    clip(s.trim(), ECHO_MAX)
 }
 
 fn one_of(key: &str, v: &Value, allowed: &[&str], what: &str) -> Result<(), ConfigError> {
@@ -240,7 +240,7 @@ fn check_name(key: &str, v: &Value) -> Result<(), ConfigError> {
     if !is_dns_subdomain(name) {
         return Err(err(
             key,
-            format!("incorrect format for resource name '{}': must be lowercase letters, digits, '-' and '.'", crate::safefs::clip(&full, 80)),
+            format!("incorrect format for resource name '{}': must be lowercase letters, digits, '-' and '.'", clip(&full, 80)),
         ));
     }
     Ok(())
@@ -266,7 +266,7 @@ fn check_devices(key: &str, v: &Value) -> Result<(), ConfigError> {
             key,
             format!(
                 "devices set as '{}' but the only valid string input is 'all'",
-                crate::safefs::clip(s, 80)
+                clip(s, 80)
             ),
         )),
         Value::Number(n) => match n.as_f64() {
