@@ -47,6 +47,9 @@ pub fn advertise_with_warnings(
     let mig = config.flags.mig_strategy.unwrap_or_default();
     let base = base_devices(inventory, mig, ids)?;
     let mut warnings = config.warnings.clone();
+    if config.resources.as_ref().is_some_and(|r| !r.is_null()) {
+        warnings.push("resources: ignored, resources keep NVIDIA's default names (as NVIDIA's plugin ignores the section)".to_string());
+    }
     let replicated = config.sharing.replicated();
     if let Some((section, _)) = replicated {
         warnings.extend(discarded_settings(section, config.sharing.mps.is_some()));

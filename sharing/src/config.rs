@@ -31,6 +31,10 @@ pub struct Config {
     pub flags: Flags,
     #[serde(default)]
     pub sharing: Sharing,
+    /// `resources` (custom resource names): NVIDIA's running plugin discards it with a warning
+    /// (`DisableResourceNamingInConfig`), and so do we.
+    #[serde(default, skip_serializing)]
+    pub resources: Option<yaml_serde::Value>,
     /// Keys NVIDIA's plugin ignores, named (shown as warnings).
     #[serde(skip)]
     pub warnings: Vec<String>,
