@@ -90,8 +90,10 @@ pub fn load_config_set(path: &Path) -> Result<ConfigSet, ConfigError> {
         return Ok(set);
     }
     for (name, file) in config_files(path)? {
+        // Kept as key and message; `select` names the file once.
         let config = config::load(&file).map_err(|e| match e {
             ConfigError::Parse { key, message, .. } => (key, message),
+            ConfigError::Read { source, .. } => ("(file)".to_string(), source.to_string()),
             other => ("(file)".to_string(), other.to_string()),
         });
         set.entries.insert(name, Entry { path: file, config });

@@ -103,3 +103,14 @@ fn one_file_is_the_config_whatever_the_label() {
         .to_string();
     assert!(e.contains("missing"), "{e}");
 }
+
+#[test]
+fn an_unreadable_config_names_its_file_once() {
+    let t = dir(&[("good", TS)]);
+    std::fs::write(t.path().join("binary"), [0xff, 0xfe, 0x00]).unwrap();
+    let set = load_config_set(t.path()).unwrap();
+    let e = set.select(Some("binary")).unwrap_err().to_string();
+    let file = t.path().join("binary").display().to_string();
+    assert_eq!(e.matches(&file).count(), 1, "{e}");
+    assert!(e.contains("not UTF-8"), "{e}");
+}
