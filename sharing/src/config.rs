@@ -146,7 +146,7 @@ impl fmt::Display for SharingStrategy {
 
 /// `nvidia.com/` + `name` unless it has a prefix already (`resources.go:NewResourceName`).
 pub fn full_resource_name(name: &str) -> String {
-    if name.contains('/') {
+    if name.starts_with("nvidia.com/") {
         name.to_string()
     } else {
         format!("nvidia.com/{name}")

@@ -84,3 +84,18 @@ fn an_oversized_or_special_file_is_refused_naming_it_once() {
     assert!(e.contains("not a regular file"), "{e}");
     assert_eq!(e.matches("fifo.yaml").count(), 1, "{e}");
 }
+
+#[test]
+fn names_get_the_nvidia_prefix_unless_they_have_it() {
+    assert_eq!(full_resource_name("gpu"), "nvidia.com/gpu");
+    assert_eq!(full_resource_name("nvidia.com/gpu"), "nvidia.com/gpu");
+    // NewResourceName prefixes any other domain too, and the result is no DNS subdomain.
+    assert_eq!(
+        full_resource_name("example.com/gpu"),
+        "nvidia.com/example.com/gpu"
+    );
+    let e = parse("sharing: {timeSlicing: {resources: [{name: example.com/gpu, replicas: 2}]}}")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("incorrect format for resource name"), "{e}");
+}
