@@ -20,7 +20,8 @@ type Labels = BTreeMap<String, String>;
 
 /// Models with MIG support (A100, A30, Hopper, Blackwell data-centre GPUs).
 const MIG_CAPABLE: &[&str] = &[
-    "A100", "A30", "A800", "H100", "H20", "H800", "GH200", "B100", "B200", "B300", "GB200",
+    "A100", "A30", "A800", "H100", "H20", "H200", "H800", "GH200", "B100", "B200", "B300", "GB200",
+    "GB300",
 ];
 
 /// One resource's sharing, as GFD's `resourceLabeler` sees it.

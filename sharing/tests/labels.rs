@@ -204,3 +204,21 @@ fn the_nfd_feature_file_has_one_sorted_line_per_label() {
     sorted.sort_unstable();
     assert_eq!(lines, sorted);
 }
+
+#[test]
+fn mig_capable_follows_the_model_when_mig_is_off() {
+    let mut g = common::node("t4").gpus[0].clone();
+    for (name, capable) in [
+        ("Tesla T4", false),
+        ("NVIDIA L20", false),
+        ("NVIDIA A10", false),
+        ("NVIDIA A100-SXM4-80GB", true),
+        ("NVIDIA H100 80GB HBM3", true),
+        ("NVIDIA H200", true),
+        ("NVIDIA H20", true),
+        ("NVIDIA A30", true),
+    ] {
+        g.name = name.into();
+        assert_eq!(gpuhook_sharing::labels::mig_capable(&g), capable, "{name}");
+    }
+}
