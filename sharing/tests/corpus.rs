@@ -12,13 +12,18 @@ use gpuhook_sharing::config::{self, Devices, ReplicatedResources};
 use gpuhook_sharing::{advertised_name, DeviceIdStrategy, DeviceListStrategy, MigStrategy};
 use serde_json::{json, Value};
 
+/// `$GPUHOOK_KDP_CONFIGS`, else `shared/reference/kdp-configs` beside the checkout.
 fn corpus() -> PathBuf {
-    let dir = std::env::var_os("GPUHOOK_KDP_CONFIGS").map_or_else(
-        || PathBuf::from("/work/shared/reference/kdp-configs"),
-        PathBuf::from,
-    );
-    assert!(dir.join("expect.json").is_file(), "set GPUHOOK_KDP_CONFIGS");
-    dir
+    let beside =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/reference/kdp-configs");
+    let dir = std::env::var_os("GPUHOOK_KDP_CONFIGS")
+        .map(PathBuf::from)
+        .into_iter()
+        .chain([beside, PathBuf::from("/work/shared/reference/kdp-configs")])
+        .find(|d| d.join("expect.json").is_file());
+    dir.expect(
+        "NVIDIA's config corpus (kdp-configs/expect.json) not found: set GPUHOOK_KDP_CONFIGS",
+    )
 }
 
 fn cases() -> (PathBuf, Vec<Value>) {
