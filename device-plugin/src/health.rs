@@ -213,4 +213,4 @@ struct Watch {
 mod watch;
 
 #[cfg(test)]
-mod mock_tests;
+pub(crate) mod mock_tests;

@@ -353,3 +353,6 @@ fn greedy(
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod mock_tests;

@@ -83,17 +83,22 @@ fn mock_lib() -> PathBuf {
     lib
 }
 
-struct Node {
-    dir: tempfile::TempDir,
-    nvml: Arc<Nvml>,
+/// A private copy of the mock with a profile beside it, loaded through `Nvml::load`.
+pub(crate) struct Node {
+    pub(crate) dir: tempfile::TempDir,
+    pub(crate) nvml: Arc<Nvml>,
 }
 
 impl Node {
     fn new() -> Node {
+        Node::with_profile(PROFILE)
+    }
+
+    pub(crate) fn with_profile(profile: &str) -> Node {
         let dir = tempfile::tempdir().expect("tempdir");
-        let real = dir.path().join("libnvidia-ml.so.550.54.15");
+        let real = dir.path().join("libnvidia-ml.so.1");
         std::fs::copy(mock_lib(), &real).expect("copy mock");
-        std::fs::write(dir.path().join("gpuhook-sim-profile.toml"), PROFILE).expect("profile");
+        std::fs::write(dir.path().join("gpuhook-sim-profile.toml"), profile).expect("profile");
         std::fs::create_dir_all(dir.path().join("gpuhook-sim-state")).expect("state dir");
         let nvml = Nvml::load(&NvmlLocation::explicit(&real)).expect("load the mock");
         Node {

@@ -6,7 +6,7 @@ use gpuhook_sharing::{AdvertisedDevice, Backing, MigBacking, Resource, SharingKi
 
 use super::*;
 
-fn device(id: &str, gpu: &str, index: u32, replica: Option<u32>) -> AdvertisedDevice {
+pub(super) fn device(id: &str, gpu: &str, index: u32, replica: Option<u32>) -> AdvertisedDevice {
     AdvertisedDevice {
         id: id.into(),
         backing: Backing {
@@ -20,7 +20,7 @@ fn device(id: &str, gpu: &str, index: u32, replica: Option<u32>) -> AdvertisedDe
     }
 }
 
-fn resource(devices: Vec<AdvertisedDevice>, replicas: u32) -> Resource {
+pub(super) fn resource(devices: Vec<AdvertisedDevice>, replicas: u32) -> Resource {
     Resource {
         name: "nvidia.com/gpu".into(),
         sharing: if replicas > 1 {
