@@ -232,3 +232,22 @@ async fn disabled_health_checks_start_nothing() {
     assert!(!matches!(got, Ok(Some(_))), "{got:?}");
     monitor.stop();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gpu_that_cannot_be_registered_stays_unhealthy() {
+    let node = Node::new();
+    let (tx, mut rx) = mpsc::channel(16);
+    let mut gpus = watched();
+    let ghost = "GPU-00000000-0000-4000-8000-00000000dead";
+    gpus.push(WatchedGpu {
+        uuid: ghost.into(),
+        migs: Vec::new(),
+    });
+    let monitor =
+        HealthMonitor::start(Arc::clone(&node.nvml), gpus, config(0), tx).expect("monitor starts");
+    assert_eq!(next(&mut rx, 1).await, [key(ghost, None, false)]);
+    // Never comes back (xid_hold is 0: only the fault kind keeps it down).
+    let got = tokio::time::timeout(Duration::from_millis(400), rx.recv()).await;
+    assert!(got.is_err(), "{got:?}");
+    monitor.stop();
+}
