@@ -22,6 +22,9 @@ use std::collections::{BTreeMap, HashSet};
 use gpuhook_node::topology::Topology;
 use gpuhook_sharing::Resource;
 
+mod live;
+pub use live::TopologyPreferrer;
+
 /// `sharedDevicesAllocationPolicy`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum AllocationPolicy {
@@ -80,13 +83,18 @@ pub fn preferred_with_policy(
     topo: Option<&Topology>,
     policy: AllocationPolicy,
 ) -> Result<Vec<String>, PreferredError> {
-    let aligned = ad.devices.iter().all(|d| d.backing.mig.is_none());
-    let has_replica = available.iter().any(|id| id.contains("::"));
-    if aligned && !has_replica {
+    if is_aligned(ad, available) {
         best_effort(ad, available, must_include, size, topo)
     } else {
         greedy(ad, available, must_include, size, policy)
     }
+}
+
+/// NVIDIA's condition for the topology-aware path: no MIG device in the resource
+/// (`AlignedAllocationSupported`) and no replica among the available IDs (`AnyHasAnnotations`).
+pub fn is_aligned(ad: &Resource, available: &[String]) -> bool {
+    ad.devices.iter().all(|d| d.backing.mig.is_none())
+        && !available.iter().any(|id| id.contains("::"))
 }
 
 /// go-gpuallocator's best-effort policy over full GPUs.

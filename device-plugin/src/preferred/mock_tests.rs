@@ -63,4 +63,12 @@ fn dgx_h100_topology_and_preference() {
     // Two from {0, 4, 5}: the NUMA-local pair.
     let got = preferred(&res, &ids(&[0, 4, 5]), &[], 2, Some(&topo)).expect("ok");
     assert_eq!(got, ids(&[4, 5]));
+    // The same through the live preferrer, which reads the topology itself.
+    let live = TopologyPreferrer {
+        nvml: std::sync::Arc::clone(&node.nvml),
+        root: root.path().to_path_buf(),
+        policy: AllocationPolicy::Packed,
+    };
+    let got = live.prefer(&res, &ids(&[0, 4, 5]), &[], 2).expect("ok");
+    assert_eq!(got, ids(&[4, 5]));
 }
