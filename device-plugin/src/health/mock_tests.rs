@@ -183,8 +183,12 @@ async fn xid_marks_gpu_then_recovers() {
     assert!(tokio::time::timeout(Duration::from_millis(400), rx.recv())
         .await
         .is_err());
+    let injected = std::time::Instant::now();
     node.inject(&format!("xid {GPU1} 48"));
     assert_eq!(next(&mut rx, 1).await, [key(GPU1, None, false)]);
+    let latency = injected.elapsed();
+    eprintln!("injected Xid reached the channel after {latency:?}");
+    assert!(latency < Duration::from_secs(1), "{latency:?}");
     // Comes back after the hold, at the next probe.
     assert_eq!(next(&mut rx, 1).await, [key(GPU1, None, true)]);
     monitor.stop();
