@@ -173,7 +173,8 @@ impl HealthMonitor {
         }
     }
 
-    /// Stops the thread and waits for it (at most about one `wait`).
+    /// Stops the thread and waits for it (at most about one `wait`). Changes are sent with
+    /// back-pressure, never dropped, so the receiver must keep draining until this returns.
     pub fn stop(mut self) {
         self.halt();
     }
