@@ -102,8 +102,13 @@ pub struct StatusArgs {
     pub config: Option<PathBuf>,
 }
 
-fn parse_duration_arg(s: &str) -> Result<std::time::Duration, String> {
-    parse_duration(s).ok_or_else(|| format!("invalid duration {s:?} (use e.g. 500ms, 5s)"))
+/// A command-line duration that does not parse.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid duration {0:?} (use e.g. 500ms, 5s)")]
+pub struct DurationArgError(String);
+
+fn parse_duration_arg(s: &str) -> Result<std::time::Duration, DurationArgError> {
+    parse_duration(s).ok_or_else(|| DurationArgError(s.to_string()))
 }
 
 /// GPU facts and compute-mode control for the node.
@@ -120,7 +125,7 @@ fn node_access(
             Arc::new(no_nvml),
         ));
     }
-    crate::node::access(driver_root, args.nvml_lib.as_deref())
+    Ok(crate::node::access(driver_root, args.nvml_lib.as_deref()))
 }
 
 struct Loaded {
@@ -290,9 +295,8 @@ pub async fn run(args: RunArgs) -> Result<()> {
             _ = int.recv() => break,
             _ = hup.recv() => {
                 tracing::info!("SIGHUP: reloading config");
-                let res = reload(&args, &loaded).map_err(|e| format!("{e:#}"));
-                let res = match res {
-                    Ok((plan, node)) => manager.reload(plan.clone()).await.map(|s| (plan, node, s)),
+                let res = match reload(&args, &loaded) {
+                    Ok((plan, node)) => manager.reload(plan.clone()).await.map(|s| (plan, node, s)).map_err(anyhow::Error::from),
                     Err(e) => Err(e),
                 };
                 match res {
@@ -307,6 +311,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
                         board.set_reload_error(None);
                     }
                     Err(e) => {
+                        let e = format!("{e:#}");
                         tracing::error!(error = %e, "reload refused; keeping the running config");
                         board.set_reload_error(Some(e));
                     }
@@ -345,14 +350,14 @@ pub fn status_cmd(args: &StatusArgs) -> Result<()> {
             .unwrap_or_else(|| PathBuf::from(DEFAULT_MPS_ROOT)),
         (None, None) => PathBuf::from(DEFAULT_MPS_ROOT),
     };
-    let s = status::read(&layout::status_path(&root)).map_err(|e| anyhow!(e))?;
+    let s = status::read(&layout::status_path(&root))?;
     let alive = i32::try_from(s.pid)
         .map(crate::process::is_alive)
         .unwrap_or(false);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&s)?);
     } else {
-        print!("{}", status::render_table(&s, alive));
+        print!("{}", crate::status_table::render_table(&s, alive));
     }
     if !alive {
         bail!(

@@ -46,9 +46,22 @@ pub trait GpuInventory: Send + Sync + std::fmt::Debug {
 
 pub use gpuhook_node::ComputeMode;
 
+/// Why a GPU's compute mode could not be read or set.
+#[derive(Debug, thiserror::Error)]
+pub enum ComputeModeError {
+    #[error("cannot set the compute mode of {uuid}: {reason}")]
+    Unavailable { uuid: String, reason: String },
+    #[error(transparent)]
+    Nvml(#[from] gpuhook_node::NodeError),
+}
+
 /// Sets a GPU's compute mode; returns the previous mode so that it can be restored.
 pub trait ComputeModeSetter: Send + Sync + std::fmt::Debug {
-    fn set_compute_mode(&self, uuid: &str, mode: ComputeMode) -> Result<ComputeMode, String>;
+    fn set_compute_mode(
+        &self,
+        uuid: &str,
+        mode: ComputeMode,
+    ) -> Result<ComputeMode, ComputeModeError>;
 }
 
 /// Facts from a serialised [`gpuhook_node::Inventory`] (e.g. `gpuhook cdi generate` output).
@@ -103,11 +116,15 @@ pub struct NoComputeMode {
 }
 
 impl ComputeModeSetter for NoComputeMode {
-    fn set_compute_mode(&self, uuid: &str, _mode: ComputeMode) -> Result<ComputeMode, String> {
-        Err(format!(
-            "cannot set the compute mode of {uuid}: {}",
-            self.reason
-        ))
+    fn set_compute_mode(
+        &self,
+        uuid: &str,
+        _mode: ComputeMode,
+    ) -> Result<ComputeMode, ComputeModeError> {
+        Err(ComputeModeError::Unavailable {
+            uuid: uuid.to_string(),
+            reason: self.reason.clone(),
+        })
     }
 }
 

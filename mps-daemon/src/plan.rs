@@ -6,36 +6,14 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use crate::config::{ConfigError, ConfigFile, DeviceId, Devices, DEFAULT_MPS_ROOT};
 use crate::inventory::{default_control_binary, GpuFacts};
 use crate::settings::{share_limits, CdiSettings, EnforceSettings, ShareLimits};
+pub use crate::settings::{Overrides, Timing};
 
 /// `sun_path` of `sockaddr_un` holds 108 bytes including the terminating NUL.
 pub const MAX_SOCKET_PATH: usize = 107;
-
-/// Supervision timing, changeable by a reload without restarting daemons.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Timing {
-    pub probe_interval: Duration,
-    pub command_timeout: Duration,
-    pub start_timeout: Duration,
-    pub shutdown_timeout: Duration,
-    pub max_restart_backoff: Duration,
-}
-
-impl Default for Timing {
-    fn default() -> Self {
-        Timing {
-            probe_interval: Duration::from_secs(5),
-            command_timeout: Duration::from_secs(5),
-            start_timeout: Duration::from_secs(10),
-            shutdown_timeout: Duration::from_secs(10),
-            max_restart_backoff: Duration::from_secs(30),
-        }
-    }
-}
 
 /// Everything that defines one GPU's control daemon; a change means a restart.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,17 +48,6 @@ pub struct Plan {
     pub warnings: Vec<String>,
 }
 
-/// Command-line values that win over the file.
-#[derive(Debug, Clone, Default)]
-pub struct Overrides {
-    pub mps_root: Option<PathBuf>,
-    pub driver_root: Option<PathBuf>,
-    pub control_binary: Option<PathBuf>,
-    pub probe_interval: Option<Duration>,
-    pub cdi_spec_dir: Option<PathBuf>,
-    pub gpuhook_path: Option<PathBuf>,
-}
-
 const MIG_ERR: &str = "MPS on MIG devices is not supported";
 
 /// Checks `cfg` against `gpus` and computes each GPU's limits.
@@ -107,10 +74,10 @@ pub fn resolve(cfg: &ConfigFile, gpus: &[GpuFacts], ov: &Overrides) -> Result<Pl
         .clone()
         .or_else(|| d.control_binary.clone())
         .unwrap_or_else(|| default_control_binary(&driver_root));
-    let timing = crate::settings::resolve_timing(cfg, ov)?;
-    let share_defs = crate::settings::resolve_shares(cfg)?;
-    let cdi = crate::settings::resolve_cdi(cfg, ov)?;
-    let enforce = crate::settings::resolve_enforce(cfg)?;
+    let timing = crate::plan_settings::resolve_timing(cfg, ov)?;
+    let share_defs = crate::plan_settings::resolve_shares(cfg)?;
+    let cdi = crate::plan_settings::resolve_cdi(cfg, ov)?;
+    let enforce = crate::plan_settings::resolve_enforce(cfg)?;
     let shm_size = match d.shm_size {
         Some(s) if s.0 < (1 << 20) => {
             return Err(ConfigError::invalid(
@@ -262,7 +229,10 @@ fn select<'a>(
             Ok(full.into_iter().map(|g| (g, key.to_string())).collect())
         }
         Devices::Count(n) => {
-            if *n < 1 || *n as usize > full.len() {
+            let want = usize::try_from(*n)
+                .ok()
+                .filter(|w| (1..=full.len()).contains(w));
+            let Some(want) = want else {
                 return Err(ConfigError::invalid(
                     key,
                     format!(
@@ -270,10 +240,10 @@ fn select<'a>(
                         full.len()
                     ),
                 ));
-            }
+            };
             Ok(full
                 .into_iter()
-                .take(*n as usize)
+                .take(want)
                 .map(|g| (g, key.to_string()))
                 .collect())
         }
@@ -373,10 +343,11 @@ fn apply_overrides(
                     format!("must be between 1 and 100, got {p}"),
                 ));
             }
-            plan.active_thread_percentage = p as u32;
+            plan.active_thread_percentage = u32::try_from(p).unwrap_or(100);
         }
         if let Some(m) = o.pinned_memory_limit_mib {
-            if m < 1 || (g.memory_mib > 0 && m as u64 > g.memory_mib) {
+            let mib = u64::try_from(m).ok().filter(|m| *m >= 1);
+            let Some(mib) = mib.filter(|m| g.memory_mib == 0 || *m <= g.memory_mib) else {
                 return Err(ConfigError::invalid(
                     format!("{key}.pinnedMemoryLimitMiB"),
                     format!(
@@ -384,8 +355,8 @@ fn apply_overrides(
                         g.memory_mib
                     ),
                 ));
-            }
-            plan.pinned_memory_limit_mib = Some(m as u64);
+            };
+            plan.pinned_memory_limit_mib = Some(mib);
         }
     }
     Ok(())

@@ -160,7 +160,9 @@ impl Watcher {
         let servers = match parse_pids(servers) {
             Ok(s) => s,
             Err(e) => {
-                board.update(&self.uuid, |s| s.usage.last_pass_error = Some(e));
+                board.update(&self.uuid, |s| {
+                    s.usage.last_pass_error = Some(e.to_string())
+                });
                 return;
             }
         };
@@ -174,7 +176,7 @@ impl Watcher {
             match env.send(&format!("get_client_list {srv}"), to).await {
                 Ok(reply) => match parse_pids(&reply) {
                     Ok(pids) => listed.extend(pids.into_iter().map(|p| (srv, p))),
-                    Err(e) => errors.push(e),
+                    Err(e) => errors.push(e.to_string()),
                 },
                 Err(e) => errors.push(e.to_string()),
             }

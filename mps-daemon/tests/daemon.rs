@@ -1,5 +1,7 @@
 //! gpu-mps-daemon against the nvidia-cuda-mps-control simulator: readiness only after limits,
 //! crash and wedge recovery, SIGTERM cleanup, SIGHUP reload, second instance refused.
+// Test support: a failed unwrap is a failed test, with its location.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
@@ -168,8 +170,9 @@ fn a_killed_control_daemon_is_restarted_with_limits() {
     node.write_config("      - {name: r, replicas: 3, devices: [0]}\n", FAST);
     let d = node.start();
     let old = pid_of(&node.wait_ready(0));
+    let old_pid = i32::try_from(old).expect("a pid");
     // SAFETY: SIGKILL to the simulated control daemon.
-    assert_eq!(unsafe { libc::kill(old as i32, libc::SIGKILL) }, 0);
+    assert_eq!(unsafe { libc::kill(old_pid, libc::SIGKILL) }, 0);
     let g = wait_for("restart", || {
         node.gpu_status(0).filter(|g| {
             g["state"] == "ready" && g["pid"].as_i64() != Some(old) && node.ready_file(0).exists()

@@ -6,6 +6,8 @@
 //!
 //! The cgroup tests need root and a v1 `pids` hierarchy; they skip with a message otherwise,
 //! unless GPUHOOK_REQUIRE_E2E=1 makes that a failure.
+// Test support: a failed unwrap is a failed test, with its location.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

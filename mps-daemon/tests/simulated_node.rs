@@ -3,6 +3,8 @@
 //!
 //! Needs root (the node has device nodes) and the workspace's `gpuhook-sim` binary; skipped
 //! with a message otherwise, unless GPUHOOK_REQUIRE_E2E=1 makes that a failure.
+// Test support: a failed unwrap is a failed test, with its location.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

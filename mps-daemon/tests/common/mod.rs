@@ -1,6 +1,8 @@
 //! Support for the gpu-mps-daemon integration tests: a fake node (inventory JSON + a driver root
 //! whose `usr/bin/nvidia-cuda-mps-control` is the simulator), running the built daemon, and
 //! talking to the simulated control daemons the way a CUDA client would.
+// Test support: a failed unwrap is a failed test, with its location.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
@@ -247,7 +249,7 @@ pub struct Daemon {
 
 impl Daemon {
     pub fn pid(&self) -> i32 {
-        self.child.id() as i32
+        i32::try_from(self.child.id()).expect("a pid fits in i32")
     }
 
     pub fn signal(&self, sig: libc::c_int) {
@@ -284,7 +286,7 @@ impl Drop for Daemon {
     fn drop(&mut self) {
         if self.child.try_wait().ok().flatten().is_none() {
             // SAFETY: SIGTERM to our own child; it cleans up its control daemons.
-            unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+            unsafe { libc::kill(self.pid(), libc::SIGTERM) };
             let start = Instant::now();
             while self.child.try_wait().ok().flatten().is_none() && start.elapsed() < WAIT {
                 std::thread::sleep(Duration::from_millis(20));

@@ -21,7 +21,8 @@ use std::path::{Path, PathBuf};
 pub use devices::{device_nodes, DeviceNode};
 pub use libraries::{libraries, InstalledLibrary};
 
-use crate::profile::{NodeProfile, ProfileError};
+use crate::load::ProfileError;
+use crate::profile::NodeProfile;
 use fsutil::{io, mkdirs, under, write_atomic};
 
 /// File at the top of every driver root we build.
