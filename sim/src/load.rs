@@ -29,9 +29,9 @@ impl NodeProfile {
 
     /// Reads, parses and validates a profile file.
     pub fn from_file(path: &Path) -> Result<Self, ProfileError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ProfileError::Read {
+        let text = std::fs::read_to_string(path).map_err(|error| ProfileError::Read {
             path: path.to_path_buf(),
-            source,
+            error,
         })?;
         Self::from_toml_named(&text, &path.display().to_string())
     }
@@ -65,11 +65,11 @@ pub fn builtin_names() -> Vec<&'static str> {
 /// A profile that could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum ProfileError {
-    #[error("cannot read node profile {path}: {source}")]
+    /// The I/O error is part of the message, not a `source`: printed once.
+    #[error("cannot read node profile {path}: {error}")]
     Read {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("node profile {origin} is not valid TOML for a profile: {message}")]
     Parse { origin: String, message: String },

@@ -203,10 +203,10 @@ pub fn run_ldconfig(root: &Path, ldconfig: Option<&Path>) -> Result<PathBuf, Sim
         .arg(root)
         .env_clear()
         .output()
-        .map_err(|source| SimError::Io {
+        .map_err(|error| SimError::Io {
             op: "run",
             path: ldconfig.clone(),
-            source,
+            error,
         })?;
     if !out.status.success() {
         return Err(SimError::Ldconfig {

@@ -66,12 +66,12 @@ pub enum SimError {
     NeedsCapMknod,
     #[error("refusing to build a simulated node in {root}: it is not empty and has no {MARKER_FILE} marker (use an empty or new directory)")]
     NotASimRoot { root: PathBuf },
-    #[error("cannot {op} {path}: {source}")]
+    /// The I/O error is part of the message, not a `source`: printed once.
+    #[error("cannot {op} {path}: {error}")]
     Io {
         op: &'static str,
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("mock NVML library {path} is missing: build it with `cargo build -p gpuhook-mock-nvml` (or pass --mock-nvml PATH)")]
     MockNvmlMissing { path: PathBuf },
