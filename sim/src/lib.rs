@@ -8,6 +8,7 @@
 pub mod builtin;
 pub mod elf;
 pub mod elf32;
+pub mod library_table;
 pub mod load;
 pub mod materialise;
 pub mod profile;

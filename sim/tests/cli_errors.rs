@@ -37,6 +37,9 @@ fn an_unwritable_node_root_is_named_with_its_cause_once() {
     let root = blocker.join("node");
     let (code, err) = run(&["build", "t4", root.to_str().unwrap()]);
     assert_eq!(code, Some(1), "{err}");
-    assert!(err.starts_with("gpuhook-sim: error: building node t4 in "), "{err}");
+    assert!(
+        err.starts_with("gpuhook-sim: error: building node t4 in "),
+        "{err}"
+    );
     assert_eq!(err.matches("Not a directory").count(), 1, "{err}");
 }

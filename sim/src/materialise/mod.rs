@@ -13,7 +13,6 @@ pub mod devices;
 pub mod files;
 mod fsutil;
 pub mod libraries;
-mod library_table;
 pub mod procfs;
 
 use std::path::{Path, PathBuf};
