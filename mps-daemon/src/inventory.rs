@@ -26,13 +26,21 @@ pub struct GpuFacts {
     pub compute_capability: Option<(u32, u32)>,
 }
 
-/// Errors getting GPU facts.
+/// Errors getting GPU facts (each cause is part of the message, not also a `source`).
 #[derive(Debug, thiserror::Error)]
 pub enum InventoryError {
-    #[error("cannot read inventory {path}: {message}")]
-    Read { path: PathBuf, message: String },
+    #[error("cannot read inventory {path}: {error}")]
+    Read {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+    #[error("cannot read inventory {path}: {error}")]
+    Parse {
+        path: PathBuf,
+        error: serde_json::Error,
+    },
     #[error("GPU discovery failed: {0}")]
-    Discovery(String),
+    Discovery(gpuhook_node::NodeError),
 }
 
 /// The node's inventory (for the CDI spec) and the GPU facts derived from it.
@@ -72,12 +80,14 @@ pub struct JsonInventory {
 
 impl GpuInventory for JsonInventory {
     fn inventory(&self) -> Result<Inventory, InventoryError> {
-        let read_err = |message: String| InventoryError::Read {
+        let text = std::fs::read_to_string(&self.path).map_err(|error| InventoryError::Read {
             path: self.path.clone(),
-            message,
-        };
-        let text = std::fs::read_to_string(&self.path).map_err(|e| read_err(e.to_string()))?;
-        serde_json::from_str(&text).map_err(|e| read_err(e.to_string()))
+            error,
+        })?;
+        serde_json::from_str(&text).map_err(|error| InventoryError::Parse {
+            path: self.path.clone(),
+            error,
+        })
     }
 }
 

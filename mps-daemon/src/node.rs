@@ -27,7 +27,7 @@ impl GpuInventory for DiscoveredInventory {
             dev_root: None,
             nvml_lib: self.nvml_lib.clone(),
         };
-        let d = discover(&opts).map_err(|e| InventoryError::Discovery(e.to_string()))?;
+        let d = discover(&opts).map_err(InventoryError::Discovery)?;
         for w in &d.warnings {
             tracing::warn!(warning = %w, "discovery");
         }
