@@ -233,3 +233,7 @@ fn response_id() -> String {
     });
     format!("{start:x}-{}", COUNTER.fetch_add(1, Ordering::Relaxed))
 }
+
+#[cfg(test)]
+#[path = "allocate_tests.rs"]
+mod tests;
