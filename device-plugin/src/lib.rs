@@ -6,7 +6,9 @@
 pub mod allocate;
 pub mod api;
 pub mod error;
+pub mod health;
 pub mod kubelet;
+pub mod preferred;
 pub mod run;
 pub mod served;
 pub mod server;

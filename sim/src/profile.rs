@@ -162,6 +162,16 @@ pub struct GpuProfile {
     pub mig_mode: bool,
     #[serde(default)]
     pub mig_devices: Vec<MigDeviceProfile>,
+    /// NUMA node of the GPU's PCI device (`/sys/bus/pci/devices/<bus>/numa_node`); `None`: -1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub numa_node: Option<u32>,
+    /// NVLinks from this GPU to the node's NVSwitch fabric (0: PCIe only).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub nvlinks: u32,
+}
+
+fn is_zero(v: &u32) -> bool {
+    *v == 0
 }
 
 /// One MIG device (a GPU instance + compute instance pair) of a GPU in MIG mode.

@@ -56,6 +56,10 @@ pub struct Gpu {
     pub profiles: Vec<GiProfile>,
     /// GPU instances (with their compute instances) behind `migs`, in id order.
     pub gis: Vec<GpuInstance>,
+    /// NUMA node of the PCI device, when the profile names one.
+    pub numa_node: Option<c_uint>,
+    /// Active NVLinks to the NVSwitch fabric (0: PCIe only).
+    pub nvlinks: c_uint,
 }
 
 /// A MIG device (GPU instance + compute instance) of a GPU.
@@ -214,6 +218,13 @@ fn gpu_from_profile(p: &GpuProfile) -> Result<Gpu, String> {
         .map(|m| mig_from_profile(p, m))
         .collect::<Result<Vec<_>, _>>()
         .map_err(ctx)?;
+    if p.nvlinks > ffi::NVLINK_MAX_LINKS {
+        return Err(ctx(format!(
+            "nvlinks = {} but NVML knows at most {} links per GPU",
+            p.nvlinks,
+            ffi::NVLINK_MAX_LINKS
+        )));
+    }
     let mig_capable = p.mig_mode || model_supports_mig(&p.name, arch);
     // A30 has 4 MIG slices, every other MIG-capable model 7.
     let slices = if p.name.contains("A30") { 4 } else { 7 };
@@ -236,10 +247,12 @@ fn gpu_from_profile(p: &GpuProfile) -> Result<Gpu, String> {
         cc,
         mig_capable,
         mig_enabled: p.mig_mode,
-        max_mig: slices.max(migs.len() as c_uint),
+        max_mig: slices.max(c_uint::try_from(migs.len()).unwrap_or(c_uint::MAX)),
         migs,
         profiles,
         gis,
+        numa_node: p.numa_node,
+        nvlinks: p.nvlinks,
     })
 }
 
