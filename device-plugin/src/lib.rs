@@ -13,3 +13,4 @@ pub mod run;
 pub mod served;
 pub mod server;
 pub mod service;
+pub mod source;

@@ -146,3 +146,29 @@ impl Served {
         api::ListAndWatchResponse { devices }
     }
 }
+
+impl HealthState {
+    /// Applies one change from the health monitor ([`crate::health::HealthChange`]).
+    pub fn apply(&mut self, c: &crate::health::HealthChange) {
+        let key = c.mig_uuid.clone().unwrap_or_else(|| c.gpu_uuid.clone());
+        if c.healthy {
+            self.unhealthy.remove(&key);
+        } else {
+            self.unhealthy.insert(key);
+        }
+    }
+}
+
+/// Folds the health monitor's changes into the snapshot the servers follow.
+pub fn follow_health(
+    mut rx: tokio::sync::mpsc::Receiver<crate::health::HealthChange>,
+) -> tokio::sync::watch::Receiver<HealthState> {
+    let (tx, out) = tokio::sync::watch::channel(HealthState::default());
+    tokio::spawn(async move {
+        while let Some(c) = rx.recv().await {
+            tracing::info!(gpu = %c.gpu_uuid, mig = ?c.mig_uuid, healthy = c.healthy, reason = %c.reason, "device health changed");
+            tx.send_modify(|h| h.apply(&c));
+        }
+    });
+    out
+}
