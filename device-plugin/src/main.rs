@@ -115,19 +115,18 @@ impl Preferrer for InOrder {
     }
 }
 
-async fn shutdown_signal() {
+/// Installs the SIGTERM/SIGINT handlers now (a signal before this kills the process), and
+/// returns the future that resolves on the first of them.
+fn shutdown_signal() -> Result<impl std::future::Future<Output = ()>> {
     use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        tracing::error!("cannot install signal handlers; stop with SIGKILL");
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM"),
-        _ = int.recv() => tracing::info!("SIGINT"),
-    }
+    let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
+    let mut int = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM"),
+            _ = int.recv() => tracing::info!("SIGINT"),
+        }
+    })
 }
 
 fn serve(args: ServeArgs) -> Result<()> {
@@ -137,22 +136,36 @@ fn serve(args: ServeArgs) -> Result<()> {
         .build()
         .context("cannot start the async runtime")?;
     rt.block_on(async {
-        let (_health_tx, health) = tokio::sync::watch::channel(HealthState::default());
+        let shutdown = shutdown_signal()?;
+        let (_health_tx, mut health) = tokio::sync::watch::channel(HealthState::default());
+        let mut monitor = None;
+        let inv = args.node.source().inventory().context("cannot list the node's GPUs for health monitoring")?;
+        let (driver_root, nvml_lib) = (&args.node.driver_root, args.node.nvml_lib.as_deref());
+        match gpuhook_device_plugin::monitor::start(driver_root, nvml_lib, &inv) {
+            Ok((m, rx)) => {
+                monitor = Some(m);
+                health = rx;
+            }
+            Err(e) => tracing::warn!(error = %gpuhook_device_plugin::error::chain(&e), "no GPU health monitoring: every device stays Healthy"),
+        }
         let opts = Options {
             plugin_dir: args.plugin_dir.clone(),
             container_pipe_dir: args.container_pipe_dir.clone(),
             poll: Duration::from_millis(250),
         };
-        run(
+        let res = run(
             opts,
             Box::new(args.node.source()),
             health,
             Arc::new(InOrder),
-            shutdown_signal(),
+            shutdown,
         )
-        .await
-    })?;
-    Ok(())
+        .await;
+        if let Some(m) = monitor {
+            m.stop();
+        }
+        res.map_err(anyhow::Error::from)
+    })
 }
 
 fn main() -> Result<()> {
