@@ -31,6 +31,10 @@ pub struct Config {
     pub flags: Flags,
     #[serde(default)]
     pub sharing: Sharing,
+    /// `resources` (custom resource names): NVIDIA's running plugin discards it with a warning
+    /// (`DisableResourceNamingInConfig`), and so do we.
+    #[serde(default, skip_serializing)]
+    pub resources: Option<yaml_serde::Value>,
     /// Keys NVIDIA's plugin ignores, named (shown as warnings).
     #[serde(skip)]
     pub warnings: Vec<String>,
@@ -142,7 +146,7 @@ impl fmt::Display for SharingStrategy {
 
 /// `nvidia.com/` + `name` unless it has a prefix already (`resources.go:NewResourceName`).
 pub fn full_resource_name(name: &str) -> String {
-    if name.contains('/') {
+    if name.starts_with("nvidia.com/") {
         name.to_string()
     } else {
         format!("nvidia.com/{name}")

@@ -63,3 +63,39 @@ fn flags_take_a_string_or_a_list_of_strategies() {
     );
     assert_eq!(parse("").unwrap(), Config::default());
 }
+
+#[test]
+fn an_oversized_or_special_file_is_refused_naming_it_once() {
+    let t = tempfile::tempdir().unwrap();
+    let big = t.path().join("big.yaml");
+    std::fs::write(
+        &big,
+        "#".repeat(usize::try_from(MAX_CONFIG_BYTES).unwrap() + 1),
+    )
+    .unwrap();
+    let e = load(&big).unwrap_err().to_string();
+    assert!(e.contains("larger than 1048576 bytes"), "{e}");
+    assert_eq!(e.matches("big.yaml").count(), 1, "{e}");
+    let fifo = t.path().join("fifo.yaml");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: `c` is a NUL-terminated path that lives across the call.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let e = load(&fifo).unwrap_err().to_string();
+    assert!(e.contains("not a regular file"), "{e}");
+    assert_eq!(e.matches("fifo.yaml").count(), 1, "{e}");
+}
+
+#[test]
+fn names_get_the_nvidia_prefix_unless_they_have_it() {
+    assert_eq!(full_resource_name("gpu"), "nvidia.com/gpu");
+    assert_eq!(full_resource_name("nvidia.com/gpu"), "nvidia.com/gpu");
+    // NewResourceName prefixes any other domain too, and the result is no DNS subdomain.
+    assert_eq!(
+        full_resource_name("example.com/gpu"),
+        "nvidia.com/example.com/gpu"
+    );
+    let e = parse("sharing: {timeSlicing: {resources: [{name: example.com/gpu, replicas: 2}]}}")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("incorrect format for resource name"), "{e}");
+}

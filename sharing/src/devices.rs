@@ -120,3 +120,43 @@ impl<'de> Deserialize<'de> for DeviceId {
         d.deserialize_any(V)
     }
 }
+
+/// `ReplicaDeviceRef`: GPU index, MIG index `i:j`, GPU or MIG UUID.
+pub fn is_device_ref(s: &str) -> bool {
+    let uint = |x: &str| !x.is_empty() && x.bytes().all(|b| b.is_ascii_digit());
+    let gpu_uuid = |x: &str| x.strip_prefix("GPU-").is_some_and(is_uuid);
+    let mig_uuid = |x: &str| {
+        x.strip_prefix("MIG-").is_some_and(|rest| {
+            is_uuid(rest)
+                || matches!(rest.splitn(3, '/').collect::<Vec<_>>().as_slice(),
+                    [g, gi, ci] if gpu_uuid(g) && uint(gi) && uint(ci))
+        })
+    };
+    uint(s)
+        || matches!(s.split_once(':'), Some((a, b)) if uint(a) && uint(b))
+        || gpu_uuid(s)
+        || mig_uuid(s)
+}
+
+/// The forms github.com/google/uuid `Parse` accepts.
+fn is_uuid(s: &str) -> bool {
+    let hex = |x: &str| x.bytes().all(|b| b.is_ascii_hexdigit());
+    let dashed = |x: &str| {
+        x.len() == 36
+            && x.char_indices().all(|(i, c)| match i {
+                8 | 13 | 18 | 23 => c == '-',
+                _ => c.is_ascii_hexdigit(),
+            })
+    };
+    match s.len() {
+        32 => hex(s),
+        36 => dashed(s),
+        38 => s.starts_with('{') && s.ends_with('}') && dashed(&s[1..37]),
+        45 => {
+            s.get(..9)
+                .is_some_and(|p| p.eq_ignore_ascii_case("urn:uuid:"))
+                && dashed(&s[9..])
+        }
+        _ => false,
+    }
+}

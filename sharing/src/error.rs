@@ -27,8 +27,10 @@ pub enum ConfigError {
     EmptySet { path: PathBuf },
     #[error("config directory {path} holds more than {max} entries; refusing to read it")]
     TooManyConfigs { path: PathBuf, max: usize },
-    #[error("node label nvidia.com/device-plugin.config={name}: no config of that name in {path} (available: {available}); fix the label or add the config")]
+    #[error("{via}{name}: no config of that name in {path} (available: {available}); fix the {what} or add the config", what = if via.starts_with("node") { "label" } else { "default" })]
     UnknownConfig {
+        /// How the name was chosen: [`LABEL_VIA`] or [`DEFAULT_VIA`].
+        via: &'static str,
         name: String,
         path: PathBuf,
         available: String,
@@ -36,6 +38,11 @@ pub enum ConfigError {
     #[error("no config selected for this node in {path}: no nvidia.com/device-plugin.config label, no default config, no config named \"default\" and more than one config (available: {available}); label the node or add a config named default")]
     NoDefault { path: PathBuf, available: String },
 }
+
+/// [`ConfigError::UnknownConfig`]: the name came from the node's label.
+pub const LABEL_VIA: &str = "node label nvidia.com/device-plugin.config=";
+/// [`ConfigError::UnknownConfig`]: the name is the set's default config.
+pub const DEFAULT_VIA: &str = "default config ";
 
 impl ConfigError {
     /// Key and message are capped: parsers quote the (ConfigMap author's) value whole.

@@ -31,7 +31,7 @@ fn read_regular(path: &Path, max: u64) -> io::Result<Vec<u8>> {
     if !f.metadata()?.file_type().is_file() {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            format!("{} is not a regular file", path.display()),
+            "not a regular file (a config is a plain file, or a link to one)",
         ));
     }
     let mut out = Vec::new();
@@ -39,7 +39,7 @@ fn read_regular(path: &Path, max: u64) -> io::Result<Vec<u8>> {
     if u64::try_from(out.len()).unwrap_or(u64::MAX) > max {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
-            format!("{} is larger than {max} bytes", path.display()),
+            format!("the file is larger than {max} bytes; refusing to read it"),
         ));
     }
     Ok(out)

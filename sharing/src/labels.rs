@@ -20,7 +20,8 @@ type Labels = BTreeMap<String, String>;
 
 /// Models with MIG support (A100, A30, Hopper, Blackwell data-centre GPUs).
 const MIG_CAPABLE: &[&str] = &[
-    "A100", "A30", "A800", "H100", "H20", "H800", "GH200", "B100", "B200", "B300", "GB200",
+    "A100", "A30", "A800", "H100", "H20", "H200", "H800", "GH200", "B100", "B200", "B300", "GB200",
+    "GB300",
 ];
 
 /// One resource's sharing, as GFD's `resourceLabeler` sees it.
@@ -60,7 +61,7 @@ fn base_labels(l: &mut Labels, resource: &str, count: usize, product: &[&str], s
     let mut parts: Vec<String> = product
         .iter()
         .filter(|p| !p.is_empty())
-        .map(|p| p.replace(' ', "-"))
+        .map(|p| sanitise(p))
         .collect();
     if shared && !share.renamed {
         parts.push("SHARED".into());
@@ -77,6 +78,15 @@ fn base_labels(l: &mut Labels, resource: &str, count: usize, product: &[&str], s
     set("sharing-strategy", strategy.to_string());
 }
 
+/// `sanitise`: only `[A-Za-z0-9-_. ]` kept, runs of blanks made one `-`.
+pub fn sanitise(s: &str) -> String {
+    let kept: String = s
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ' '))
+        .collect();
+    kept.split_whitespace().collect::<Vec<_>>().join("-")
+}
+
 /// `getArchFamily` (`internal/lm/resource.go`).
 pub fn arch_family(major: u32, minor: u32) -> &'static str {
     match (major, minor) {
@@ -87,8 +97,11 @@ pub fn arch_family(major: u32, minor: u32) -> &'static str {
         (6, _) => "pascal",
         (7, m) if m < 5 => "volta",
         (7, _) => "turing",
-        (8, _) => "ampere",
+        (8, m) if m < 9 => "ampere",
+        (8, _) => "ada-lovelace",
         (9, _) => "hopper",
+        (10 | 12, _) => "blackwell",
+        (13, _) => "rubin",
         _ => "undefined",
     }
 }

@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::config::{self, Config};
-use crate::error::ConfigError;
+use crate::error::{ConfigError, DEFAULT_VIA, LABEL_VIA};
 
 /// Most entries read from a config directory.
 pub const MAX_CONFIGS: usize = 1024;
@@ -90,8 +90,10 @@ pub fn load_config_set(path: &Path) -> Result<ConfigSet, ConfigError> {
         return Ok(set);
     }
     for (name, file) in config_files(path)? {
+        // Kept as key and message; `select` names the file once.
         let config = config::load(&file).map_err(|e| match e {
             ConfigError::Parse { key, message, .. } => (key, message),
+            ConfigError::Read { source, .. } => ("(file)".to_string(), source.to_string()),
             other => ("(file)".to_string(), other.to_string()),
         });
         set.entries.insert(name, Entry { path: file, config });
@@ -155,7 +157,7 @@ impl ConfigSet {
     pub fn errors(&self) -> Vec<ConfigError> {
         self.entries
             .keys()
-            .filter_map(|name| self.config_named(name).err())
+            .filter_map(|name| self.config_named(name, DEFAULT_VIA).err())
             .collect()
     }
 
@@ -171,22 +173,22 @@ impl ConfigSet {
             if let Some(label) = node_label.filter(|l| !l.is_empty() && *l != name.as_str()) {
                 tracing::debug!(label, file = %self.path.display(), "one config file: the node label does not choose");
             }
-            return self.config_named(name);
+            return self.config_named(name, DEFAULT_VIA);
         }
         if let Some(label) = node_label.filter(|l| !l.is_empty()) {
-            return self.config_named(label);
+            return self.config_named(label, LABEL_VIA);
         }
         if let Some(default) = &self.default_config {
-            return self.config_named(default);
+            return self.config_named(default, DEFAULT_VIA);
         }
         for fallback in &self.fallbacks {
             match fallback {
                 Fallback::Named if self.entries.contains_key(NAMED_FALLBACK) => {
-                    return self.config_named(NAMED_FALLBACK)
+                    return self.config_named(NAMED_FALLBACK, DEFAULT_VIA)
                 }
                 Fallback::Single if self.entries.len() == 1 => {
                     let name = self.entries.keys().next().map_or("", String::as_str);
-                    return self.config_named(name);
+                    return self.config_named(name, DEFAULT_VIA);
                 }
                 Fallback::Empty => return Ok(("", &self.empty)),
                 _ => {}
@@ -207,9 +209,10 @@ impl ConfigSet {
         }
     }
 
-    fn config_named(&self, name: &str) -> Result<(&str, &Config), ConfigError> {
+    fn config_named(&self, name: &str, via: &'static str) -> Result<(&str, &Config), ConfigError> {
         let Some((key, entry)) = self.entries.get_key_value(name) else {
             return Err(ConfigError::UnknownConfig {
+                via,
                 name: gpuhook_node::bounded::preview(name),
                 path: self.path.clone(),
                 available: self.available(),

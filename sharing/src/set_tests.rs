@@ -23,7 +23,14 @@ fn the_label_picks_its_config_and_an_unknown_one_is_an_error() {
         8
     );
     let e = set.select(Some("a100")).unwrap_err().to_string();
-    assert!(e.contains("a100") && e.contains("l20, t4"), "{e}");
+    assert!(
+        e.starts_with("node label nvidia.com/device-plugin.config=a100: no config of that name"),
+        "{e}"
+    );
+    assert!(
+        e.contains("available: l20, t4") && e.contains("fix the label"),
+        "{e}"
+    );
     // Two configs, none named default, no label: NVIDIA's fallbacks (named, single) all fail.
     let e = set.select(None).unwrap_err().to_string();
     assert!(
@@ -41,6 +48,12 @@ fn without_a_label_default_then_named_then_single() {
     assert_eq!(set.select(None).unwrap().0, "default");
     let set = set.with_default_config(Some("t4".into()));
     assert_eq!(set.select(None).unwrap().0, "t4");
+    let missing = set.clone().with_default_config(Some("a100".into()));
+    let e = missing.select(None).unwrap_err().to_string();
+    assert!(
+        e.starts_with("default config a100: no config of that name"),
+        "{e}"
+    );
     assert_eq!(set.select(Some("default")).unwrap().0, "default");
     let one = dir(&[("only", TS)]);
     let set = load_config_set(one.path()).unwrap();
@@ -102,4 +115,15 @@ fn one_file_is_the_config_whatever_the_label() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("missing"), "{e}");
+}
+
+#[test]
+fn an_unreadable_config_names_its_file_once() {
+    let t = dir(&[("good", TS)]);
+    std::fs::write(t.path().join("binary"), [0xff, 0xfe, 0x00]).unwrap();
+    let set = load_config_set(t.path()).unwrap();
+    let e = set.select(Some("binary")).unwrap_err().to_string();
+    let file = t.path().join("binary").display().to_string();
+    assert_eq!(e.matches(&file).count(), 1, "{e}");
+    assert!(e.contains("not UTF-8"), "{e}");
 }
