@@ -3,6 +3,8 @@
 //! source), plus hand-built advertisements.
 #![allow(dead_code)]
 
+pub mod node;
+
 use std::path::{Path, PathBuf};
 
 use std::time::Duration;
