@@ -115,3 +115,50 @@ fn labels_writes_the_gfd_labels_as_an_nfd_feature_file() {
     }
     assert!(!files.path().join("gpuhook.tmp").exists());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mps_replicas_are_listed_only_while_the_gpus_daemon_is_ready() {
+    let files = tempfile::tempdir().unwrap();
+    let (_, inv) = node_files(files.path());
+    let root = files.path().join("mps");
+    let cfg = files.path().join("mps.yaml");
+    let yaml = format!(
+        "version: v1\nflags:\n  mpsRoot: {}\nsharing:\n  mps:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 2\n",
+        root.display()
+    );
+    std::fs::write(&cfg, yaml).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut kubelet = FakeKubelet::start(dir.path());
+    let plugin = serve(&[
+        "--config".as_ref(),
+        cfg.as_os_str(),
+        "--inventory".as_ref(),
+        inv.as_os_str(),
+        "--plugin-dir".as_ref(),
+        dir.path().as_os_str(),
+    ]);
+    let mut reg = kubelet.next_registration().await;
+    assert_eq!(reg.request.resource_name, "nvidia.com/gpu");
+    assert!(
+        next_list(&mut reg, WAIT).await.devices.is_empty(),
+        "no daemon is ready"
+    );
+
+    // gpu-mps-daemon marks GPU 0 ready (`<mpsRoot>/<uuid>/ready`): its two shares appear.
+    let uuid0 = common::node::inventory().gpus[0].uuid.clone();
+    std::fs::create_dir_all(root.join(&uuid0)).unwrap();
+    std::fs::write(root.join(&uuid0).join("ready"), "").unwrap();
+    let ids: Vec<String> = next_list(&mut reg, WAIT)
+        .await
+        .devices
+        .into_iter()
+        .map(|d| d.id)
+        .collect();
+    assert_eq!(ids, [format!("{uuid0}::0"), format!("{uuid0}::1")]);
+
+    // The daemon stops being ready: the shares go away again.
+    std::fs::remove_file(root.join(&uuid0).join("ready")).unwrap();
+    assert!(next_list(&mut reg, WAIT).await.devices.is_empty());
+    assert_eq!(terminate(plugin).await.code(), Some(0));
+    kubelet.stop().await;
+}
