@@ -35,16 +35,12 @@ async fn node_label_selects_the_config_and_a_change_applies_without_restart() {
     std::fs::write(&label, "l20\n").unwrap();
     let dir = tempfile::tempdir().unwrap();
     let mut kubelet = FakeKubelet::start(dir.path());
-    let plugin = serve(&[
-        "--config".as_ref(),
-        cfgs.as_os_str(),
-        "--node-label-file".as_ref(),
-        label.as_os_str(),
-        "--inventory".as_ref(),
-        inv.as_os_str(),
-        "--plugin-dir".as_ref(),
-        dir.path().as_os_str(),
-    ]);
+    let plugin = serve(
+        &cfgs,
+        &inv,
+        dir.path(),
+        &["--node-label-file".as_ref(), label.as_os_str()],
+    );
     let mut reg = kubelet.next_registration().await;
     assert_eq!(reg.request.resource_name, "nvidia.com/gpu");
     assert_eq!(
@@ -129,14 +125,7 @@ async fn mps_replicas_are_listed_only_while_the_gpus_daemon_is_ready() {
     std::fs::write(&cfg, yaml).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let mut kubelet = FakeKubelet::start(dir.path());
-    let plugin = serve(&[
-        "--config".as_ref(),
-        cfg.as_os_str(),
-        "--inventory".as_ref(),
-        inv.as_os_str(),
-        "--plugin-dir".as_ref(),
-        dir.path().as_os_str(),
-    ]);
+    let plugin = serve(&cfg, &inv, dir.path(), &[]);
     let mut reg = kubelet.next_registration().await;
     assert_eq!(reg.request.resource_name, "nvidia.com/gpu");
     assert!(

@@ -17,14 +17,7 @@ async fn serve_registers_and_sigterm_removes_sockets_and_exits_0() {
     let (cfg, inv) = node_files(files.path());
     let dir = tempfile::tempdir().unwrap();
     let mut kubelet = FakeKubelet::start(dir.path());
-    let plugin = serve(&[
-        "--config".as_ref(),
-        cfg.as_os_str(),
-        "--inventory".as_ref(),
-        inv.as_os_str(),
-        "--plugin-dir".as_ref(),
-        dir.path().as_os_str(),
-    ]);
+    let plugin = serve(&cfg, &inv, dir.path(), &[]);
     let mut reg = kubelet.next_registration().await;
     let got = (
         reg.request.resource_name.as_str(),
@@ -56,16 +49,12 @@ async fn critical_xid_marks_the_gpu_unhealthy_in_list_and_watch_within_a_second(
     let lib = mock_nvml(files.path());
     let dir = tempfile::tempdir().unwrap();
     let mut kubelet = FakeKubelet::start(dir.path());
-    let plugin = serve(&[
-        "--config".as_ref(),
-        cfg.as_os_str(),
-        "--inventory".as_ref(),
-        inv.as_os_str(),
-        "--nvml-lib".as_ref(),
-        lib.as_os_str(),
-        "--plugin-dir".as_ref(),
-        dir.path().as_os_str(),
-    ]);
+    let plugin = serve(
+        &cfg,
+        &inv,
+        dir.path(),
+        &["--nvml-lib".as_ref(), lib.as_os_str()],
+    );
     let mut reg = kubelet.next_registration().await;
     let first = next_list(&mut reg, WAIT).await;
     assert!(

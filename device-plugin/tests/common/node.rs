@@ -26,11 +26,18 @@ impl Drop for Plugin {
     }
 }
 
-/// Starts `serve`; its stdout is discarded, health env knobs unset.
-pub fn serve(args: &[&OsStr]) -> Plugin {
+/// Starts `serve --config <config> --inventory <inventory> --plugin-dir <plugin_dir> <extra…>`;
+/// its stdout is discarded (it must print nothing there), health env knobs unset.
+pub fn serve(config: &Path, inventory: &Path, plugin_dir: &Path, extra: &[&OsStr]) -> Plugin {
     let child = Command::new(BIN)
         .arg("serve")
-        .args(args)
+        .arg("--config")
+        .arg(config)
+        .arg("--inventory")
+        .arg(inventory)
+        .arg("--plugin-dir")
+        .arg(plugin_dir)
+        .args(extra)
         .stdout(Stdio::null())
         .env_remove("DP_DISABLE_HEALTHCHECKS")
         .env_remove("DP_ENABLE_HEALTHCHECKS")
