@@ -17,7 +17,9 @@
 //!   `nvmlDeviceGetMemoryInfo`). A GPU whose probe fails with `GPU_IS_LOST` (or that raised Xid
 //!   79, "fallen off the bus") is lost; it recovers at the first successful probe. A device
 //!   marked by a critical Xid recovers once it probes fine and `xid_hold` has passed without a
-//!   new critical Xid on it (a GPU that needs a reset raises the Xid again on next use).
+//!   new critical Xid on it (a GPU that needs a reset raises the Xid again on next use). A failed
+//!   event wait marks everything until a wait succeeds again; a GPU that cannot be registered for
+//!   events stays unhealthy (its health cannot be watched).
 //! - **GPU lost is detected without an event**, by the same probe.
 
 mod xids;
@@ -171,7 +173,8 @@ impl HealthMonitor {
         }
     }
 
-    /// Stops the thread and waits for it (at most about one `wait`).
+    /// Stops the thread and waits for it (at most about one `wait`). Changes are sent with
+    /// back-pressure, never dropped, so the receiver must keep draining until this returns.
     pub fn stop(mut self) {
         self.halt();
     }
@@ -192,12 +195,25 @@ impl Drop for HealthMonitor {
     }
 }
 
+/// What put a device down, which decides how it comes back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FaultKind {
+    /// A critical Xid: back once it probes fine and `xid_hold` passed without another.
+    Xid,
+    /// The GPU is lost: back at the first successful probe.
+    Lost,
+    /// `nvmlEventSetWait_v2` failed: back once a wait succeeds and the GPU probes fine.
+    WaitFailed,
+    /// It could not be registered for events, so its health is unknown: never back (as NVIDIA).
+    Unmonitored,
+}
+
 /// Why a device is unhealthy.
 #[derive(Debug, Clone)]
 struct Fault {
     reason: String,
     since: Instant,
-    lost: bool,
+    kind: FaultKind,
 }
 
 /// The monitor thread's state: watched devices and the faults of unhealthy ones, keyed by
@@ -207,10 +223,12 @@ struct Watch {
     config: HealthConfig,
     tx: Sender<HealthChange>,
     faults: BTreeMap<(String, Option<String>), Fault>,
+    /// The last `nvmlEventSetWait_v2` succeeded (or timed out).
+    wait_ok: bool,
     closed: bool,
 }
 
 mod watch;
 
 #[cfg(test)]
-mod mock_tests;
+pub(crate) mod mock_tests;

@@ -83,17 +83,22 @@ fn mock_lib() -> PathBuf {
     lib
 }
 
-struct Node {
-    dir: tempfile::TempDir,
-    nvml: Arc<Nvml>,
+/// A private copy of the mock with a profile beside it, loaded through `Nvml::load`.
+pub(crate) struct Node {
+    pub(crate) dir: tempfile::TempDir,
+    pub(crate) nvml: Arc<Nvml>,
 }
 
 impl Node {
     fn new() -> Node {
+        Node::with_profile(PROFILE)
+    }
+
+    pub(crate) fn with_profile(profile: &str) -> Node {
         let dir = tempfile::tempdir().expect("tempdir");
-        let real = dir.path().join("libnvidia-ml.so.550.54.15");
+        let real = dir.path().join("libnvidia-ml.so.1");
         std::fs::copy(mock_lib(), &real).expect("copy mock");
-        std::fs::write(dir.path().join("gpuhook-sim-profile.toml"), PROFILE).expect("profile");
+        std::fs::write(dir.path().join("gpuhook-sim-profile.toml"), profile).expect("profile");
         std::fs::create_dir_all(dir.path().join("gpuhook-sim-state")).expect("state dir");
         let nvml = Nvml::load(&NvmlLocation::explicit(&real)).expect("load the mock");
         Node {
@@ -178,8 +183,12 @@ async fn xid_marks_gpu_then_recovers() {
     assert!(tokio::time::timeout(Duration::from_millis(400), rx.recv())
         .await
         .is_err());
+    let injected = std::time::Instant::now();
     node.inject(&format!("xid {GPU1} 48"));
     assert_eq!(next(&mut rx, 1).await, [key(GPU1, None, false)]);
+    let latency = injected.elapsed();
+    eprintln!("injected Xid reached the channel after {latency:?}");
+    assert!(latency < Duration::from_secs(1), "{latency:?}");
     // Comes back after the hold, at the next probe.
     assert_eq!(next(&mut rx, 1).await, [key(GPU1, None, true)]);
     monitor.stop();
@@ -225,5 +234,24 @@ async fn disabled_health_checks_start_nothing() {
     node.inject(&format!("xid {GPU1} 48"));
     let got = tokio::time::timeout(Duration::from_millis(300), rx.recv()).await;
     assert!(!matches!(got, Ok(Some(_))), "{got:?}");
+    monitor.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gpu_that_cannot_be_registered_stays_unhealthy() {
+    let node = Node::new();
+    let (tx, mut rx) = mpsc::channel(16);
+    let mut gpus = watched();
+    let ghost = "GPU-00000000-0000-4000-8000-00000000dead";
+    gpus.push(WatchedGpu {
+        uuid: ghost.into(),
+        migs: Vec::new(),
+    });
+    let monitor =
+        HealthMonitor::start(Arc::clone(&node.nvml), gpus, config(0), tx).expect("monitor starts");
+    assert_eq!(next(&mut rx, 1).await, [key(ghost, None, false)]);
+    // Never comes back (xid_hold is 0: only the fault kind keeps it down).
+    let got = tokio::time::timeout(Duration::from_millis(400), rx.recv()).await;
+    assert!(got.is_err(), "{got:?}");
     monitor.stop();
 }

@@ -6,7 +6,9 @@ use std::time::Instant;
 use gpuhook_node::nvml::events::{Event, EventSet, ERROR_GPU_IS_LOST, EVENT_XID_CRITICAL};
 use gpuhook_node::{NodeError, Nvml};
 
-use super::{events, Fault, HealthChange, HealthConfig, Sender, Watch, WatchedGpu, XID_GPU_LOST};
+use super::{
+    events, Fault, FaultKind, HealthChange, HealthConfig, Sender, Watch, WatchedGpu, XID_GPU_LOST,
+};
 
 /// Events registered, as NVIDIA registers them (only Xids are acted on).
 const WANTED: u64 =
@@ -45,6 +47,7 @@ impl Watch {
             config,
             tx,
             faults: Default::default(),
+            wait_ok: true,
             closed: false,
         }
     }
@@ -59,11 +62,8 @@ impl Watch {
             if let Err(e) = result {
                 tracing::warn!(gpu = %uuid, error = %e, "cannot register for NVML events");
                 let keys = all_keys(&self.gpus[i]);
-                self.mark(
-                    keys,
-                    &format!("cannot register for NVML events: {e}"),
-                    false,
-                );
+                let reason = format!("cannot register for NVML events: {e}");
+                self.mark(keys, &reason, FaultKind::Unmonitored);
             }
         }
     }
@@ -72,13 +72,16 @@ impl Watch {
     pub(super) fn run(&mut self, nvml: &Nvml, set: &EventSet<'_>, stop: &AtomicBool) {
         let mut last_probe = Instant::now();
         while !stop.load(Ordering::Relaxed) && !self.closed {
-            match set.wait(self.config.wait) {
+            let waited = set.wait(self.config.wait);
+            self.wait_ok = waited.is_ok();
+            match waited {
                 Ok(Some(event)) => self.on_event(&event),
                 Ok(None) => {}
                 Err(e) => {
                     tracing::warn!(error = %e, "NVML event wait failed; marking all devices unhealthy");
                     let keys = self.gpus.iter().flat_map(all_keys).collect();
-                    self.mark(keys, &format!("NVML event wait failed: {e}"), is_lost(&e));
+                    let reason = format!("NVML event wait failed: {e}");
+                    self.mark(keys, &reason, FaultKind::WaitFailed);
                     std::thread::sleep(self.config.wait);
                 }
             }
@@ -99,7 +102,11 @@ impl Watch {
             tracing::info!(xid, gpu = ?event.gpu_uuid, "skipping ignored Xid");
             return;
         }
-        let lost = xid == XID_GPU_LOST;
+        let kind = if xid == XID_GPU_LOST {
+            FaultKind::Lost
+        } else {
+            FaultKind::Xid
+        };
         let reason = format!("critical Xid {xid}");
         let Some(uuid) = &event.gpu_uuid else {
             tracing::warn!(
@@ -107,7 +114,7 @@ impl Watch {
                 "Xid on a device NVML cannot name; marking all devices unhealthy"
             );
             let keys = self.gpus.iter().flat_map(all_keys).collect();
-            self.mark(keys, &reason, lost);
+            self.mark(keys, &reason, kind);
             return;
         };
         let Some(gpu) = self.gpus.iter().find(|g| &g.uuid == uuid) else {
@@ -122,7 +129,7 @@ impl Watch {
                 .collect()
         };
         tracing::warn!(xid, gpu = %uuid, devices = keys.len(), "critical Xid; marking unhealthy");
-        self.mark(keys, &reason, lost);
+        self.mark(keys, &reason, kind);
     }
 
     /// Probes every GPU: a lost one goes unhealthy, a healed one comes back.
@@ -134,19 +141,19 @@ impl Watch {
                 .and_then(|d| d.memory_total());
             let keys = all_keys(gpu);
             match result {
-                Err(e) if is_lost(&e) => self.mark(keys, "GPU is lost", true),
+                Err(e) if is_lost(&e) => self.mark(keys, "GPU is lost", FaultKind::Lost),
                 Err(e) => tracing::debug!(gpu = %gpu.uuid, error = %e, "health probe failed"),
                 Ok(_) => self.recover(keys),
             }
         }
     }
 
-    fn mark(&mut self, keys: Vec<Key>, reason: &str, lost: bool) {
+    fn mark(&mut self, keys: Vec<Key>, reason: &str, kind: FaultKind) {
         for key in keys {
             let fault = Fault {
                 reason: reason.to_string(),
                 since: Instant::now(),
-                lost,
+                kind,
             };
             // A new Xid restarts the hold of a device already down; only the first is sent.
             if self.faults.insert(key.clone(), fault).is_none() {
@@ -157,10 +164,12 @@ impl Watch {
 
     fn recover(&mut self, keys: Vec<Key>) {
         for key in keys {
-            let healed = self
-                .faults
-                .get(&key)
-                .is_some_and(|f| f.lost || f.since.elapsed() >= self.config.xid_hold);
+            let healed = self.faults.get(&key).is_some_and(|f| match f.kind {
+                FaultKind::Lost => true,
+                FaultKind::Xid => f.since.elapsed() >= self.config.xid_hold,
+                FaultKind::WaitFailed => self.wait_ok,
+                FaultKind::Unmonitored => false,
+            });
             if let Some(fault) = healed.then(|| self.faults.remove(&key)).flatten() {
                 self.send(key, true, format!("recovered from: {}", fault.reason));
             }

@@ -154,3 +154,19 @@ impl Drop for EventSet<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::{offset_of, size_of};
+
+    /// `nvml.h` `nvmlEventData_t` on LP64: pointer, two `unsigned long long`, two `unsigned int`.
+    #[test]
+    fn event_data_layout_matches_nvml_h() {
+        assert_eq!(size_of::<EventData>(), 32);
+        assert_eq!(offset_of!(EventData, event_type), 8);
+        assert_eq!(offset_of!(EventData, event_data), 16);
+        assert_eq!(offset_of!(EventData, gpu_instance_id), 24);
+        assert_eq!(offset_of!(EventData, compute_instance_id), 28);
+    }
+}

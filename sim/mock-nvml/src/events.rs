@@ -217,3 +217,105 @@ fn parse_line(table: &Table, line: &[u8]) -> Option<NvmlEventData> {
     }
     None
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpuhook_sim::NodeProfile;
+    use std::io::Write;
+
+    const GPU: &str = "GPU-a100a100-0000-4000-8000-000000000000";
+    const MIG: &str = "MIG-11111111-2222-5333-8444-555555555555";
+
+    fn table(dir: &std::path::Path) -> Table {
+        let text = format!(
+            r#"
+name = "events-test"
+driver_version = "550.54.15"
+cuda_driver_version = "12.4"
+lib_dir = "/usr/lib64"
+[majors]
+nvidia_uvm = 234
+nvidia_caps = 235
+[[gpus]]
+index = 0
+minor = 0
+uuid = "{GPU}"
+pci_bus_id = "00000000:B1:00.0"
+name = "NVIDIA A100-SXM4-80GB"
+architecture = "ampere"
+compute_capability = "8.0"
+brand = "nvidia"
+memory_mib = 81920
+mig_mode = true
+[[gpus.mig_devices]]
+profile = "4g.40gb"
+gi_id = 1
+ci_id = 0
+uuid = "{MIG}"
+memory_mib = 40192
+gi_cap_minor = 12
+ci_cap_minor = 13
+"#
+        );
+        let profile = NodeProfile::from_toml_str(&text).expect("profile");
+        std::fs::create_dir_all(dir.join(STATE_DIR_NAME)).expect("state dir");
+        Table::from_profile(&profile, dir.to_path_buf()).expect("table")
+    }
+
+    fn append(t: &Table, text: &str) {
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(events_file(t))
+            .expect("open");
+        f.write_all(text.as_bytes()).expect("append");
+    }
+
+    #[test]
+    fn lines_become_nvml_events() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let t = table(dir.path());
+        let gpu = handle_of(&t.gpus[0]);
+        let xid = parse_line(&t, format!("xid {MIG} 48\n").as_bytes()).expect("MIG xid");
+        // On the parent GPU, with the MIG device's GI/CI (nvml.h nvmlEventData_t).
+        assert_eq!((xid.device, xid.event_data), (gpu, 48));
+        assert_eq!((xid.gpu_instance_id, xid.compute_instance_id), (1, 0));
+        let lost = parse_line(&t, format!("lost {GPU}\n").as_bytes()).expect("lost");
+        assert_eq!(
+            (lost.event_type, lost.event_data),
+            (ffi::EVENT_XID_CRITICAL, XID_GPU_LOST)
+        );
+        assert_eq!(lost.gpu_instance_id, ffi::NO_INSTANCE);
+        let dbe = parse_line(&t, format!("ecc-dbe {GPU}\n").as_bytes()).expect("dbe");
+        assert_eq!(dbe.event_type, ffi::EVENT_DOUBLE_BIT_ECC);
+        assert!(parse_line(&t, b"xid GPU-unknown 48\n").is_none());
+        assert!(parse_line(&t, format!("xid {GPU} x\n").as_bytes()).is_none());
+        let long = format!("xid {GPU} 48 {}\n", "x".repeat(MAX_LINE));
+        assert!(parse_line(&t, long.as_bytes()).is_none());
+    }
+
+    #[test]
+    fn a_set_sees_registered_events_injected_after_it_was_created() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let t = table(dir.path());
+        append(&t, &format!("xid {GPU} 48\n"));
+        let set = EventSet {
+            cursor: Mutex::new(std::fs::metadata(events_file(&t)).map_or(0, |m| m.len())),
+            ..EventSet::default()
+        };
+        set.register(0, ffi::EVENT_XID_CRITICAL);
+        assert_eq!(
+            set.wait(&t, 30).map(|e| e.event_data).err(),
+            Some(ffi::NVML_ERROR_TIMEOUT)
+        );
+        // Not registered for ECC; a partial line waits for its newline; an overlong one is skipped.
+        append(
+            &t,
+            &format!("ecc-dbe {GPU}\n{}\nxid {GPU} 6", "y".repeat(2 * MAX_LINE)),
+        );
+        assert_eq!(set.wait(&t, 30).err(), Some(ffi::NVML_ERROR_TIMEOUT));
+        append(&t, "2\n");
+        assert_eq!(set.wait(&t, 30).map(|e| e.event_data), Ok(62));
+    }
+}
