@@ -10,12 +10,13 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
+use gpuhook_device_plugin::error::chain;
+use gpuhook_device_plugin::preferred::{AllocationPolicy, TopologyPreferrer};
 use gpuhook_device_plugin::run::{run, Options};
 use gpuhook_device_plugin::served::{HealthState, DEFAULT_CONTAINER_PIPE_DIR};
-use gpuhook_device_plugin::service::{PreferError, Preferrer};
+use gpuhook_device_plugin::service::{Preferrer, WithoutTopology};
 use gpuhook_device_plugin::source::{ConfigName, ConfigSource, InventoryFrom};
 use gpuhook_node::DiscoverOptions;
-use gpuhook_sharing::Resource;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -96,25 +97,6 @@ impl NodeArgs {
     }
 }
 
-/// Until topology-aware preference is wired: must_include, then the available IDs in the
-/// kubelet's order (what the kubelet itself would pick).
-struct InOrder;
-
-impl Preferrer for InOrder {
-    fn preferred(
-        &self,
-        _: &Resource,
-        available: &[String],
-        must: &[String],
-        size: usize,
-    ) -> Result<Vec<String>, PreferError> {
-        let mut out = must.to_vec();
-        out.extend(available.iter().filter(|a| !must.contains(a)).cloned());
-        out.truncate(size);
-        Ok(out)
-    }
-}
-
 /// Installs the SIGTERM/SIGINT handlers now (a signal before this kills the process), and
 /// returns the future that resolves on the first of them.
 fn shutdown_signal() -> Result<impl std::future::Future<Output = ()>> {
@@ -139,14 +121,25 @@ fn serve(args: ServeArgs) -> Result<()> {
         let shutdown = shutdown_signal()?;
         let (_health_tx, mut health) = tokio::sync::watch::channel(HealthState::default());
         let mut monitor = None;
-        let inv = args.node.source().inventory().context("cannot list the node's GPUs for health monitoring")?;
-        let (driver_root, nvml_lib) = (&args.node.driver_root, args.node.nvml_lib.as_deref());
-        match gpuhook_device_plugin::monitor::start(driver_root, nvml_lib, &inv) {
-            Ok((m, rx)) => {
-                monitor = Some(m);
-                health = rx;
+        let mut preferrer: Arc<dyn Preferrer> = Arc::new(WithoutTopology::default());
+        let (root, lib) = (&args.node.driver_root, args.node.nvml_lib.as_deref());
+        match gpuhook_device_plugin::monitor::load_nvml(root, lib) {
+            Ok(nvml) => {
+                preferrer = Arc::new(TopologyPreferrer {
+                    nvml: nvml.clone(),
+                    root: root.clone(),
+                    policy: AllocationPolicy::default(),
+                });
+                let inv = args.node.source().inventory().context("cannot list the node's GPUs for health monitoring")?;
+                match gpuhook_device_plugin::monitor::start(nvml, &inv) {
+                    Ok((m, rx)) => {
+                        monitor = Some(m);
+                        health = rx;
+                    }
+                    Err(e) => tracing::warn!(error = %chain(&e), "no GPU health monitoring: every device stays Healthy"),
+                }
             }
-            Err(e) => tracing::warn!(error = %gpuhook_device_plugin::error::chain(&e), "no GPU health monitoring: every device stays Healthy"),
+            Err(e) => tracing::warn!(error = %chain(&e), "no NVML: no GPU health monitoring, no topology in preferred allocations"),
         }
         let opts = Options {
             plugin_dir: args.plugin_dir.clone(),
@@ -157,7 +150,7 @@ fn serve(args: ServeArgs) -> Result<()> {
             opts,
             Box::new(args.node.source()),
             health,
-            Arc::new(InOrder),
+            preferrer,
             shutdown,
         )
         .await;

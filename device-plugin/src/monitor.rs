@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use gpuhook_node::{Inventory, Nvml, NvmlLocation};
+use gpuhook_node::{Inventory, NodeError, Nvml, NvmlLocation};
 use tokio::sync::watch;
 
 use crate::health::{HealthConfig, HealthError, HealthMonitor, WatchedGpu, WatchedMig};
@@ -33,22 +33,18 @@ pub fn watched_gpus(inv: &Inventory) -> Vec<WatchedGpu> {
         .collect()
 }
 
-/// Loads NVML (the driver root's, or `nvml_lib`) and starts the monitor. Must be called inside
-/// a tokio runtime.
+/// Loads NVML: the driver root's, or `nvml_lib`.
+pub fn load_nvml(driver_root: &Path, nvml_lib: Option<&Path>) -> Result<Arc<Nvml>, NodeError> {
+    let loc = NvmlLocation::locate(driver_root, nvml_lib)?;
+    Ok(Arc::new(Nvml::load(&loc)?))
+}
+
+/// Starts the monitor. Must be called inside a tokio runtime.
 pub fn start(
-    driver_root: &Path,
-    nvml_lib: Option<&Path>,
+    nvml: Arc<Nvml>,
     inv: &Inventory,
 ) -> Result<(HealthMonitor, watch::Receiver<HealthState>), HealthError> {
-    let nvml = NvmlLocation::locate(driver_root, nvml_lib)
-        .and_then(|loc| Nvml::load(&loc))
-        .map_err(HealthError::Nvml)?;
     let (tx, rx) = tokio::sync::mpsc::channel(CHANGES);
-    let monitor = HealthMonitor::start(
-        Arc::new(nvml),
-        watched_gpus(inv),
-        HealthConfig::default(),
-        tx,
-    )?;
+    let monitor = HealthMonitor::start(nvml, watched_gpus(inv), HealthConfig::default(), tx)?;
     Ok((monitor, follow_health(rx)))
 }

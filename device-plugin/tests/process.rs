@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use common::node::{inventory, mock_nvml, node_files, serve, terminate, BIN};
 use common::{next_list, FakeKubelet, WAIT};
+use gpuhook_device_plugin::api;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_registers_and_sigterm_removes_sockets_and_exits_0() {
@@ -108,4 +109,54 @@ fn dry_run_prints_the_advertisement_as_json() {
         "{text}"
     );
     assert!(!text.contains("::4"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn preferred_allocation_spreads_replicas_over_the_least_loaded_gpu() {
+    let files = tempfile::tempdir().unwrap();
+    let (cfg, inv) = node_files(files.path());
+    let dir = tempfile::tempdir().unwrap();
+    let mut kubelet = FakeKubelet::start(dir.path());
+    let plugin = serve(&cfg, &inv, dir.path(), &[]);
+    let mut reg = kubelet.next_registration().await;
+    next_list(&mut reg, WAIT).await;
+    let gpus: Vec<String> = inventory().gpus.iter().map(|g| g.uuid.clone()).collect();
+    // GPU 1 already has replicas ::0 and ::1 in use; GPU 0 none (kdp-facts §7, distributed).
+    // The kubelet's order is unspecified (a Go set): GPU 1's replicas come first here, so taking
+    // the first available ones would pick the busier GPU.
+    let mut available: Vec<String> = (2..4).map(|n| format!("{}::{n}", gpus[1])).collect();
+    available.extend((0..4).map(|n| format!("{}::{n}", gpus[0])));
+    let ask = |must: Vec<String>, size| api::PreferredAllocationRequest {
+        container_requests: vec![api::ContainerPreferredAllocationRequest {
+            available_device_ids: available.clone(),
+            must_include_device_ids: must,
+            allocation_size: size,
+        }],
+    };
+    let one = reg
+        .client
+        .get_preferred_allocation(ask(vec![], 1))
+        .await
+        .unwrap()
+        .into_inner();
+    let ids = &one.container_responses[0].device_ids;
+    assert_eq!(ids.len(), 1);
+    assert!(
+        ids[0].starts_with(&gpus[0]),
+        "least-loaded GPU 0 expected: {ids:?}"
+    );
+
+    let must = vec![format!("{}::2", gpus[1])];
+    let two = reg
+        .client
+        .get_preferred_allocation(ask(must.clone(), 2))
+        .await
+        .unwrap()
+        .into_inner();
+    let ids = &two.container_responses[0].device_ids;
+    assert_eq!(ids.len(), 2);
+    assert_eq!(ids[0], must[0], "must_include comes first");
+    assert!(ids[1].starts_with(&gpus[0]), "{ids:?}");
+    assert_eq!(terminate(plugin).await.code(), Some(0));
+    kubelet.stop().await;
 }
