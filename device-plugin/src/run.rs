@@ -88,6 +88,15 @@ struct Plugin {
     stamp: Stamp,
 }
 
+/// What a config check found.
+enum Reload {
+    Unchanged,
+    /// Same resources, new devices or settings: the servers get the new state.
+    Updated,
+    /// Another set of resources: every server restarts and registers.
+    NewResources,
+}
+
 /// Why the serving loop ended.
 enum Next {
     Shutdown,
@@ -123,12 +132,12 @@ impl Plugin {
         Ok(servers)
     }
 
-    /// Reloads the config when its files changed. Returns whether the set of resources changed
-    /// (servers must restart); an invalid config is logged and the last good one kept.
-    fn reload(&mut self) -> bool {
+    /// Reloads the config when its files changed; an invalid config is logged and the last good
+    /// one kept.
+    fn reload(&mut self) -> Reload {
         let now = stamp(&self.source.watched());
         if now == self.stamp {
-            return false;
+            return Reload::Unchanged;
         }
         self.stamp = now;
         match self.source.load() {
@@ -142,11 +151,15 @@ impl Plugin {
                 let restart = names(&l.ad) != names(&self.current.ad);
                 tracing::info!(config = %l.ad.config_name, resources = ?names(&l.ad), "config reloaded");
                 self.current = l;
-                restart
+                if restart {
+                    Reload::NewResources
+                } else {
+                    Reload::Updated
+                }
             }
             Err(e) => {
                 tracing::error!(error = %crate::error::chain(&*e), config = %self.current.ad.config_name, "invalid config; still serving the last good one");
-                false
+                Reload::Unchanged
             }
         }
     }
@@ -186,10 +199,11 @@ impl Plugin {
                         tracing::warn!(socket = %s.socket().display(), "our socket was removed: serving and registering again");
                         return Next::Restart;
                     }
-                    if self.reload() {
-                        return Next::Restart;
+                    match self.reload() {
+                        Reload::NewResources => return Next::Restart,
+                        Reload::Updated => self.refresh(servers),
+                        Reload::Unchanged => {}
                     }
-                    self.refresh(servers);
                 }
             }
         }
