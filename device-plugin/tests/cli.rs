@@ -151,3 +151,34 @@ async fn mps_replicas_are_listed_only_while_the_gpus_daemon_is_ready() {
     assert_eq!(terminate(plugin).await.code(), Some(0));
     kubelet.stop().await;
 }
+
+#[test]
+fn serve_refuses_an_invalid_first_config_naming_file_and_key() {
+    let files = tempfile::tempdir().unwrap();
+    let (cfg, inv) = node_files(files.path());
+    std::fs::write(&cfg, "version: v1\nflags:\n  migStrategy: sideways\n").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(BIN)
+        .args(["serve", "--config"])
+        .arg(&cfg)
+        .arg("--inventory")
+        .arg(&inv)
+        .arg("--plugin-dir")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&cfg.display().to_string())
+            && err.contains("migStrategy")
+            && err.contains("sideways"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty());
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "nothing created"
+    );
+}
