@@ -18,6 +18,7 @@ use tokio::sync::watch;
 
 use crate::error::PluginError;
 use crate::kubelet::{kubelet_socket, register};
+use crate::preferred::AllocationPolicy;
 use crate::served::{AllocSettings, HealthState, Served};
 use crate::server::{socket_id, ResourceServer};
 use crate::service::{PreferError, Preferrer};
@@ -28,6 +29,8 @@ pub struct Loaded {
     pub ad: Advertisement,
     /// The node's devices (for passDeviceSpecs' device nodes), when known.
     pub inventory: Option<Arc<Inventory>>,
+    /// `flags.plugin.sharedDevicesAllocationPolicy`.
+    pub policy: AllocationPolicy,
 }
 
 /// Where the advertisement comes from (the config set and the node's inventory).
@@ -111,6 +114,8 @@ impl Plugin {
             self.current.inventory.as_deref(),
             &self.opts.container_pipe_dir,
         );
+        let mut settings = settings;
+        settings.policy = self.current.policy;
         let health = self.health.borrow().clone();
         ad.resources
             .iter()
