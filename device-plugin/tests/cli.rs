@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use common::node::{node_files, serve, terminate, BIN};
 use common::{next_list, FakeKubelet, WAIT};
+use gpuhook_device_plugin::api;
 
 /// A ConfigMap-like directory: `l20` (8 replicas) and `t4` (3 replicas, renameByDefault).
 fn config_dir(dir: &Path) -> std::path::PathBuf {
@@ -181,4 +182,114 @@ fn serve_refuses_an_invalid_first_config_naming_file_and_key() {
         0,
         "nothing created"
     );
+}
+
+/// A MIG device under `migStrategy: mixed`, answered with cdi-cri + envvar and passDeviceSpecs
+/// (NVIDIA returns before the device specs when every strategy is CDI): its own
+/// resource and socket, gpuhook's CDI name (the MIG UUID) and its device nodes (parent GPU
+/// node, GI and CI capability nodes), host paths under the dev root.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mig_mixed_device_gets_its_cdi_name_and_device_nodes() {
+    let files = tempfile::tempdir().unwrap();
+    let (cfg, _) = node_files(files.path());
+    let dev_root = files.path().join("devroot");
+    std::fs::create_dir_all(dev_root.join("dev")).unwrap();
+    std::fs::write(dev_root.join("dev/nvidiactl"), "").unwrap();
+    let mut inv = common::node::inventory();
+    inv.dev_root = dev_root.clone();
+    let mig_uuid = "MIG-11111111-2222-5333-8444-555555555555";
+    inv.gpus[0].mig_enabled = true;
+    inv.gpus[0].mig_devices = vec![gpuhook_node::MigDevice {
+        index: 0,
+        parent_index: 0,
+        gi_id: 9,
+        ci_id: 0,
+        uuid: mig_uuid.into(),
+        memory_mib: 9728,
+        profile: Some("1g.10gb".into()),
+        gi_cap_minor: 84,
+        ci_cap_minor: 85,
+    }];
+    let inv_path = files.path().join("mig.json");
+    std::fs::write(&inv_path, serde_json::to_string(&inv).unwrap()).unwrap();
+    let yaml = "version: v1\nflags:\n  migStrategy: mixed\n  plugin:\n    passDeviceSpecs: true\n    deviceListStrategy: [cdi-cri, envvar]\n";
+    std::fs::write(&cfg, yaml).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut kubelet = FakeKubelet::start(dir.path());
+    let plugin = serve(&cfg, &inv_path, dir.path(), &[]);
+    let mut regs = vec![
+        kubelet.next_registration().await,
+        kubelet.next_registration().await,
+    ];
+    regs.sort_by(|a, b| a.request.resource_name.cmp(&b.request.resource_name));
+    let got: Vec<(&str, &str)> = regs
+        .iter()
+        .map(|r| {
+            (
+                r.request.resource_name.as_str(),
+                r.request.endpoint.as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("nvidia.com/gpu", "nvidia-gpu.sock"),
+            ("nvidia.com/mig-1g.10gb", "nvidia-mig-1g.10gb.sock")
+        ]
+    );
+    let mig = &mut regs[1];
+    let ids: Vec<String> = next_list(mig, WAIT)
+        .await
+        .devices
+        .into_iter()
+        .map(|d| d.id)
+        .collect();
+    assert_eq!(ids, [mig_uuid]);
+    let req = api::AllocateRequest {
+        container_requests: vec![api::ContainerAllocateRequest { devices_ids: ids }],
+    };
+    let r = mig
+        .client
+        .allocate(req)
+        .await
+        .unwrap()
+        .into_inner()
+        .container_responses
+        .remove(0);
+    let names: Vec<&str> = r.cdi_devices.iter().map(|d| d.name.as_str()).collect();
+    assert_eq!(names, [format!("nvidia.com/gpu={mig_uuid}")]);
+    assert_eq!(
+        r.envs.get("NVIDIA_VISIBLE_DEVICES").map(String::as_str),
+        Some(mig_uuid)
+    );
+    let specs: Vec<(String, String, String)> = r
+        .devices
+        .iter()
+        .map(|d| {
+            (
+                d.container_path.clone(),
+                d.host_path.clone(),
+                d.permissions.clone(),
+            )
+        })
+        .collect();
+    let want: Vec<(String, String, String)> = [
+        "/dev/nvidiactl",
+        "/dev/nvidia0",
+        "/dev/nvidia-caps/nvidia-cap84",
+        "/dev/nvidia-caps/nvidia-cap85",
+    ]
+    .iter()
+    .map(|p| {
+        (
+            p.to_string(),
+            dev_root.join(&p[1..]).display().to_string(),
+            "rw".to_string(),
+        )
+    })
+    .collect();
+    assert_eq!(specs, want);
+    assert_eq!(terminate(plugin).await.code(), Some(0));
+    kubelet.stop().await;
 }
