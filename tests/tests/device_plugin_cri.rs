@@ -204,3 +204,108 @@ async fn wait_for_annotation(gpu: &mut Resource) -> Option<ContainerAllocateResp
     }
     None
 }
+
+/// (GPU, MIG index) of a MIG device UUID.
+fn mig_of(node: &Node, uuid: &str) -> (usize, usize) {
+    for (g, gpu) in node.profile.gpus.iter().enumerate() {
+        if let Some(m) = gpu.mig_devices.iter().position(|d| d.uuid == uuid) {
+            return (g, m);
+        }
+    }
+    panic!("{uuid} is no MIG device of the node");
+}
+
+/// `migStrategy: mixed` on an A100 node with MIG devices: `nvidia.com/mig-1g.10gb: 1` gives the
+/// container its MIG device: the parent GPU's node and the device's two capability nodes
+/// (`nvidia-caps` GI and CI access), nothing of the other GPU or the other MIG devices.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mixed_mig_device_through_cri() {
+    if !ready() {
+        return;
+    }
+    let mixed = "version: v1\nflags:\n  migStrategy: mixed\n";
+    let mut rig = Rig::start("a100-mig-mixed", &[("default", mixed)], "").await;
+    let mut mig = rig.resource("nvidia.com/mig-1g.10gb").await;
+    let want_count = rig
+        .node
+        .profile
+        .gpus
+        .iter()
+        .flat_map(|g| &g.mig_devices)
+        .filter(|d| d.profile == "1g.10gb")
+        .count();
+    assert_eq!(mig.devices.len(), want_count, "{:?}", mig.devices);
+    let resp = mig.allocate(1).await.unwrap();
+    let id = mig.allocated[0].clone();
+    assert_eq!(resp.envs.get("NVIDIA_VISIBLE_DEVICES"), Some(&id));
+    let (g, m) = mig_of(&rig.node, &id);
+    let saw = rig.run("mig", &[resp]).await;
+    let mut want = only_gpu(&rig.node, g);
+    for cap in rig.node.mig_caps(g, m) {
+        want.insert(cap, "ENXIO".into());
+    }
+    assert_eq!(saw.gpu_nodes(), want, "{saw:?}");
+}
+
+/// The seed's ConfigMap: one key per node type, `nvidia.com/device-plugin.config` picks it.
+fn seed_configs() -> Vec<(&'static str, String)> {
+    let ts = |n: u32| {
+        format!(
+            "version: v1\nflags:\n  migStrategy: none\nsharing:\n  timeSlicing:\n    renameByDefault: false\n    failRequestsGreaterThanOne: true\n    resources:\n    - name: nvidia.com/gpu\n      replicas: {n}\n"
+        )
+    };
+    vec![("default", ts(2)), ("l20", ts(8)), ("t4", ts(3))]
+}
+
+/// One seed node: its replicas are advertised, one slot runs a container that gets the GPU, a
+/// request of 2 shared slots is refused by the plugin (failRequestsGreaterThanOne), and once
+/// every slot is taken the kubelet itself refuses one more. Returns the number of slots.
+async fn seed_node(profile: &str, label: &str) -> usize {
+    let configs = seed_configs();
+    let configs: Vec<(&str, &str)> = configs.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let mut rig = Rig::start(profile, &configs, label).await;
+    let mut gpu = rig.resource("nvidia.com/gpu").await;
+    let slots = gpu.devices.len();
+    assert!(
+        gpu.devices.keys().all(|id| id.contains("::")),
+        "{:?}",
+        gpu.devices
+    );
+
+    let err = gpu.allocate(2).await.unwrap_err();
+    assert!(
+        err.contains("maximum request size for shared resources is 1; found 2"),
+        "{err}"
+    );
+    let resp = gpu.allocate(1).await.unwrap();
+    let g = gpu_of(&rig.node, &gpu.allocated[0]);
+    let saw = rig.run(&format!("{label}-slot"), &[resp]).await;
+    assert_eq!(saw.gpu_nodes(), only_gpu(&rig.node, g), "{saw:?}");
+    while !gpu.available().is_empty() {
+        gpu.allocate(1).await.unwrap();
+    }
+    let err = gpu.allocate(1).await.unwrap_err();
+    assert!(
+        err.contains("Requested: 1, Available: 0"),
+        "kubelet admission: {err}"
+    );
+    let err = gpu
+        .allocate_ids(&["GPU-00000000-0000-0000-0000-000000000000::0".into()])
+        .await
+        .unwrap_err();
+    assert!(err.contains("unknown device"), "{err}");
+    slots
+}
+
+/// The seed scenario: an L20 node labelled `l20` (8 replicas) and a T4 node labelled `t4` (3),
+/// from one ConfigMap: 11 schedulable `nvidia.com/gpu` slots; each slot runs a real container.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seed_time_slicing_l20_and_t4_by_node_label_give_11_slots() {
+    if !ready() {
+        return;
+    }
+    let l20 = seed_node("l20", "l20").await;
+    let t4 = seed_node("t4", "t4").await;
+    assert_eq!((l20, t4), (8, 3));
+    assert_eq!(l20 + t4, 11);
+}
