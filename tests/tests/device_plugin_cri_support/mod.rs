@@ -167,25 +167,6 @@ impl Resource {
             .collect();
     }
 
-    /// Waits (up to `d`) for a list in which `pred` holds, and keeps it.
-    pub async fn wait_list(
-        &mut self,
-        d: Duration,
-        pred: impl Fn(&BTreeMap<String, String>) -> bool,
-    ) {
-        let deadline = Instant::now() + d;
-        while !pred(&self.devices) {
-            let left = deadline.saturating_duration_since(Instant::now());
-            assert!(
-                !left.is_zero(),
-                "no matching device list: {:?}",
-                self.devices
-            );
-            let list = next_list(&mut self.reg, left).await;
-            self.set(&list);
-        }
-    }
-
     /// Healthy, unallocated devices: what the kubelet may hand out (`manager.go:devicesToAllocate`
     /// uses `healthyDevices` minus `allocatedDevices`).
     pub fn available(&self) -> Vec<String> {
