@@ -27,6 +27,23 @@ fn mig_device(gpu: u32, mig: u32) -> AdvertisedDevice {
     }
 }
 
+/// envvar + passDeviceSpecs settings with `dev_root` and `device_paths`.
+fn settings(
+    dev_root: &std::path::Path,
+    device_paths: BTreeMap<String, Vec<String>>,
+) -> AllocSettings {
+    AllocSettings {
+        strategies: vec![DeviceListStrategy::Envvar],
+        id_strategy: DeviceIdStrategy::Uuid,
+        pass_device_specs: true,
+        cdi_annotation_prefix: "cdi.k8s.io/".into(),
+        mps_root: None,
+        container_pipe_dir: "/tmp/nvidia-mps".into(),
+        dev_root: dev_root.to_path_buf(),
+        device_paths,
+    }
+}
+
 /// passDeviceSpecs on a dev root that has nvidiactl and nvidia-uvm only: those two (NVIDIA
 /// passes the control nodes that exist), then each device's nodes, `rw`, host paths under the
 /// dev root; the parent GPU node of two MIG devices once.
@@ -58,16 +75,7 @@ fn pass_device_specs_gives_existing_control_nodes_then_device_nodes() {
     .into_iter()
     .map(|(k, v)| (k.to_string(), v.map(String::from).to_vec()))
     .collect();
-    let settings = AllocSettings {
-        strategies: vec![DeviceListStrategy::Envvar],
-        id_strategy: DeviceIdStrategy::Uuid,
-        pass_device_specs: true,
-        cdi_annotation_prefix: "cdi.k8s.io/".into(),
-        mps_root: None,
-        container_pipe_dir: "/tmp/nvidia-mps".into(),
-        dev_root: root.path().to_path_buf(),
-        device_paths: paths,
-    };
+    let settings = settings(root.path(), paths);
     let resource = Resource {
         name: "nvidia.com/mig-1g.10gb".into(),
         sharing: SharingKind::None,

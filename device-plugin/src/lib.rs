@@ -8,6 +8,7 @@ pub mod api;
 pub mod error;
 pub mod health;
 pub mod kubelet;
+pub mod monitor;
 pub mod preferred;
 pub mod run;
 pub mod served;

@@ -10,12 +10,13 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
+use gpuhook_device_plugin::error::chain;
+use gpuhook_device_plugin::preferred::{AllocationPolicy, TopologyPreferrer};
 use gpuhook_device_plugin::run::{run, Options};
 use gpuhook_device_plugin::served::{HealthState, DEFAULT_CONTAINER_PIPE_DIR};
-use gpuhook_device_plugin::service::{PreferError, Preferrer};
+use gpuhook_device_plugin::service::{Preferrer, WithoutTopology};
 use gpuhook_device_plugin::source::{ConfigName, ConfigSource, InventoryFrom};
 use gpuhook_node::DiscoverOptions;
-use gpuhook_sharing::Resource;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -96,38 +97,18 @@ impl NodeArgs {
     }
 }
 
-/// Until topology-aware preference is wired: must_include, then the available IDs in the
-/// kubelet's order (what the kubelet itself would pick).
-struct InOrder;
-
-impl Preferrer for InOrder {
-    fn preferred(
-        &self,
-        _: &Resource,
-        available: &[String],
-        must: &[String],
-        size: usize,
-    ) -> Result<Vec<String>, PreferError> {
-        let mut out = must.to_vec();
-        out.extend(available.iter().filter(|a| !must.contains(a)).cloned());
-        out.truncate(size);
-        Ok(out)
-    }
-}
-
-async fn shutdown_signal() {
+/// Installs the SIGTERM/SIGINT handlers now (a signal before this kills the process), and
+/// returns the future that resolves on the first of them.
+fn shutdown_signal() -> Result<impl std::future::Future<Output = ()>> {
     use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        tracing::error!("cannot install signal handlers; stop with SIGKILL");
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM"),
-        _ = int.recv() => tracing::info!("SIGINT"),
-    }
+    let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
+    let mut int = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM"),
+            _ = int.recv() => tracing::info!("SIGINT"),
+        }
+    })
 }
 
 fn serve(args: ServeArgs) -> Result<()> {
@@ -137,22 +118,47 @@ fn serve(args: ServeArgs) -> Result<()> {
         .build()
         .context("cannot start the async runtime")?;
     rt.block_on(async {
-        let (_health_tx, health) = tokio::sync::watch::channel(HealthState::default());
+        let shutdown = shutdown_signal()?;
+        let (_health_tx, mut health) = tokio::sync::watch::channel(HealthState::default());
+        let mut monitor = None;
+        let mut preferrer: Arc<dyn Preferrer> = Arc::new(WithoutTopology::default());
+        let (root, lib) = (&args.node.driver_root, args.node.nvml_lib.as_deref());
+        match gpuhook_device_plugin::monitor::load_nvml(root, lib) {
+            Ok(nvml) => {
+                preferrer = Arc::new(TopologyPreferrer {
+                    nvml: nvml.clone(),
+                    root: root.clone(),
+                    policy: AllocationPolicy::default(),
+                });
+                let inv = args.node.source().inventory().context("cannot list the node's GPUs for health monitoring")?;
+                match gpuhook_device_plugin::monitor::start(nvml, &inv) {
+                    Ok((m, rx)) => {
+                        monitor = Some(m);
+                        health = rx;
+                    }
+                    Err(e) => tracing::warn!(error = %chain(&e), "no GPU health monitoring: every device stays Healthy"),
+                }
+            }
+            Err(e) => tracing::warn!(error = %chain(&e), "no NVML: no GPU health monitoring, no topology in preferred allocations"),
+        }
         let opts = Options {
             plugin_dir: args.plugin_dir.clone(),
             container_pipe_dir: args.container_pipe_dir.clone(),
             poll: Duration::from_millis(250),
         };
-        run(
+        let res = run(
             opts,
             Box::new(args.node.source()),
             health,
-            Arc::new(InOrder),
-            shutdown_signal(),
+            preferrer,
+            shutdown,
         )
-        .await
-    })?;
-    Ok(())
+        .await;
+        if let Some(m) = monitor {
+            m.stop();
+        }
+        res.map_err(anyhow::Error::from)
+    })
 }
 
 fn main() -> Result<()> {

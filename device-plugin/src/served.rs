@@ -166,7 +166,7 @@ pub fn follow_health(
     let (tx, out) = tokio::sync::watch::channel(HealthState::default());
     tokio::spawn(async move {
         while let Some(c) = rx.recv().await {
-            tracing::info!(gpu = %c.gpu_uuid, mig = ?c.mig_uuid, healthy = c.healthy, reason = %c.reason, "device health changed");
+            tracing::debug!(gpu = %c.gpu_uuid, mig = ?c.mig_uuid, healthy = c.healthy, "health change applied");
             tx.send_modify(|h| h.apply(&c));
         }
     });

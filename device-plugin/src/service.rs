@@ -154,3 +154,42 @@ impl api::DevicePlugin for PluginService {
         Ok(Response::new(api::PreStartContainerResponse {}))
     }
 }
+
+/// NVIDIA's preference (`crate::preferred`) with the node's NVLink/PCIe topology, read from NVML
+/// when a full-GPU request needs it.
+impl Preferrer for crate::preferred::TopologyPreferrer {
+    fn preferred(
+        &self,
+        resource: &Resource,
+        available: &[String],
+        must_include: &[String],
+        size: usize,
+    ) -> Result<Vec<String>, PreferError> {
+        Ok(self.prefer(resource, available, must_include, size)?)
+    }
+}
+
+/// NVIDIA's preference without topology (no NVML here): replicas and MIG devices spread over
+/// the least-loaded GPUs, full GPUs in NUMA order.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WithoutTopology(pub crate::preferred::AllocationPolicy);
+
+impl Preferrer for WithoutTopology {
+    fn preferred(
+        &self,
+        resource: &Resource,
+        available: &[String],
+        must_include: &[String],
+        size: usize,
+    ) -> Result<Vec<String>, PreferError> {
+        let p = crate::preferred::preferred_with_policy(
+            resource,
+            available,
+            must_include,
+            size,
+            None,
+            self.0,
+        )?;
+        Ok(p)
+    }
+}

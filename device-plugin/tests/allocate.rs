@@ -6,33 +6,18 @@
 mod common;
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{advertisement, gpu_uuid, next_list, FakeKubelet, WAIT};
+use common::{advertisement, gpu_uuid, next_list, FakeKubelet, Fixed, WAIT};
 use gpuhook_device_plugin::api::{self, ContainerAllocateResponse};
-use gpuhook_device_plugin::run::{run, AdSource, Loaded, Options};
+use gpuhook_device_plugin::run::{run, Options};
 use gpuhook_device_plugin::served::HealthState;
 use gpuhook_device_plugin::service::{PreferError, Preferrer};
 use gpuhook_sharing::{
     Advertisement, DeviceIdStrategy, DeviceListStrategy as S, Resource, SharingKind,
 };
 use tokio::sync::{oneshot, watch};
-
-struct Fixed(Advertisement);
-
-impl AdSource for Fixed {
-    fn watched(&self) -> Vec<PathBuf> {
-        Vec::new()
-    }
-    fn load(&mut self) -> Result<Loaded, PreferError> {
-        Ok(Loaded {
-            ad: self.0.clone(),
-            inventory: None,
-        })
-    }
-}
 
 struct NoPreference;
 

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{advertisement, gpu_uuid, next_list, FakeKubelet, WAIT};
+use common::{advertisement, gpu_uuid, next_list, FakeKubelet, Fixed, WAIT};
 use gpuhook_device_plugin::api;
 use gpuhook_device_plugin::run::{run, AdSource, Loaded, Options};
 use gpuhook_device_plugin::served::HealthState;
@@ -47,21 +47,6 @@ impl AdSource for FileSource {
         let ad = advertisement(name, 2, n, sharing, &[DeviceListStrategy::Envvar]);
         Ok(Loaded {
             ad,
-            inventory: None,
-        })
-    }
-}
-
-/// Serves a fixed advertisement.
-struct Fixed(gpuhook_sharing::Advertisement);
-
-impl AdSource for Fixed {
-    fn watched(&self) -> Vec<PathBuf> {
-        Vec::new()
-    }
-    fn load(&mut self) -> Result<Loaded, PreferError> {
-        Ok(Loaded {
-            ad: self.0.clone(),
             inventory: None,
         })
     }

@@ -5,6 +5,8 @@
 //! (`api/config/v1/config.go`), which forces every shared resource to `devices: all` and its
 //! `rename` to `""`, or to `<name>.shared` under `renameByDefault`. So a ConfigMap gives the
 //! same resource names under our plugin as under NVIDIA's; the discarded settings are warnings.
+//! One exception: an MPS resource's `devices` list is honoured by gpu-mps-daemon, and only GPUs
+//! whose daemon is ready are advertised, so the list does select the GPUs (a warning says so).
 
 use std::collections::BTreeMap;
 
@@ -82,7 +84,13 @@ fn discarded_settings(section: &ReplicatedResources, mps: bool) -> Vec<String> {
     let key = if mps { "mps" } else { "timeSlicing" };
     let mut out = Vec::new();
     for (i, r) in section.resources.iter().enumerate() {
-        if r.devices != Devices::All {
+        if r.devices != Devices::All && mps {
+            // gpu-mps-daemon honours the list, and only GPUs whose daemon is ready are advertised.
+            out.push(format!(
+                "sharing.mps.resources[{i}].devices: only the GPUs gpu-mps-daemon runs MPS on are advertised (NVIDIA's plugin would share every {})",
+                r.full_name()
+            ));
+        } else if r.devices != Devices::All {
             out.push(format!(
                 "sharing.{key}.resources[{i}].devices: ignored, every device of {} is shared (as NVIDIA's plugin ignores it)",
                 r.full_name()

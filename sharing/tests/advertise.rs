@@ -226,6 +226,20 @@ fn rename_by_default_advertises_name_shared_and_explicit_renames_are_ignored() {
             .any(|w| w.contains("resources[0].devices: ignored")),
         "{warnings:?}"
     );
+    let mps = "sharing: {mps: {resources: [{name: gpu, replicas: 2, devices: [1]}]}}";
+    let (_, warnings) = gpuhook_sharing::advertise_with_warnings(
+        "m",
+        &parse(mps).unwrap(),
+        &common::node("dgx-h100"),
+        &|_| true,
+    )
+    .unwrap();
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("only the GPUs gpu-mps-daemon runs MPS on are advertised")),
+        "{warnings:?}"
+    );
 }
 
 #[test]

@@ -3,12 +3,16 @@
 //! source), plus hand-built advertisements.
 #![allow(dead_code)]
 
+pub mod node;
+
 use std::path::{Path, PathBuf};
 
 use std::time::Duration;
 
 use gpuhook_device_plugin::api::{self, DevicePluginClient, Registration, RegistrationServer};
 use gpuhook_device_plugin::kubelet::connect;
+use gpuhook_device_plugin::run::{AdSource, Loaded};
+use gpuhook_device_plugin::service::PreferError;
 use gpuhook_sharing::{
     AdvertisedDevice, Advertisement, Backing, DeviceIdStrategy, DeviceListStrategy, Resource,
     SharingKind,
@@ -216,5 +220,20 @@ pub fn advertisement(
         pass_device_specs: false,
         cdi_annotation_prefix: "cdi.k8s.io/".into(),
         mps_root: None,
+    }
+}
+
+/// Serves a fixed advertisement.
+pub struct Fixed(pub Advertisement);
+
+impl AdSource for Fixed {
+    fn watched(&self) -> Vec<PathBuf> {
+        Vec::new()
+    }
+    fn load(&mut self) -> Result<Loaded, PreferError> {
+        Ok(Loaded {
+            ad: self.0.clone(),
+            inventory: None,
+        })
     }
 }
