@@ -309,3 +309,42 @@ async fn seed_time_slicing_l20_and_t4_by_node_label_give_11_slots() {
     assert_eq!((l20, t4), (8, 3));
     assert_eq!(l20 + t4, 11);
 }
+
+/// A critical Xid on one GPU of a 2-GPU node (injected through the mock NVML's events file, as
+/// the simulator documents: `xid <uuid> <xid>` in `<libdir>/gpuhook-sim-state/events`): the
+/// plugin's ListAndWatch marks it Unhealthy, the kubelet no longer offers it, and the pod gets
+/// the healthy GPU.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unhealthy_gpu_is_no_longer_allocated() {
+    if !ready() {
+        return;
+    }
+    let mut rig = Rig::start("rhel-a100", &[("default", ENVVAR)], "").await;
+    let mut gpu = rig.resource("nvidia.com/gpu").await;
+    let bad = rig.node.profile.gpus[0].uuid.clone();
+    let events = rig
+        .node
+        .root
+        .join(rig.node.profile.lib_dir.trim_start_matches('/'))
+        .join("gpuhook-sim-state/events");
+    std::fs::create_dir_all(events.parent().unwrap()).unwrap();
+    // Xid 48 (double-bit ECC) is critical: not in NVIDIA's default-ignored 13, 31, 43, 45, 68, 109.
+    std::fs::write(&events, format!("xid {bad} 48\n")).unwrap();
+    let marked = gpu
+        .wait_list(Duration::from_secs(5), |d| {
+            d.get(&bad).map(String::as_str) == Some("Unhealthy")
+        })
+        .await;
+    assert!(
+        marked,
+        "{bad} not marked Unhealthy within 5 s: {:?}\n{}",
+        gpu.devices,
+        rig.plugin.log_text()
+    );
+    assert_eq!(gpu.available(), [rig.node.profile.gpus[1].uuid.clone()]);
+    let resp = gpu.allocate(1).await.unwrap();
+    let saw = rig.run("healthy", &[resp]).await;
+    assert_eq!(saw.gpu_nodes(), only_gpu(&rig.node, 1), "{saw:?}");
+    let err = gpu.allocate(1).await.unwrap_err();
+    assert!(err.contains("Requested: 1, Available: 0"), "{err}");
+}

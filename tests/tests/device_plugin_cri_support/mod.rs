@@ -1,10 +1,9 @@
 //! Support for `device_plugin_cri`: a simulated node (driver root with the mock NVML, gpuhook's
-//! CDI spec and config for gpuhook-runtime), `gpuhook-device-plugin serve` as a process, the fake
-//! kubelet of the device plugin's own tests (reused read-only), the kubelet's allocation steps,
+//! CDI spec and config for gpuhook-runtime), `gpuhook-device-plugin serve` as a process, a fake
+//! kubelet, the kubelet's allocation steps,
 //! and the container script that reports what a container saw.
 
 pub mod cri;
-#[path = "../../../device-plugin/tests/common/mod.rs"]
 pub mod fake_kubelet;
 pub mod kubelet;
 
@@ -165,6 +164,23 @@ impl Resource {
             .iter()
             .map(|d| (d.id.clone(), d.health.clone()))
             .collect();
+    }
+
+    /// Waits (up to `d`) for a ListAndWatch list in which `pred` holds, and keeps it.
+    pub async fn wait_list(
+        &mut self,
+        d: Duration,
+        pred: impl Fn(&BTreeMap<String, String>) -> bool,
+    ) -> bool {
+        let deadline = Instant::now() + d;
+        while !pred(&self.devices) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let Ok(Some(list)) = tokio::time::timeout(left, self.reg.lists.recv()).await else {
+                return false;
+            };
+            self.set(&list);
+        }
+        true
     }
 
     /// Healthy, unallocated devices: what the kubelet may hand out (`manager.go:devicesToAllocate`
