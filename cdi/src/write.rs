@@ -38,10 +38,22 @@ pub fn default_file_name(kind: &str, format: Format) -> String {
     format!("{}.{}", kind.replace('/', "-"), format.as_str())
 }
 
+/// Why a spec file is not gpuhook's to overwrite (see [`is_ours`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Foreign {
+    #[error("it holds kind {found:?}, not {expected:?}")]
+    OtherKind { found: String, expected: String },
+    #[error("it has a hook running {program} (not written by gpuhook)")]
+    OtherHook { program: String },
+}
+
 /// Why `existing` is not ours to overwrite with a spec of `kind`, or `Ok` when it is.
-pub fn is_ours(existing: &Spec, kind: &str) -> Result<(), String> {
+pub fn is_ours(existing: &Spec, kind: &str) -> Result<(), Foreign> {
     if existing.kind != kind {
-        return Err(format!("it holds kind {:?}, not {kind:?}", existing.kind));
+        return Err(Foreign::OtherKind {
+            found: existing.kind.clone(),
+            expected: kind.into(),
+        });
     }
     let edits = std::iter::once(&existing.container_edits)
         .chain(existing.devices.iter().map(|d| &d.container_edits));
@@ -49,10 +61,9 @@ pub fn is_ours(existing: &Spec, kind: &str) -> Result<(), String> {
         let by_path = Path::new(&hook.path).file_name() == Some(GPUHOOK_PROGRAM.as_ref());
         let by_arg = hook.args.first().map(String::as_str) == Some(GPUHOOK_PROGRAM);
         if !(by_path || by_arg) {
-            return Err(format!(
-                "it has a hook running {} (not written by gpuhook)",
-                hook.path
-            ));
+            return Err(Foreign::OtherHook {
+                program: hook.path.clone(),
+            });
         }
     }
     Ok(())
@@ -93,9 +104,9 @@ fn write_checked(
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
-    fs::create_dir_all(dir).map_err(|source| CdiError::OutputDirNotWritable {
+    fs::create_dir_all(dir).map_err(|error| CdiError::OutputDirNotWritable {
         dir: dir.to_path_buf(),
-        source,
+        error,
     })?;
     // Even a take-over replaces only a CDI spec, never some other file.
     let check = |old: &[u8]| {
@@ -103,7 +114,7 @@ fn write_checked(
         let existing = Spec::from_slice(old, Some(fmt))
             .map_err(|e| NotOurs::new(format!("it is not a valid CDI spec ({e})")))?;
         if check_owner {
-            is_ours(&existing, &spec.kind).map_err(NotOurs::new)?;
+            is_ours(&existing, &spec.kind).map_err(|e| NotOurs::new(e.to_string()))?;
         }
         Ok(())
     };
@@ -134,10 +145,7 @@ fn from_write_error(e: WriteError) -> CdiError {
             step: Step::CreateTemp,
             path,
             error,
-        } => CdiError::OutputDirNotWritable {
-            dir: path,
-            source: error,
-        },
+        } => CdiError::OutputDirNotWritable { dir: path, error },
         WriteError::Io { step, path, error } => CdiError::io(step.as_str(), path, error),
         WriteError::NoFileName { path } => CdiError::InvalidOption {
             option: "output",

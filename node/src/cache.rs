@@ -47,7 +47,7 @@ impl Inventory {
     fn to_json_bytes(&self, path: &Path) -> Result<Vec<u8>, NodeError> {
         let mut json = serde_json::to_vec_pretty(self).map_err(|e| NodeError::InventoryWrite {
             path: path.to_path_buf(),
-            source: std::io::Error::other(e),
+            error: std::io::Error::other(e),
         })?;
         json.push(b'\n');
         Ok(json)
@@ -58,7 +58,7 @@ impl Inventory {
             .write(path, json)
             .map_err(|e| NodeError::InventoryWrite {
                 path: path.to_path_buf(),
-                source: e.into_io(),
+                error: e.into_io(),
             })?;
         Ok(outcome == Outcome::Written)
     }
@@ -121,7 +121,7 @@ pub fn node_driver_version(driver_root: &Path) -> Option<String> {
 pub fn load_fresh(path: &Path, driver_root: &Path) -> Result<Option<Inventory>, NodeError> {
     let inv = match Inventory::load_json(path) {
         Ok(inv) => inv,
-        Err(NodeError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+        Err(NodeError::Io { error, .. }) if error.kind() == std::io::ErrorKind::NotFound => {
             return Ok(None)
         }
         Err(e) => return Err(e),
