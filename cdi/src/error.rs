@@ -125,6 +125,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn an_io_cause_is_printed_once() {
+        let enoent = || std::io::Error::from_raw_os_error(nix::libc::ENOENT);
+        let os = enoent().to_string();
+        for e in [
+            CdiError::io("read", "/x", enoent()),
+            CdiError::OutputDirNotWritable {
+                dir: "/d".into(),
+                error: enoent(),
+            },
+        ] {
+            let chain: Vec<String> =
+                std::iter::successors(Some(&e as &dyn std::error::Error), |e| e.source())
+                    .map(ToString::to_string)
+                    .collect();
+            assert_eq!(chain.join(": ").matches(&os).count(), 1, "{chain:?}");
+        }
+    }
+
+    #[test]
     fn echoed_values_are_capped() {
         let long = "x".repeat(1000);
         let names: Vec<String> = (0..40).map(|_| long.clone()).collect();

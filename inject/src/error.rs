@@ -116,3 +116,34 @@ pub(crate) fn pathrs_io(err: pathrs::error::Error) -> std::io::Error {
         _ => std::io::Error::other(err.to_string()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_io_cause_is_printed_once() {
+        let eloop = || std::io::Error::from_raw_os_error(libc::ELOOP);
+        let os = eloop().to_string();
+        for e in [
+            InjectError::InRoot {
+                op: "open",
+                root: "/r".into(),
+                path: "/a".into(),
+                error: eloop(),
+            },
+            InjectError::Mount {
+                src: "/s".into(),
+                dst: "/d".into(),
+                step: "move_mount",
+                error: eloop(),
+            },
+        ] {
+            let chain: Vec<String> =
+                std::iter::successors(Some(&e as &dyn std::error::Error), |e| e.source())
+                    .map(ToString::to_string)
+                    .collect();
+            assert_eq!(chain.join(": ").matches(&os).count(), 1, "{chain:?}");
+        }
+    }
+}

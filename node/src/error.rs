@@ -163,6 +163,34 @@ impl NodeError {
 mod tests {
     use super::*;
 
+    /// The error and its sources as `anyhow`'s `{:#}` prints them.
+    fn chain(e: &dyn std::error::Error) -> String {
+        let all: Vec<String> = std::iter::successors(Some(e), |e| e.source())
+            .map(ToString::to_string)
+            .collect();
+        all.join(": ")
+    }
+
+    #[test]
+    fn an_io_cause_is_printed_once() {
+        let enoent = || std::io::Error::from_raw_os_error(libc::ENOENT);
+        let os = enoent().to_string();
+        for e in [
+            NodeError::io("/x", enoent()),
+            NodeError::InventoryWrite {
+                path: "/c".into(),
+                error: enoent(),
+            },
+        ] {
+            assert_eq!(chain(&e).matches(&os).count(), 1, "{}", chain(&e));
+        }
+        let e = NodeError::LdCache {
+            path: "/etc/ld.so.cache".into(),
+            error: LdCacheError::Empty,
+        };
+        assert_eq!(chain(&e).matches("the file is empty").count(), 1);
+    }
+
     #[test]
     fn bounded_read_errors_keep_their_kind() {
         let err: NodeError = crate::bounded::read_bounded(std::path::Path::new("/dev/zero"), 8)
