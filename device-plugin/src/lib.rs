@@ -2,3 +2,5 @@
 //! to the kubelet over the device plugin API v1beta1 (gRPC on a unix socket), and answers
 //! Allocate with what gpuhook-runtime, the prestart hook and CDI-aware runtimes turn into a
 //! container.
+pub mod health;
+pub mod preferred;

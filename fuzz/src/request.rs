@@ -14,6 +14,12 @@ use serde_json::{json, Value};
 
 use crate::{check_message, text};
 
+/// The parser refused a config: its message (checked to be bounded), comparable between
+/// policies where the parser's own error type is not.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Refused(pub String);
+
 /// An OCI config whose process has exactly `env`.
 pub fn config_with_env(env: &[String]) -> Value {
     json!({ "ociVersion": "1.2.0", "process": { "env": env } })
@@ -21,11 +27,11 @@ pub fn config_with_env(env: &[String]) -> Value {
 
 /// Parses `config` as the hook does, checking what holds for any config: the cheap pre-check
 /// never skips a GPU container, errors are bounded, and the CDI names the wrapper derives parse.
-/// `Ok(None)`: not a GPU container; `Err(message)`: refused.
+/// `Ok(None)`: not a GPU container; `Err`: refused.
 pub fn parse_checked(
     config: &Value,
     policy: &RequestPolicy,
-) -> Result<Option<DeviceSelection>, String> {
+) -> Result<Option<DeviceSelection>, Refused> {
     let outcome = request::parse(config, policy);
     if matches!(outcome, Ok(ParseOutcome::Gpu(_))) {
         assert!(
@@ -36,7 +42,7 @@ pub fn parse_checked(
     match outcome {
         Err(e) => {
             check_message("request::parse", &e);
-            Err(e.to_string())
+            Err(Refused(e.to_string()))
         }
         Ok(ParseOutcome::NotGpu(_)) => Ok(None),
         Ok(ParseOutcome::Gpu(req)) => {

@@ -79,12 +79,15 @@ pub struct LogSettings {
 }
 
 /// Why logging could not be set up.
+///
+/// The OS error is part of `Open`'s message (field `error`, deliberately not a `source`): the CLI
+/// prints errors as a cause chain, which would repeat it.
 #[derive(Debug, thiserror::Error)]
 pub enum LoggingError {
-    #[error("cannot open log file {}: {source} (fix log-file in the config or create its directory)", path.display())]
+    #[error("cannot open log file {}: {error} (fix log-file in the config or create its directory)", path.display())]
     Open {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("logging was already initialised")]
     AlreadyInitialised,
@@ -108,9 +111,9 @@ fn open_append(path: &Path) -> Result<std::fs::File, LoggingError> {
         .append(true)
         .mode(0o640)
         .open(path)
-        .map_err(|source| LoggingError::Open {
+        .map_err(|error| LoggingError::Open {
             path: path.to_path_buf(),
-            source,
+            error,
         })
 }
 
@@ -261,6 +264,26 @@ mod tests {
         let second: serde_json::Value = serde_json::from_str(lines[2]).unwrap();
         assert_eq!(second["level"], "WARN");
         assert_eq!(second["fields"]["outcome"], "refuse");
+    }
+
+    /// The OS error is part of the message (with the fix), and not repeated by a `{:#}` chain.
+    #[test]
+    fn an_unopenable_log_file_names_the_file_and_the_cause_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("missing-dir/gpuhook.log");
+        let settings = LogSettings {
+            file: Some(path.clone()),
+            ..LogSettings::default()
+        };
+        let Err(err) = subscriber(&settings) else {
+            panic!("{} opened", path.display());
+        };
+        let err = anyhow::Error::from(err);
+        let line = format!("{err:#}");
+        let os = std::io::Error::from_raw_os_error(libc::ENOENT).to_string();
+        assert_eq!(line.matches(&os).count(), 1, "{line}");
+        assert_eq!(line.matches(path.to_str().unwrap()).count(), 1, "{line}");
+        assert!(line.contains("fix log-file in the config"), "{line}");
     }
 
     #[test]

@@ -1,5 +1,8 @@
 //! The `gpuhook` binary's surface: help texts, exit codes, one-line errors.
 
+// Integration tests: a failed unwrap or expect is the test failure, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::process::{Command, Output};
 
 fn gpuhook(args: &[&str], config: Option<&std::path::Path>) -> Output {
@@ -15,84 +18,86 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
+/// Each command's `--help` and what its text must name (its subcommands and flags).
+const HELP_CASES: &[(&[&str], &[&str])] = &[
+    (
+        &["--help"],
+        &[
+            "prestart", "cdi", "hook", "system", "runtime", "version", "--config",
+        ],
+    ),
+    (&["prestart", "--help"], &["OCI prestart hook", "--state"]),
+    (&["cdi", "--help"], &["generate", "list", "validate"]),
+    (
+        &["cdi", "generate", "--help"],
+        &[
+            "--driver-root",
+            "--dev-root",
+            "--nvml-lib",
+            "--output",
+            "--format",
+            "--device-name-strategy",
+            "--vendor",
+            "--class",
+            "type-index",
+        ],
+    ),
+    (&["cdi", "list", "--help"], &["--spec-dir"]),
+    (&["cdi", "validate", "--help"], &["<FILE>"]),
+    (
+        &["hook", "--help"],
+        &[
+            "setup",
+            "create-symlinks",
+            "update-ldcache",
+            "disable-device-node-modification",
+        ],
+    ),
+    (
+        &["hook", "setup", "--help"],
+        &[
+            "--link <TARGET::LINK>",
+            "--folder <DIR>",
+            "--ldconfig-path <PATH>",
+            "--disable-device-node-modification",
+        ],
+    ),
+    (
+        &["hook", "create-symlinks", "--help"],
+        &["--link <TARGET::LINK>"],
+    ),
+    (
+        &["hook", "update-ldcache", "--help"],
+        &["--folder <DIR>", "--ldconfig-path <PATH>"],
+    ),
+    (
+        &["hook", "disable-device-node-modification", "--help"],
+        &["ModifyDeviceFiles"],
+    ),
+    (&["system", "--help"], &["create-dev-char-symlinks"]),
+    (
+        &["system", "create-dev-char-symlinks", "--help"],
+        &["/dev/char", "--dry-run"],
+    ),
+    (&["runtime", "--help"], &["configure"]),
+    (
+        &["runtime", "configure", "--help"],
+        &[
+            "--containerd-config",
+            "--drop-in",
+            "--drop-in-config",
+            "--privileged-host-devices",
+            "--set-as-default",
+            "--dry-run",
+            "RuntimeClass",
+        ],
+    ),
+    (&["version", "--help"], &["version"]),
+];
+
 #[test]
 fn help_of_every_command() {
-    let cases: &[(&[&str], &[&str])] = &[
-        (
-            &["--help"],
-            &[
-                "prestart", "cdi", "hook", "system", "runtime", "version", "--config",
-            ],
-        ),
-        (&["prestart", "--help"], &["OCI prestart hook", "--state"]),
-        (&["cdi", "--help"], &["generate", "list", "validate"]),
-        (
-            &["cdi", "generate", "--help"],
-            &[
-                "--driver-root",
-                "--dev-root",
-                "--nvml-lib",
-                "--output",
-                "--format",
-                "--device-name-strategy",
-                "--vendor",
-                "--class",
-                "type-index",
-            ],
-        ),
-        (&["cdi", "list", "--help"], &["--spec-dir"]),
-        (&["cdi", "validate", "--help"], &["<FILE>"]),
-        (
-            &["hook", "--help"],
-            &[
-                "setup",
-                "create-symlinks",
-                "update-ldcache",
-                "disable-device-node-modification",
-            ],
-        ),
-        (
-            &["hook", "setup", "--help"],
-            &[
-                "--link <TARGET::LINK>",
-                "--folder <DIR>",
-                "--ldconfig-path <PATH>",
-                "--disable-device-node-modification",
-            ],
-        ),
-        (
-            &["hook", "create-symlinks", "--help"],
-            &["--link <TARGET::LINK>"],
-        ),
-        (
-            &["hook", "update-ldcache", "--help"],
-            &["--folder <DIR>", "--ldconfig-path <PATH>"],
-        ),
-        (
-            &["hook", "disable-device-node-modification", "--help"],
-            &["ModifyDeviceFiles"],
-        ),
-        (&["system", "--help"], &["create-dev-char-symlinks"]),
-        (
-            &["system", "create-dev-char-symlinks", "--help"],
-            &["/dev/char", "--dry-run"],
-        ),
-        (&["runtime", "--help"], &["configure"]),
-        (
-            &["runtime", "configure", "--help"],
-            &[
-                "--containerd-config",
-                "--drop-in",
-                "--drop-in-config",
-                "--privileged-host-devices",
-                "--set-as-default",
-                "--dry-run",
-                "RuntimeClass",
-            ],
-        ),
-        (&["version", "--help"], &["version"]),
-    ];
-    for (args, needles) in cases {
+    for (args, needles) in HELP_CASES {
         let out = gpuhook(args, None);
         assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
         let stdout = text(&out.stdout);

@@ -1,6 +1,9 @@
 //! `gpuhook runtime configure` as a provisioning script sees it: stdout summary, exit status
 //! 0 (changed) / 3 (unchanged) / 1 (error, nothing written), comments kept, a backup made.
 
+// Integration tests: a failed unwrap or expect is the test failure, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::path::Path;
 use std::process::{Command, Output};
 

@@ -2,6 +2,9 @@
 //! step must build the binaries, and every `gpuhook` command and every configure flag it names
 //! must exist (it once documented a `--drop-in-path` flag that did not).
 
+// Integration tests: a failed unwrap or expect is the test failure, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use clap::Parser;
 use gpuhook::cli::Cli;
 

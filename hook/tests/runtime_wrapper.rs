@@ -1,5 +1,8 @@
 //! The `gpuhook-runtime` binary with a fake runc: pass-through, stdout untouched, config errors.
 
+// Integration tests: a failed unwrap or expect is the test failure, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

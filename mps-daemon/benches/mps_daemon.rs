@@ -3,6 +3,8 @@
 //!
 //! `cargo bench -p gpu-mps-daemon` (set GPUHOOK_SIM_MPS_CONTROL when the simulator is not next to
 //! the daemon binary). Targets: <= 500 ms, <= 2 s, <= 20 MB.
+// Test support: a failed unwrap is a failed test, with its location.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -55,7 +57,7 @@ fn main() {
         let old = node.gpu_status(3).unwrap()["pid"].as_i64().unwrap();
         let t1 = Instant::now();
         // SAFETY: SIGKILL to a simulated control daemon.
-        unsafe { libc::kill(old as i32, libc::SIGKILL) };
+        unsafe { libc::kill(i32::try_from(old).expect("a pid"), libc::SIGKILL) };
         wait_for("recovery", || {
             node.gpu_status(3).filter(|g| {
                 g["state"] == "ready"

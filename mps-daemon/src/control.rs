@@ -20,7 +20,7 @@ use tokio::time::Instant;
 
 use crate::layout::GpuLayout;
 use crate::plan::GpuPlan;
-use crate::safefs::{clip, ECHO_MAX};
+use gpuhook_node::bounded::preview;
 
 /// Largest control reply we accept (server and client lists are a few pids; 48 clients).
 pub const MAX_REPLY: usize = 64 * 1024;
@@ -218,7 +218,7 @@ impl ControlEnv {
             .filter(|s| !s.is_empty())
             .collect::<Vec<_>>()
             .join("; ");
-        let output = clip(&output, ECHO_MAX);
+        let output = preview(&output);
         match status.code() {
             Some(1) => Err(ControlError::NoDaemon {
                 command: command.to_string(),
@@ -332,7 +332,11 @@ pub fn parse_mem_limit_mib(reply: &str) -> Option<u64> {
         "T" | "t" => n * 1024.0 * 1024.0,
         _ => return None,
     };
-    Some(mib.round() as u64)
+    // `n` is digits and dots, so never negative; `as` saturates a value past `u64::MAX`, which
+    // no driver reports (and which then fails the read-back check, as it should).
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let mib = mib.round() as u64;
+    Some(mib)
 }
 
 #[cfg(test)]

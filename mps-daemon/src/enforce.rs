@@ -17,7 +17,7 @@
 //! Clients are only ever ended with `terminate_client` (never a signal): the server cleans up
 //! the client's context and the process sees an MPS error instead of dying mid-write.
 
-use crate::safefs::{clip, ECHO_MAX};
+use gpuhook_node::bounded::preview;
 use std::collections::BTreeMap;
 
 /// Why a client is ended.
@@ -94,14 +94,22 @@ pub fn decide(clients: &[ClientView], cap: Option<u32>) -> Vec<Termination> {
     out
 }
 
+/// A list reply with something other than a pid in it (both cut for the message).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unexpected pid {word:?} in reply {reply:?}")]
+pub struct PidListError {
+    pub word: String,
+    pub reply: String,
+}
+
 /// Parses a list reply (`get_server_list`, `get_client_list`): one pid per line.
-pub fn parse_pids(reply: &str) -> Result<Vec<u32>, String> {
+pub fn parse_pids(reply: &str) -> Result<Vec<u32>, PidListError> {
     reply
         .split_whitespace()
         .map(|w| {
-            w.parse::<u32>().map_err(|_| {
-                let (w, reply) = (clip(w, 80), clip(reply, ECHO_MAX));
-                format!("unexpected pid {w:?} in reply {reply:?}")
+            w.parse::<u32>().map_err(|_| PidListError {
+                word: preview(w),
+                reply: preview(reply),
             })
         })
         .collect()
@@ -114,8 +122,9 @@ mod tests {
     #[test]
     fn a_bad_pid_list_is_refused_with_a_clipped_reply() {
         let reply = format!("12 {} 13", "x".repeat(5000));
-        let e = parse_pids(&reply).unwrap_err();
-        assert!(e.len() < 2 * ECHO_MAX + 200, "{}", e.len());
+        let e = parse_pids(&reply).unwrap_err().to_string();
+        let max = gpuhook_node::bounded::MAX_PREVIEW_CHARS;
+        assert!(e.chars().count() < 2 * max + 200, "{}", e.len());
         assert!(e.starts_with("unexpected pid \"xxx"), "{e}");
         assert_eq!(parse_pids(" 12\n13 ").unwrap(), vec![12, 13]);
     }

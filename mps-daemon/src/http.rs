@@ -147,11 +147,22 @@ async fn handle(board: Board, mut sock: TcpStream) -> std::io::Result<()> {
         .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into()))
 }
 
+/// `--listen` could not be bound (the I/O error is part of the message).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot listen on {addr}: {error}; pick another --listen address")]
+pub struct ListenError {
+    pub addr: SocketAddr,
+    pub error: std::io::Error,
+}
+
 /// Binds `addr` (errors name it) and serves forever on the returned task.
-pub async fn serve(addr: SocketAddr, board: Board) -> Result<tokio::task::JoinHandle<()>, String> {
+pub async fn serve(
+    addr: SocketAddr,
+    board: Board,
+) -> Result<tokio::task::JoinHandle<()>, ListenError> {
     let listener = TcpListener::bind(addr)
         .await
-        .map_err(|e| format!("cannot listen on {addr}: {e}; pick another --listen address"))?;
+        .map_err(|error| ListenError { addr, error })?;
     let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     Ok(tokio::spawn(async move {
         loop {

@@ -26,13 +26,21 @@ pub struct GpuFacts {
     pub compute_capability: Option<(u32, u32)>,
 }
 
-/// Errors getting GPU facts.
+/// Errors getting GPU facts (each cause is part of the message, not also a `source`).
 #[derive(Debug, thiserror::Error)]
 pub enum InventoryError {
-    #[error("cannot read inventory {path}: {message}")]
-    Read { path: PathBuf, message: String },
+    #[error("cannot read inventory {path}: {error}")]
+    Read {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+    #[error("cannot read inventory {path}: {error}")]
+    Parse {
+        path: PathBuf,
+        error: serde_json::Error,
+    },
     #[error("GPU discovery failed: {0}")]
-    Discovery(String),
+    Discovery(gpuhook_node::NodeError),
 }
 
 /// The node's inventory (for the CDI spec) and the GPU facts derived from it.
@@ -46,9 +54,22 @@ pub trait GpuInventory: Send + Sync + std::fmt::Debug {
 
 pub use gpuhook_node::ComputeMode;
 
+/// Why a GPU's compute mode could not be read or set.
+#[derive(Debug, thiserror::Error)]
+pub enum ComputeModeError {
+    #[error("cannot set the compute mode of {uuid}: {reason}")]
+    Unavailable { uuid: String, reason: String },
+    #[error(transparent)]
+    Nvml(#[from] gpuhook_node::NodeError),
+}
+
 /// Sets a GPU's compute mode; returns the previous mode so that it can be restored.
 pub trait ComputeModeSetter: Send + Sync + std::fmt::Debug {
-    fn set_compute_mode(&self, uuid: &str, mode: ComputeMode) -> Result<ComputeMode, String>;
+    fn set_compute_mode(
+        &self,
+        uuid: &str,
+        mode: ComputeMode,
+    ) -> Result<ComputeMode, ComputeModeError>;
 }
 
 /// Facts from a serialised [`gpuhook_node::Inventory`] (e.g. `gpuhook cdi generate` output).
@@ -59,12 +80,14 @@ pub struct JsonInventory {
 
 impl GpuInventory for JsonInventory {
     fn inventory(&self) -> Result<Inventory, InventoryError> {
-        let read_err = |message: String| InventoryError::Read {
+        let text = std::fs::read_to_string(&self.path).map_err(|error| InventoryError::Read {
             path: self.path.clone(),
-            message,
-        };
-        let text = std::fs::read_to_string(&self.path).map_err(|e| read_err(e.to_string()))?;
-        serde_json::from_str(&text).map_err(|e| read_err(e.to_string()))
+            error,
+        })?;
+        serde_json::from_str(&text).map_err(|error| InventoryError::Parse {
+            path: self.path.clone(),
+            error,
+        })
     }
 }
 
@@ -103,11 +126,15 @@ pub struct NoComputeMode {
 }
 
 impl ComputeModeSetter for NoComputeMode {
-    fn set_compute_mode(&self, uuid: &str, _mode: ComputeMode) -> Result<ComputeMode, String> {
-        Err(format!(
-            "cannot set the compute mode of {uuid}: {}",
-            self.reason
-        ))
+    fn set_compute_mode(
+        &self,
+        uuid: &str,
+        _mode: ComputeMode,
+    ) -> Result<ComputeMode, ComputeModeError> {
+        Err(ComputeModeError::Unavailable {
+            uuid: uuid.to_string(),
+            reason: self.reason.clone(),
+        })
     }
 }
 

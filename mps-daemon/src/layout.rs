@@ -111,16 +111,43 @@ impl CreatedDirs {
 /// Runs a blocking file-system or driver call on the blocking pool, bounded by `timeout`: a
 /// slow disk, a huge directory a tenant filled, or a hung driver call must not stall the
 /// supervisor (the call itself cannot be cancelled; it finishes on its own thread).
-pub async fn blocking<T: Send + 'static>(
+pub async fn blocking<T: Send + 'static, E: Into<BoxError> + Send + 'static>(
     what: &str,
     timeout: std::time::Duration,
-    f: impl FnOnce() -> Result<T, String> + Send + 'static,
-) -> Result<T, String> {
+    f: impl FnOnce() -> Result<T, E> + Send + 'static,
+) -> Result<T, BlockingError> {
     match tokio::time::timeout(timeout, tokio::task::spawn_blocking(f)).await {
-        Ok(Ok(r)) => r,
-        Ok(Err(e)) => Err(format!("{what}: {e}")),
-        Err(_) => Err(format!("{what}: no result within {timeout:?}")),
+        Ok(Ok(r)) => r.map_err(|e| BlockingError::Failed(e.into())),
+        Ok(Err(error)) => Err(BlockingError::Panicked {
+            what: what.to_string(),
+            error,
+        }),
+        Err(_) => Err(BlockingError::TimedOut {
+            what: what.to_string(),
+            timeout,
+        }),
     }
+}
+
+/// Any error of a call run by [`blocking`].
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Why a call run by [`blocking`] gave no result.
+#[derive(Debug, thiserror::Error)]
+pub enum BlockingError {
+    /// The call's own error, as it says it.
+    #[error("{0}")]
+    Failed(BoxError),
+    #[error("{what}: {error}")]
+    Panicked {
+        what: String,
+        error: tokio::task::JoinError,
+    },
+    #[error("{what}: no result within {timeout:?}")]
+    TimedOut {
+        what: String,
+        timeout: std::time::Duration,
+    },
 }
 
 /// Removes a file, ignoring "not found".

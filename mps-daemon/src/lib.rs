@@ -9,7 +9,7 @@
 //! Modules: [`config`] (file format), [`plan`] (checks against the node, limits), [`control`]
 //! (the control binary), [`supervisor`] (per-GPU lifecycle), [`manager`] (set of GPUs, reload),
 //! [`status`] / [`http`] / [`metrics`] (reporting), [`lock`] (one instance per root), [`cli`]
-//! (wiring), [`cdi`] (the `nvidia.com/gpu-mps` CDI spec that connects containers),
+//! (arguments), [`run`] (wiring), [`cdi`] (the `nvidia.com/gpu-mps` CDI spec that connects containers),
 //! [`watcher`] / [`enforce`] / [`cgroup`] (clients per container, caps, gone containers).
 
 pub mod cdi;
@@ -20,6 +20,7 @@ pub mod config;
 pub mod control;
 pub mod daemon_proc;
 pub mod enforce;
+pub mod histogram;
 pub mod http;
 pub mod inventory;
 pub mod kdp;
@@ -32,8 +33,11 @@ pub mod metrics_parse;
 pub mod metrics_registry;
 pub mod node;
 pub mod plan;
+pub mod plan_select;
+pub mod plan_settings;
 pub mod probe;
 pub mod process;
+pub mod run;
 pub mod safefs;
 pub mod settings;
 pub mod shm;

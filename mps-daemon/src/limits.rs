@@ -10,7 +10,20 @@
 use std::time::Duration;
 
 use crate::control::{parse_mem_limit_mib, parse_percentage, ControlEnv, ControlError};
-use crate::safefs::{clip, ECHO_MAX};
+use gpuhook_node::bounded::preview;
+
+/// Why the limits could not be read back or applied.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum LimitsError {
+    /// The reply to the `get_*` commands (cut for the message) is not what they print.
+    #[error("unexpected limits reply {0:?}")]
+    Reply(String),
+    #[error(transparent)]
+    Control(#[from] ControlError),
+    /// Read back after setting, they still differ (how).
+    #[error("limits not applied: {0}")]
+    NotApplied(String),
+}
 
 /// What a GPU's servers must be limited to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,8 +73,8 @@ impl Limits {
     }
 
     /// Parses the reply of [`Limits::get_commands`] (one line per command).
-    pub fn parse_reply(&self, reply: &str) -> Result<ReadBack, String> {
-        let bad = || format!("unexpected limits reply {:?}", clip(reply, ECHO_MAX));
+    pub fn parse_reply(&self, reply: &str) -> Result<ReadBack, LimitsError> {
+        let bad = || LimitsError::Reply(preview(reply));
         let mut lines = reply.lines().map(str::trim).filter(|l| !l.is_empty());
         let pct = lines.next().and_then(parse_percentage).ok_or_else(bad)?;
         let mem = match self.pinned_memory_limit_mib {
@@ -100,23 +113,24 @@ impl Limits {
         to: Duration,
     ) -> Result<ReadBack, ControlError> {
         let reply = env.send(&self.get_commands(server), to).await?;
-        self.parse_reply(&reply)
-            .map_err(|output| ControlError::Failed {
-                command: self.get_commands(server).replace('\n', "; "),
-                code: None,
-                output,
-            })
+        self.parse_reply(&reply).map_err(|e| ControlError::Failed {
+            command: self.get_commands(server).replace('\n', "; "),
+            code: None,
+            output: e.to_string(),
+        })
     }
 
     /// Sets the defaults and reads them back; an error unless they match.
-    pub async fn apply_defaults(&self, env: &ControlEnv, to: Duration) -> Result<ReadBack, String> {
+    pub async fn apply_defaults(
+        &self,
+        env: &ControlEnv,
+        to: Duration,
+    ) -> Result<ReadBack, LimitsError> {
         // Replies are not relied upon; the values are read back.
-        env.send(&self.set_commands(None), to)
-            .await
-            .map_err(|e| e.to_string())?;
-        let got = self.read(env, None, to).await.map_err(|e| e.to_string())?;
+        env.send(&self.set_commands(None), to).await?;
+        let got = self.read(env, None, to).await?;
         match self.mismatch(&got) {
-            Some(m) => Err(format!("limits not applied: {m}")),
+            Some(m) => Err(LimitsError::NotApplied(m)),
             None => Ok(got),
         }
     }
@@ -139,8 +153,8 @@ impl Limits {
         &self,
         env: &ControlEnv,
         to: Duration,
-    ) -> Result<(ReadBack, Source), String> {
-        let got = self.read(env, None, to).await.map_err(|e| e.to_string())?;
+    ) -> Result<(ReadBack, Source), LimitsError> {
+        let got = self.read(env, None, to).await?;
         if self.mismatch(&got).is_none() {
             return Ok((got, Source::Environment));
         }
@@ -207,7 +221,7 @@ mod tests {
         assert!(l.parse_reply("25.0").is_err());
         let long = "x".repeat(10_000);
         assert!(
-            l.parse_reply(&long).unwrap_err().len() < 400,
+            l.parse_reply(&long).unwrap_err().to_string().len() < 400,
             "echo is clipped"
         );
     }

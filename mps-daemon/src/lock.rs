@@ -13,6 +13,28 @@ use nix::fcntl::{Flock, FlockArg};
 
 use crate::layout::lock_path;
 
+/// Why the root lock could not be taken (the I/O error or errno is part of the message).
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    #[error("cannot open lock file {}: {error}", path.display())]
+    Open {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+    #[error("another gpu-mps-daemon ({holder}) already manages MPS root {} (lock {} is held: {errno}); stop it or use a different mpsRoot", root.display(), path.display())]
+    Held {
+        holder: String,
+        root: PathBuf,
+        path: PathBuf,
+        errno: nix::Error,
+    },
+    #[error("cannot write lock file {}: {error}", path.display())]
+    Write {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+}
+
 /// A held lock; dropping it releases the lock (the file stays unless [`RootLock::release`]).
 #[derive(Debug)]
 pub struct RootLock {
@@ -23,7 +45,7 @@ pub struct RootLock {
 
 impl RootLock {
     /// Takes the lock or fails naming the holder's pid.
-    pub fn acquire(mps_root: &Path) -> Result<Self, String> {
+    pub fn acquire(mps_root: &Path) -> Result<Self, LockError> {
         let path = lock_path(mps_root);
         let created = !path.exists();
         let file = std::fs::OpenOptions::new()
@@ -33,7 +55,10 @@ impl RootLock {
             .truncate(false)
             .mode(0o644)
             .open(&path)
-            .map_err(|e| format!("cannot open lock file {}: {e}", path.display()))?;
+            .map_err(|error| LockError::Open {
+                path: path.clone(),
+                error,
+            })?;
         let mut file = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
             Ok(f) => f,
             Err((mut f, errno)) => {
@@ -43,11 +68,12 @@ impl RootLock {
                     Ok(pid) => format!("pid {pid}"),
                     Err(_) => "another process".to_string(),
                 };
-                return Err(format!(
-                    "another gpu-mps-daemon ({holder}) already manages MPS root {} (lock {} is held: {errno}); stop it or use a different mpsRoot",
-                    mps_root.display(),
-                    path.display()
-                ));
+                return Err(LockError::Held {
+                    holder,
+                    root: mps_root.to_path_buf(),
+                    path,
+                    errno,
+                });
             }
         };
         let pid = std::process::id().to_string();
@@ -57,7 +83,10 @@ impl RootLock {
             file.write_all(pid.as_bytes())?;
             file.flush()
         })();
-        write.map_err(|e| format!("cannot write lock file {}: {e}", path.display()))?;
+        write.map_err(|error| LockError::Write {
+            path: path.clone(),
+            error,
+        })?;
         Ok(RootLock {
             file,
             path,
@@ -82,7 +111,7 @@ mod tests {
     fn second_lock_names_the_holder() {
         let t = tempfile::tempdir().unwrap();
         let first = RootLock::acquire(t.path()).unwrap();
-        let err = RootLock::acquire(t.path()).unwrap_err();
+        let err = RootLock::acquire(t.path()).unwrap_err().to_string();
         assert!(
             err.contains(&format!("pid {}", std::process::id())),
             "{err}"

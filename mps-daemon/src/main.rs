@@ -2,6 +2,7 @@
 
 use clap::Parser;
 use gpu_mps_daemon::cli::{self, Cli, Command};
+use gpu_mps_daemon::run;
 
 fn main() {
     let args = Cli::parse();
@@ -23,8 +24,8 @@ fn main() {
     }
     raise_nofile();
     let res = match args.command {
-        Some(Command::Status(s)) => cli::status_cmd(&s),
-        Some(Command::Check(r)) => cli::check(&r),
+        Some(Command::Status(s)) => run::status_cmd(&s).map_err(anyhow::Error::from),
+        Some(Command::Check(r)) => run::check(&r).map_err(anyhow::Error::from),
         // Several workers: a GPU whose blocking call overruns (a slow disk, a hung driver call
         // on the blocking pool) must not hold up the other GPUs' tasks or the HTTP endpoint.
         None => tokio::runtime::Builder::new_multi_thread()
@@ -33,7 +34,7 @@ fn main() {
             .enable_all()
             .build()
             .map_err(anyhow::Error::from)
-            .and_then(|rt| rt.block_on(cli::run(args.run))),
+            .and_then(|rt| rt.block_on(run::run(args.run)).map_err(anyhow::Error::from)),
     };
     if let Err(e) = res {
         eprintln!("gpu-mps-daemon: error: {e:#}");

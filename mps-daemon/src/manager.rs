@@ -33,6 +33,16 @@ pub struct ReloadSummary {
     pub unchanged: Vec<String>,
 }
 
+/// Why a new plan was refused (nothing changed).
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    #[error("mpsDaemon.mpsRoot cannot change on reload ({} -> {}); restart gpu-mps-daemon", old.display(), new.display())]
+    RootChanged {
+        old: std::path::PathBuf,
+        new: std::path::PathBuf,
+    },
+}
+
 /// Owns one supervisor task per MPS-shared GPU.
 #[derive(Debug)]
 pub struct Manager {
@@ -104,13 +114,12 @@ impl Manager {
     }
 
     /// Applies a new plan. Errors (nothing changed) when the MPS root differs.
-    pub async fn reload(&mut self, new: Plan) -> Result<ReloadSummary, String> {
+    pub async fn reload(&mut self, new: Plan) -> Result<ReloadSummary, ReloadError> {
         if new.mps_root != self.plan.mps_root {
-            return Err(format!(
-                "mpsDaemon.mpsRoot cannot change on reload ({} -> {}); restart gpu-mps-daemon",
-                self.plan.mps_root.display(),
-                new.mps_root.display()
-            ));
+            return Err(ReloadError::RootChanged {
+                old: self.plan.mps_root.clone(),
+                new: new.mps_root,
+            });
         }
         self.timing.send_replace(new.timing);
         self.enforce.send_replace(new.enforce.clone());

@@ -11,36 +11,9 @@ use std::fmt::Write;
 use gpuhook_node::Inventory;
 
 use crate::enforce::Reason;
+pub use crate::histogram::{Histogram, BUCKETS};
 use crate::metrics_registry::{self as registry, Family, Kind, FAMILIES, GPU_LABELS};
 use crate::status::{Board, GpuIdentity, GpuState, GpuStatus, Identities};
-
-/// Upper bounds (seconds) of the command latency buckets.
-pub const BUCKETS: [f64; 11] = [
-    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-];
-
-/// A latency histogram with [`BUCKETS`].
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Histogram {
-    /// Observations per bucket (not cumulative); the last slot is `+Inf` only.
-    counts: [u64; BUCKETS.len() + 1],
-    sum: f64,
-}
-
-impl Histogram {
-    pub fn observe(&mut self, v: f64) {
-        let i = BUCKETS
-            .iter()
-            .position(|b| v <= *b)
-            .unwrap_or(BUCKETS.len());
-        self.counts[i] += 1;
-        self.sum += v;
-    }
-
-    pub fn count(&self) -> u64 {
-        self.counts.iter().sum()
-    }
-}
 
 /// Escapes a label value (`\`, `"`, newline).
 pub fn escape(v: &str) -> String {
@@ -218,7 +191,7 @@ pub fn render_for(board: &Board, host: &str) -> String {
 fn histogram(o: &mut Out, name: &str, base: Vec<(&str, &str)>, cmd: &str, h: &Histogram) {
     let mut cum = 0;
     let bounds = BUCKETS.iter().map(|b| b.to_string());
-    for (b, n) in bounds.chain(["+Inf".to_string()]).zip(h.counts) {
+    for (b, n) in bounds.chain(["+Inf".to_string()]).zip(h.counts()) {
         cum += n;
         let mut labels = base.clone();
         labels.extend([("command", cmd), ("le", b.as_str())]);
@@ -226,7 +199,7 @@ fn histogram(o: &mut Out, name: &str, base: Vec<(&str, &str)>, cmd: &str, h: &Hi
     }
     let mut labels = base;
     labels.push(("command", cmd));
-    o.sample(&format!("{name}_sum"), &labels, h.sum);
+    o.sample(&format!("{name}_sum"), &labels, h.sum());
     o.sample(&format!("{name}_count"), &labels, h.count() as f64);
 }
 

@@ -11,6 +11,42 @@ pub struct Sample {
     pub value: f64,
 }
 
+/// What is wrong with an exposition, quoting the line (or the labels) at fault.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MetricsParseError {
+    #[error("bad or repeated HELP: {0:?}")]
+    Help(String),
+    #[error("bad TYPE {0:?}")]
+    Type(String),
+    #[error("bad TYPE kind {0:?}")]
+    TypeKind(String),
+    #[error("not a sample: {0:?}")]
+    NotASample(String),
+    #[error("no closing }} in {0:?}")]
+    NoClosingBrace(String),
+    #[error("bad metric name in {0:?}")]
+    Name(String),
+    #[error("sample of {family} without HELP and TYPE: {line:?}")]
+    NoHelpOrType { family: String, line: String },
+    #[error("bad value in {0:?}")]
+    Value(String),
+    #[error("label without =\"...\": {0:?}")]
+    LabelWithoutValue(String),
+    #[error("bad label name {0:?}")]
+    LabelName(String),
+    #[error("bad escape {escape:?} in {labels:?}")]
+    Escape {
+        escape: Option<char>,
+        labels: String,
+    },
+    #[error("unterminated label value in {0:?}")]
+    Unterminated(String),
+    #[error("label {0} repeated")]
+    LabelRepeated(String),
+    #[error("expected , between labels in {0:?}")]
+    LabelSeparator(String),
+}
+
 fn valid_name(n: &str) -> bool {
     let mut b = n.bytes();
     b.next()
@@ -18,15 +54,15 @@ fn valid_name(n: &str) -> bool {
         && b.all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b':')
 }
 
-fn parse_labels(s: &str) -> Result<BTreeMap<String, String>, String> {
+fn parse_labels(s: &str) -> Result<BTreeMap<String, String>, MetricsParseError> {
     let mut out = BTreeMap::new();
     let mut rest = s;
     while !rest.is_empty() {
         let (k, after) = rest
             .split_once("=\"")
-            .ok_or_else(|| format!("label without =\"...\": {rest:?}"))?;
+            .ok_or_else(|| MetricsParseError::LabelWithoutValue(rest.to_string()))?;
         if !valid_name(k) {
-            return Err(format!("bad label name {k:?}"));
+            return Err(MetricsParseError::LabelName(k.to_string()));
         }
         let mut val = String::new();
         let mut chars = after.char_indices();
@@ -35,21 +71,26 @@ fn parse_labels(s: &str) -> Result<BTreeMap<String, String>, String> {
                 Some((_, '\\')) => match chars.next() {
                     Some((_, 'n')) => val.push('\n'),
                     Some((_, c @ ('\\' | '"'))) => val.push(c),
-                    other => return Err(format!("bad escape {other:?} in {s:?}")),
+                    other => {
+                        return Err(MetricsParseError::Escape {
+                            escape: other.map(|(_, c)| c),
+                            labels: s.to_string(),
+                        })
+                    }
                 },
                 Some((i, '"')) => break i,
                 Some((_, c)) => val.push(c),
-                None => return Err(format!("unterminated label value in {s:?}")),
+                None => return Err(MetricsParseError::Unterminated(s.to_string())),
             }
         };
         if out.insert(k.to_string(), val).is_some() {
-            return Err(format!("label {k} repeated"));
+            return Err(MetricsParseError::LabelRepeated(k.to_string()));
         }
         rest = &after[end + 1..];
         rest = match rest.strip_prefix(',') {
             Some(r) => r,
             None if rest.is_empty() => rest,
-            None => return Err(format!("expected , between labels in {s:?}")),
+            None => return Err(MetricsParseError::LabelSeparator(s.to_string())),
         };
     }
     Ok(out)
@@ -57,7 +98,7 @@ fn parse_labels(s: &str) -> Result<BTreeMap<String, String>, String> {
 
 /// Parses an exposition; fails on any line that is not `# HELP`, `# TYPE` or
 /// `name{labels} value`, on a sample of a family without HELP and TYPE, and on a bad value.
-pub fn parse_text(text: &str) -> Result<Vec<Sample>, String> {
+pub fn parse_text(text: &str) -> Result<Vec<Sample>, MetricsParseError> {
     let mut help: BTreeMap<String, ()> = BTreeMap::new();
     let mut types: BTreeMap<String, String> = BTreeMap::new();
     let mut out = Vec::new();
@@ -65,33 +106,35 @@ pub fn parse_text(text: &str) -> Result<Vec<Sample>, String> {
         if let Some(rest) = line.strip_prefix("# HELP ") {
             let name = rest.split(' ').next().unwrap_or("");
             if !valid_name(name) || help.insert(name.into(), ()).is_some() {
-                return Err(format!("bad or repeated HELP: {line:?}"));
+                return Err(MetricsParseError::Help(line.to_string()));
             }
             continue;
         }
         if let Some(rest) = line.strip_prefix("# TYPE ") {
-            let (name, kind) = rest.split_once(' ').ok_or(format!("bad TYPE {line:?}"))?;
+            let (name, kind) = rest
+                .split_once(' ')
+                .ok_or_else(|| MetricsParseError::Type(line.to_string()))?;
             if !["counter", "gauge", "histogram", "summary", "untyped"].contains(&kind) {
-                return Err(format!("bad TYPE kind {line:?}"));
+                return Err(MetricsParseError::TypeKind(line.to_string()));
             }
             types.insert(name.into(), kind.into());
             continue;
         }
         let (series, value) = line
             .rsplit_once(' ')
-            .ok_or_else(|| format!("not a sample: {line:?}"))?;
+            .ok_or_else(|| MetricsParseError::NotASample(line.to_string()))?;
         let (name, labels) = match series.split_once('{') {
             Some((n, l)) => (
                 n,
                 parse_labels(
                     l.strip_suffix('}')
-                        .ok_or(format!("no closing }} in {line:?}"))?,
+                        .ok_or_else(|| MetricsParseError::NoClosingBrace(line.to_string()))?,
                 )?,
             ),
             None => (series, BTreeMap::new()),
         };
         if !valid_name(name) {
-            return Err(format!("bad metric name in {line:?}"));
+            return Err(MetricsParseError::Name(line.to_string()));
         }
         let family = ["_bucket", "_sum", "_count"]
             .iter()
@@ -101,14 +144,17 @@ pub fn parse_text(text: &str) -> Result<Vec<Sample>, String> {
             })
             .unwrap_or(name);
         if !help.contains_key(family) || !types.contains_key(family) {
-            return Err(format!(
-                "sample of {family} without HELP and TYPE: {line:?}"
-            ));
+            return Err(MetricsParseError::NoHelpOrType {
+                family: family.to_string(),
+                line: line.to_string(),
+            });
         }
         let value = match value {
             "+Inf" => f64::INFINITY,
             "-Inf" => f64::NEG_INFINITY,
-            v => v.parse().map_err(|_| format!("bad value in {line:?}"))?,
+            v => v
+                .parse()
+                .map_err(|_| MetricsParseError::Value(line.to_string()))?,
         };
         out.push(Sample {
             name: name.into(),

@@ -7,10 +7,11 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use anyhow::Result;
 use gpuhook_node::{discover, ComputeMode, DiscoverOptions, Inventory, Nvml, NvmlLocation};
 
-use crate::inventory::{ComputeModeSetter, GpuInventory, InventoryError, NoComputeMode};
+use crate::inventory::{
+    ComputeModeError, ComputeModeSetter, GpuInventory, InventoryError, NoComputeMode,
+};
 
 /// GPU facts from [`gpuhook_node::discover`].
 #[derive(Debug, Clone)]
@@ -26,7 +27,7 @@ impl GpuInventory for DiscoveredInventory {
             dev_root: None,
             nvml_lib: self.nvml_lib.clone(),
         };
-        let d = discover(&opts).map_err(|e| InventoryError::Discovery(e.to_string()))?;
+        let d = discover(&opts).map_err(InventoryError::Discovery)?;
         for w in &d.warnings {
             tracing::warn!(warning = %w, "discovery");
         }
@@ -39,22 +40,25 @@ impl GpuInventory for DiscoveredInventory {
 pub struct NvmlComputeMode(pub Nvml);
 
 impl ComputeModeSetter for NvmlComputeMode {
-    fn set_compute_mode(&self, uuid: &str, mode: ComputeMode) -> Result<ComputeMode, String> {
-        let prev = self.0.compute_mode(uuid).map_err(|e| e.to_string())?;
+    fn set_compute_mode(
+        &self,
+        uuid: &str,
+        mode: ComputeMode,
+    ) -> Result<ComputeMode, ComputeModeError> {
+        let prev = self.0.compute_mode(uuid)?;
         if prev != mode {
-            self.0
-                .set_compute_mode(uuid, mode)
-                .map_err(|e| e.to_string())?;
+            self.0.set_compute_mode(uuid, mode)?;
         }
         Ok(prev)
     }
 }
 
-/// Discovery-backed GPU facts and NVML compute-mode control for `driver_root`.
+/// Discovery-backed GPU facts and NVML compute-mode control for `driver_root` (cannot fail:
+/// without NVML the compute mode is left alone, as [`NoComputeMode`] logs).
 pub fn access(
     driver_root: &Path,
     nvml_lib: Option<&Path>,
-) -> Result<(Box<dyn GpuInventory>, Arc<dyn ComputeModeSetter>)> {
+) -> (Box<dyn GpuInventory>, Arc<dyn ComputeModeSetter>) {
     let inventory = DiscoveredInventory {
         driver_root: driver_root.to_path_buf(),
         nvml_lib: nvml_lib.map(Path::to_path_buf),
@@ -66,5 +70,5 @@ pub fn access(
                 reason: format!("NVML unavailable: {e}"),
             }),
         };
-    Ok((Box::new(inventory), compute))
+    (Box::new(inventory), compute)
 }

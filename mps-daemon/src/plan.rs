@@ -6,36 +6,15 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
-use crate::config::{ConfigError, ConfigFile, DeviceId, Devices, DEFAULT_MPS_ROOT};
+use crate::config::{ConfigError, ConfigFile, DEFAULT_MPS_ROOT};
 use crate::inventory::{default_control_binary, GpuFacts};
+use crate::plan_select::{find, select};
 use crate::settings::{share_limits, CdiSettings, EnforceSettings, ShareLimits};
+pub use crate::settings::{Overrides, Timing};
 
 /// `sun_path` of `sockaddr_un` holds 108 bytes including the terminating NUL.
 pub const MAX_SOCKET_PATH: usize = 107;
-
-/// Supervision timing, changeable by a reload without restarting daemons.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Timing {
-    pub probe_interval: Duration,
-    pub command_timeout: Duration,
-    pub start_timeout: Duration,
-    pub shutdown_timeout: Duration,
-    pub max_restart_backoff: Duration,
-}
-
-impl Default for Timing {
-    fn default() -> Self {
-        Timing {
-            probe_interval: Duration::from_secs(5),
-            command_timeout: Duration::from_secs(5),
-            start_timeout: Duration::from_secs(10),
-            shutdown_timeout: Duration::from_secs(10),
-            max_restart_backoff: Duration::from_secs(30),
-        }
-    }
-}
 
 /// Everything that defines one GPU's control daemon; a change means a restart.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,57 +49,14 @@ pub struct Plan {
     pub warnings: Vec<String>,
 }
 
-/// Command-line values that win over the file.
-#[derive(Debug, Clone, Default)]
-pub struct Overrides {
-    pub mps_root: Option<PathBuf>,
-    pub driver_root: Option<PathBuf>,
-    pub control_binary: Option<PathBuf>,
-    pub probe_interval: Option<Duration>,
-    pub cdi_spec_dir: Option<PathBuf>,
-    pub gpuhook_path: Option<PathBuf>,
-}
-
-const MIG_ERR: &str = "MPS on MIG devices is not supported";
-
 /// Checks `cfg` against `gpus` and computes each GPU's limits.
 pub fn resolve(cfg: &ConfigFile, gpus: &[GpuFacts], ov: &Overrides) -> Result<Plan, ConfigError> {
-    let d = &cfg.mps_daemon;
-    let mps_root = ov
-        .mps_root
-        .clone()
-        .or_else(|| d.mps_root.clone())
-        .unwrap_or_else(|| PathBuf::from(DEFAULT_MPS_ROOT));
-    if !mps_root.is_absolute() {
-        return Err(ConfigError::invalid(
-            "mpsDaemon.mpsRoot",
-            "must be an absolute path",
-        ));
-    }
-    let driver_root = ov
-        .driver_root
-        .clone()
-        .or_else(|| d.driver_root.clone())
-        .unwrap_or_else(|| PathBuf::from("/"));
-    let control_binary = ov
-        .control_binary
-        .clone()
-        .or_else(|| d.control_binary.clone())
-        .unwrap_or_else(|| default_control_binary(&driver_root));
-    let timing = crate::settings::resolve_timing(cfg, ov)?;
-    let share_defs = crate::settings::resolve_shares(cfg)?;
-    let cdi = crate::settings::resolve_cdi(cfg, ov)?;
-    let enforce = crate::settings::resolve_enforce(cfg)?;
-    let shm_size = match d.shm_size {
-        Some(s) if s.0 < (1 << 20) => {
-            return Err(ConfigError::invalid(
-                "mpsDaemon.shmSize",
-                "must be at least 1Mi",
-            ));
-        }
-        s => s.map(|s| s.0),
-    };
-
+    let mut roots = Roots::resolve(cfg, ov)?;
+    let timing = crate::plan_settings::resolve_timing(cfg, ov)?;
+    let share_defs = crate::plan_settings::resolve_shares(cfg)?;
+    let cdi = crate::plan_settings::resolve_cdi(cfg, ov)?;
+    let enforce = crate::plan_settings::resolve_enforce(cfg)?;
+    roots.shm_size = shm_size(cfg)?;
     let resources = cfg
         .sharing
         .mps
@@ -135,6 +71,86 @@ pub fn resolve(cfg: &ConfigFile, gpus: &[GpuFacts], ov: &Overrides) -> Result<Pl
                 .to_string(),
         );
     }
+    let mut out = plan_resources(resources, gpus, &roots, &mut warnings)?;
+    apply_overrides(cfg, gpus, &mut out)?;
+    for g in &mut out {
+        apply_shares(g, &share_defs);
+    }
+    for g in &out {
+        check_socket_path(&roots.mps_root, &g.uuid)?;
+    }
+    out.sort_by_key(|g| g.index);
+    Ok(Plan {
+        mps_root: roots.mps_root,
+        timing,
+        gpus: out,
+        cdi,
+        enforce,
+        warnings,
+    })
+}
+
+/// The paths and sizes every GPU of the plan shares: command line first, then the file.
+struct Roots {
+    mps_root: PathBuf,
+    driver_root: PathBuf,
+    control_binary: PathBuf,
+    /// `mpsDaemon.shmSize`, checked after the other settings.
+    shm_size: Option<u64>,
+}
+
+impl Roots {
+    fn resolve(cfg: &ConfigFile, ov: &Overrides) -> Result<Self, ConfigError> {
+        let d = &cfg.mps_daemon;
+        let mps_root = ov
+            .mps_root
+            .clone()
+            .or_else(|| d.mps_root.clone())
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_MPS_ROOT));
+        if !mps_root.is_absolute() {
+            return Err(ConfigError::invalid(
+                "mpsDaemon.mpsRoot",
+                "must be an absolute path",
+            ));
+        }
+        let driver_root = ov
+            .driver_root
+            .clone()
+            .or_else(|| d.driver_root.clone())
+            .unwrap_or_else(|| PathBuf::from("/"));
+        let control_binary = ov
+            .control_binary
+            .clone()
+            .or_else(|| d.control_binary.clone())
+            .unwrap_or_else(|| default_control_binary(&driver_root));
+        Ok(Roots {
+            mps_root,
+            driver_root,
+            control_binary,
+            shm_size: None,
+        })
+    }
+}
+
+/// `mpsDaemon.shmSize`, at least 1 MiB.
+fn shm_size(cfg: &ConfigFile) -> Result<Option<u64>, ConfigError> {
+    match cfg.mps_daemon.shm_size {
+        Some(s) if s.0 < (1 << 20) => Err(ConfigError::invalid(
+            "mpsDaemon.shmSize",
+            "must be at least 1Mi",
+        )),
+        s => Ok(s.map(|s| s.0)),
+    }
+}
+
+/// One [`GpuPlan`] per GPU of each `sharing.mps.resources[]` entry, with the default limits
+/// (`1/replicas` of the threads and of the memory).
+fn plan_resources(
+    resources: &[crate::config::Resource],
+    gpus: &[GpuFacts],
+    roots: &Roots,
+    warnings: &mut Vec<String>,
+) -> Result<Vec<GpuPlan>, ConfigError> {
     let mut names: BTreeMap<&str, usize> = BTreeMap::new();
     // GPU index -> (resource position, name)
     let mut owner: BTreeMap<u32, (usize, &str)> = BTreeMap::new();
@@ -162,19 +178,8 @@ pub fn resolve(cfg: &ConfigFile, gpus: &[GpuFacts], ov: &Overrides) -> Result<Pl
                     format!("must be at least 1, got {}", r.replicas),
                 )
             })?;
-        for (g, dkey) in select(&r.devices, gpus, &format!("{key}.devices"), &mut warnings)? {
-            let max = crate::kdp::max_mps_replicas(g.compute_capability);
-            if replicas > max {
-                return Err(ConfigError::invalid(
-                    format!("{key}.replicas"),
-                    format!(
-                        "{replicas} > {max}: GPU {} ({}) of compute capability {} serves at most {max} MPS clients (as NVIDIA caps it)",
-                        g.index,
-                        g.uuid,
-                        g.compute_capability.map_or("unknown".to_string(), |(a, b)| format!("{a}.{b}"))
-                    ),
-                ));
-            }
+        for (g, dkey) in select(&r.devices, gpus, &format!("{key}.devices"), warnings)? {
+            check_replicas(g, replicas, &key)?;
             if let Some((pi, pname)) = owner.insert(g.index, (i, &r.name)) {
                 return Err(ConfigError::invalid(
                     dkey,
@@ -193,150 +198,55 @@ pub fn resolve(cfg: &ConfigFile, gpus: &[GpuFacts], ov: &Overrides) -> Result<Pl
                 active_thread_percentage: 100 / replicas,
                 pinned_memory_limit_mib: (g.memory_mib > 0)
                     .then(|| g.memory_mib / u64::from(replicas)),
-                shm_size,
-                driver_root: driver_root.clone(),
-                control_binary: control_binary.clone(),
+                shm_size: roots.shm_size,
+                driver_root: roots.driver_root.clone(),
+                control_binary: roots.control_binary.clone(),
                 shares: Vec::new(),
             });
         }
     }
-    apply_overrides(cfg, gpus, &mut out)?;
-    for g in &mut out {
-        g.shares = share_limits(
-            g.active_thread_percentage,
-            g.pinned_memory_limit_mib,
-            g.memory_mib,
-            &share_defs,
-        );
-        // Clients can only lower their server's limits: the server gets the largest share.
-        g.active_thread_percentage = g
-            .shares
-            .iter()
-            .map(|s| s.active_thread_percentage)
-            .max()
-            .unwrap_or(g.active_thread_percentage);
-        if g.pinned_memory_limit_mib.is_some() {
-            g.pinned_memory_limit_mib = g
-                .shares
-                .iter()
-                .filter_map(|s| s.pinned_memory_limit_mib)
-                .max();
-        }
-    }
-    for g in &out {
-        check_socket_path(&mps_root, &g.uuid)?;
-    }
-    out.sort_by_key(|g| g.index);
-    Ok(Plan {
-        mps_root,
-        timing,
-        gpus: out,
-        cdi,
-        enforce,
-        warnings,
-    })
+    Ok(out)
 }
 
-/// The GPUs a `devices` value selects, each with the key to blame for it.
-fn select<'a>(
-    devices: &Devices,
-    gpus: &'a [GpuFacts],
-    key: &str,
-    warnings: &mut Vec<String>,
-) -> Result<Vec<(&'a GpuFacts, String)>, ConfigError> {
-    let full: Vec<&GpuFacts> = gpus.iter().filter(|g| !g.mig_enabled).collect();
-    match devices {
-        Devices::All => {
-            for g in gpus.iter().filter(|g| g.mig_enabled) {
-                warnings.push(format!(
-                    "{key}: skipping GPU {} ({}): MIG is enabled and {MIG_ERR}",
-                    g.index, g.uuid
-                ));
-            }
-            if full.is_empty() {
-                return Err(ConfigError::invalid(
-                    key,
-                    "`all` selects no GPU: the node has no full (non-MIG) GPU",
-                ));
-            }
-            Ok(full.into_iter().map(|g| (g, key.to_string())).collect())
-        }
-        Devices::Count(n) => {
-            if *n < 1 || *n as usize > full.len() {
-                return Err(ConfigError::invalid(
-                    key,
-                    format!(
-                        "asks for {n} GPUs but the node has {} full (non-MIG) GPUs",
-                        full.len()
-                    ),
-                ));
-            }
-            Ok(full
-                .into_iter()
-                .take(*n as usize)
-                .map(|g| (g, key.to_string()))
-                .collect())
-        }
-        Devices::List(ids) => {
-            if ids.is_empty() {
-                return Err(ConfigError::invalid(
-                    key,
-                    "empty device list; use `all`, a count, or indexes/UUIDs",
-                ));
-            }
-            ids.iter()
-                .enumerate()
-                .map(|(j, id)| {
-                    let k = format!("{key}[{j}]");
-                    find(id, gpus, &k).map(|g| (g, k))
-                })
-                .collect()
-        }
-    }
-}
-
-/// Finds one full GPU by index or UUID; MIG devices and MIG-enabled GPUs are refused.
-fn find<'a>(id: &DeviceId, gpus: &'a [GpuFacts], key: &str) -> Result<&'a GpuFacts, ConfigError> {
-    let found = match id {
-        DeviceId::Index(i) => gpus.iter().find(|g| g.index == *i),
-        DeviceId::Uuid(u) => {
-            if let Some(m) = gpus
-                .iter()
-                .flat_map(|g| &g.mig_uuids)
-                .find(|m| m.eq_ignore_ascii_case(u))
-            {
-                return Err(ConfigError::invalid(
-                    key,
-                    format!("{MIG_ERR}: {m}; use a full GPU"),
-                ));
-            }
-            gpus.iter().find(|g| g.uuid.eq_ignore_ascii_case(u))
-        }
-    };
-    let g = found.ok_or_else(|| {
-        let known: Vec<String> = gpus
-            .iter()
-            .map(|g| format!("{} ({})", g.index, g.uuid))
-            .collect();
-        ConfigError::invalid(
-            key,
-            format!(
-                "unknown device {:?}; this node has GPUs: {}",
-                id.to_string(),
-                known.join(", ")
-            ),
-        )
-    })?;
-    if g.mig_enabled {
+/// `replicas` within what NVIDIA allows MPS on GPU `g` (by compute capability).
+fn check_replicas(g: &GpuFacts, replicas: u32, key: &str) -> Result<(), ConfigError> {
+    let max = crate::kdp::max_mps_replicas(g.compute_capability);
+    if replicas > max {
         return Err(ConfigError::invalid(
-            key,
+            format!("{key}.replicas"),
             format!(
-                "{MIG_ERR}: {} (MIG mode is enabled); use a full GPU",
-                g.uuid
+                "{replicas} > {max}: GPU {} ({}) of compute capability {} serves at most {max} MPS clients (as NVIDIA caps it)",
+                g.index,
+                g.uuid,
+                g.compute_capability.map_or("unknown".to_string(), |(a, b)| format!("{a}.{b}"))
             ),
         ));
     }
-    Ok(g)
+    Ok(())
+}
+
+/// The GPU's shares, and its server limits raised to the largest share: clients can only
+/// lower their server's limits.
+fn apply_shares(g: &mut GpuPlan, share_defs: &[crate::settings::Share]) {
+    g.shares = share_limits(
+        g.active_thread_percentage,
+        g.pinned_memory_limit_mib,
+        g.memory_mib,
+        share_defs,
+    );
+    g.active_thread_percentage = g
+        .shares
+        .iter()
+        .map(|s| s.active_thread_percentage)
+        .max()
+        .unwrap_or(g.active_thread_percentage);
+    if g.pinned_memory_limit_mib.is_some() {
+        g.pinned_memory_limit_mib = g
+            .shares
+            .iter()
+            .filter_map(|s| s.pinned_memory_limit_mib)
+            .max();
+    }
 }
 
 fn apply_overrides(
@@ -373,10 +283,11 @@ fn apply_overrides(
                     format!("must be between 1 and 100, got {p}"),
                 ));
             }
-            plan.active_thread_percentage = p as u32;
+            plan.active_thread_percentage = u32::try_from(p).unwrap_or(100);
         }
         if let Some(m) = o.pinned_memory_limit_mib {
-            if m < 1 || (g.memory_mib > 0 && m as u64 > g.memory_mib) {
+            let mib = u64::try_from(m).ok().filter(|m| *m >= 1);
+            let Some(mib) = mib.filter(|m| g.memory_mib == 0 || *m <= g.memory_mib) else {
                 return Err(ConfigError::invalid(
                     format!("{key}.pinnedMemoryLimitMiB"),
                     format!(
@@ -384,8 +295,8 @@ fn apply_overrides(
                         g.memory_mib
                     ),
                 ));
-            }
-            plan.pinned_memory_limit_mib = Some(m as u64);
+            };
+            plan.pinned_memory_limit_mib = Some(mib);
         }
     }
     Ok(())

@@ -11,7 +11,9 @@
 use crate::control::{ControlEnv, ControlError};
 use crate::daemon_proc::DaemonProc;
 use crate::limits::{check_defaults, Drift};
-use crate::safefs::{self, clip, Listener, ECHO_MAX};
+use gpuhook_node::bounded::preview;
+
+use crate::safefs::{self, Listener};
 use crate::supervisor::GpuSupervisor;
 use crate::watcher::Watcher;
 
@@ -20,7 +22,7 @@ pub const DRIFT_DEFAULT: &str = "default";
 
 impl GpuSupervisor {
     fn inconclusive(&self, what: &str, error: &dyn std::fmt::Display) {
-        let error = clip(&error.to_string(), ECHO_MAX);
+        let error = preview(&error.to_string());
         tracing::warn!(gpu = %self.plan.uuid, error = %error, "{what}: probe inconclusive (not a daemon failure)");
         self.board
             .update(&self.plan.uuid, |s| s.usage.probes_inconclusive += 1);

@@ -13,17 +13,14 @@ use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::Path;
 use std::time::Duration;
 
-/// Most characters of untrusted text echoed in a log line or error.
-pub const ECHO_MAX: usize = 200;
+/// Most characters of untrusted text echoed in a log line or error (node's preview bound).
+pub const ECHO_MAX: usize = gpuhook_node::bounded::MAX_PREVIEW_CHARS;
 
-/// `s` cut to `max` characters, with the number of characters left out.
-pub fn clip(s: &str, max: usize) -> String {
-    let n = s.chars().count();
-    if n <= max {
-        return s.to_string();
-    }
-    let head: String = s.chars().take(max).collect();
-    format!("{head}... ({} more characters)", n - max)
+/// [`gpuhook_node::bounded::preview`] under its old name, only for `kdp.rs` until the sharing
+/// crate takes that file over (and calls `preview` itself); `_max` is not used: node's bound
+/// ([`ECHO_MAX`]) applies. New code calls `preview`.
+pub fn clip(s: &str, _max: usize) -> String {
+    gpuhook_node::bounded::preview(s)
 }
 
 /// Reads at most `max` bytes of the regular file `path` (no symlink, no FIFO, no device).
@@ -126,12 +123,6 @@ mod tests {
             .to_string()
             .contains("not a regular file"));
         assert!(create_private(&link).is_err(), "wrote through a symlink");
-    }
-
-    #[test]
-    fn clips_long_text() {
-        assert_eq!(clip("abc", 3), "abc");
-        assert_eq!(clip("abcdef", 2), "ab... (4 more characters)");
     }
 
     #[tokio::test]

@@ -7,7 +7,7 @@
 //! way by whoever starts them.
 
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
 
@@ -21,13 +21,23 @@ pub fn is_mount_point(path: &Path) -> bool {
         .unwrap_or(false)
 }
 
+/// Why the shared tmpfs could not be mounted or unmounted (the errno is part of the message).
+#[derive(Debug, thiserror::Error)]
+pub enum ShmError {
+    #[error("mpsDaemon.shmSize needs root to mount a tmpfs on {}; run as root or remove shmSize", path.display())]
+    NotRoot { path: PathBuf },
+    #[error("cannot mount tmpfs on {}: {errno}", path.display())]
+    Mount { path: PathBuf, errno: nix::Error },
+    #[error("cannot unmount {}: {errno}", path.display())]
+    Unmount { path: PathBuf, errno: nix::Error },
+}
+
 /// Mounts a tmpfs of `size` bytes on `path` (nosuid, nodev, mode 1777). Needs root.
-pub fn mount_tmpfs(path: &Path, size: u64) -> Result<(), String> {
+pub fn mount_tmpfs(path: &Path, size: u64) -> Result<(), ShmError> {
     if !nix::unistd::geteuid().is_root() {
-        return Err(format!(
-            "mpsDaemon.shmSize needs root to mount a tmpfs on {}; run as root or remove shmSize",
-            path.display()
-        ));
+        return Err(ShmError::NotRoot {
+            path: path.to_path_buf(),
+        });
     }
     let data = format!("size={size},mode=1777");
     mount(
@@ -37,11 +47,16 @@ pub fn mount_tmpfs(path: &Path, size: u64) -> Result<(), String> {
         MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
         Some(data.as_str()),
     )
-    .map_err(|e| format!("cannot mount tmpfs on {}: {e}", path.display()))
+    .map_err(|errno| ShmError::Mount {
+        path: path.to_path_buf(),
+        errno,
+    })
 }
 
 /// Lazily unmounts `path` (clients may still hold it open).
-pub fn unmount(path: &Path) -> Result<(), String> {
-    umount2(path, MntFlags::MNT_DETACH)
-        .map_err(|e| format!("cannot unmount {}: {e}", path.display()))
+pub fn unmount(path: &Path) -> Result<(), ShmError> {
+    umount2(path, MntFlags::MNT_DETACH).map_err(|errno| ShmError::Unmount {
+        path: path.to_path_buf(),
+        errno,
+    })
 }

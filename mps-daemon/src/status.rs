@@ -12,7 +12,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-use crate::metrics::Histogram;
+use crate::histogram::Histogram;
 
 /// Version of the status file format.
 pub const STATUS_FORMAT_VERSION: u32 = 1;
@@ -348,7 +348,7 @@ pub async fn write_loop(
                 let p = path.clone();
                 let write =
                     crate::layout::blocking("writing the status file", WRITE_TIMEOUT, move || {
-                        gpuhook_fs::write_atomic(&p, &data, 0o644).map_err(|e| e.to_string())
+                        gpuhook_fs::write_atomic(&p, &data, 0o644)
                     });
                 if let Err(e) = write.await {
                     tracing::warn!(error = %e, "cannot write status file");
@@ -363,16 +363,30 @@ pub async fn write_loop(
     }
 }
 
-/// Reads a status file written by a running daemon.
-pub fn read(path: &Path) -> Result<StatusFile, String> {
-    let bytes = crate::safefs::read_bounded(path, 16 << 20).map_err(|e| {
-        format!(
-            "cannot read {}: {e} (is gpu-mps-daemon running with this --mps-root?)",
-            path.display()
-        )
-    })?;
-    serde_json::from_slice(&bytes)
-        .map_err(|e| format!("{} is not a status file: {e}", path.display()))
+/// Why `gpu-mps-daemon status` found no status to show (the cause is part of the message).
+#[derive(Debug, thiserror::Error)]
+pub enum StatusReadError {
+    #[error("cannot read {}: {error} (is gpu-mps-daemon running with this --mps-root?)", path.display())]
+    Read {
+        path: std::path::PathBuf,
+        error: std::io::Error,
+    },
+    #[error("{} is not a status file: {error}", path.display())]
+    Parse {
+        path: std::path::PathBuf,
+        error: serde_json::Error,
+    },
 }
 
-pub use crate::status_table::render_table;
+/// Reads a status file written by a running daemon.
+pub fn read(path: &Path) -> Result<StatusFile, StatusReadError> {
+    let bytes =
+        crate::safefs::read_bounded(path, 16 << 20).map_err(|error| StatusReadError::Read {
+            path: path.to_path_buf(),
+            error,
+        })?;
+    serde_json::from_slice(&bytes).map_err(|error| StatusReadError::Parse {
+        path: path.to_path_buf(),
+        error,
+    })
+}

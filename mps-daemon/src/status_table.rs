@@ -1,6 +1,6 @@
 //! The human table of `gpu-mps-daemon status`: one row per GPU, then its clients per container.
 
-use crate::status::StatusFile;
+use crate::status::{GpuStatus, StatusFile};
 
 /// The human table of `gpu-mps-daemon status`.
 pub fn render_table(s: &StatusFile, daemon_alive: bool) -> String {
@@ -17,6 +17,15 @@ pub fn render_table(s: &StatusFile, daemon_alive: bool) -> String {
     if let Some(e) = &s.last_reload_error {
         out.push_str(&format!("last reload refused: {e}\n"));
     }
+    out.push_str(&aligned(gpu_rows(s)));
+    for g in &s.gpus {
+        out.push_str(&usage(g));
+    }
+    out
+}
+
+/// The header and one row per GPU.
+fn gpu_rows(s: &StatusFile) -> Vec<Vec<String>> {
     let header = [
         "IDX",
         "UUID",
@@ -44,7 +53,14 @@ pub fn render_table(s: &StatusFile, daemon_alive: bool) -> String {
             g.last_error.clone().unwrap_or_else(|| "-".into()),
         ]);
     }
-    let widths: Vec<usize> = (0..header.len())
+    rows
+}
+
+/// Rows as columns two spaces apart, each as wide as its widest cell (the last one as it is).
+fn aligned(rows: Vec<Vec<String>>) -> String {
+    let mut out = String::new();
+    let ncols = rows.first().map_or(0, Vec::len);
+    let widths: Vec<usize> = (0..ncols)
         .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
         .collect();
     for r in rows {
@@ -62,11 +78,17 @@ pub fn render_table(s: &StatusFile, daemon_alive: bool) -> String {
         out.push_str(line.join("  ").trim_end());
         out.push('\n');
     }
-    for g in &s.gpus {
-        let u = &g.usage;
-        if u.servers.is_empty() && u.clients.is_empty() && u.terminations.is_empty() {
-            continue;
-        }
+    out
+}
+
+/// A GPU's servers, clients per container and host clients; empty when it has none.
+fn usage(g: &GpuStatus) -> String {
+    let mut out = String::new();
+    let u = &g.usage;
+    if u.servers.is_empty() && u.clients.is_empty() && u.terminations.is_empty() {
+        return out;
+    }
+    {
         let ended: Vec<String> = u
             .terminations
             .iter()

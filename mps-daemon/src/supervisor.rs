@@ -15,11 +15,11 @@ use tokio::time::Instant;
 use crate::control::ControlEnv;
 use crate::daemon_proc::{self, DaemonProc};
 use crate::inventory::{ComputeMode, ComputeModeSetter};
-use crate::layout::{self, CreatedDirs, GpuLayout};
-use crate::limits::{Limits, Source};
+use crate::layout::{self, BlockingError, CreatedDirs, GpuLayout};
+use crate::limits::{Limits, LimitsError, Source};
 use crate::plan::{GpuPlan, Timing};
 use crate::settings::EnforceSettings;
-use crate::shm;
+use crate::shm::{self, ShmError};
 use crate::status::{now_secs, Board, GpuState, GpuStatus};
 use crate::watcher::Watcher;
 
@@ -34,6 +34,22 @@ pub(crate) const KILL_GRACE: Duration = Duration::from_secs(1);
 pub fn backoff(failures: u32, max: Duration) -> Duration {
     let shift = failures.saturating_sub(1).min(20);
     BACKOFF_BASE.saturating_mul(1 << shift).min(max)
+}
+
+/// Why a control daemon could not be brought up; each message is its cause's own (it goes to
+/// the status file's `error` as it is).
+#[derive(Debug, thiserror::Error)]
+pub enum BringUpError {
+    #[error(transparent)]
+    Dir(#[from] std::io::Error),
+    #[error(transparent)]
+    Shm(#[from] ShmError),
+    #[error(transparent)]
+    Blocking(#[from] BlockingError),
+    #[error(transparent)]
+    Control(#[from] crate::control::ControlError),
+    #[error(transparent)]
+    Limits(#[from] LimitsError),
 }
 
 /// Supervisor of one GPU's control daemon.
@@ -176,7 +192,7 @@ impl GpuSupervisor {
                 Err(e) => {
                     self.remove_ready().await;
                     tracing::error!(gpu = %uuid, error = %e, "bringing up the control daemon failed");
-                    self.set_state(GpuState::Failed, Some(e));
+                    self.set_state(GpuState::Failed, Some(e.to_string()));
                 }
             }
             self.stop_daemon(current.take()).await;
@@ -198,7 +214,7 @@ impl GpuSupervisor {
         let ready = self.layout.ready.clone();
         let to = self.timing.borrow().command_timeout;
         if let Err(e) = layout::blocking("removing the ready file", to, move || {
-            layout::remove_file_if_exists(&ready).map_err(|e| e.to_string())
+            layout::remove_file_if_exists(&ready)
         })
         .await
         {
@@ -207,28 +223,30 @@ impl GpuSupervisor {
     }
 
     /// Empties the pipe directory (bounded: a tenant may have filled it).
-    async fn clean_pipe(&self) -> Result<(), String> {
+    async fn clean_pipe(&self) -> Result<(), BlockingError> {
         let pipe = self.layout.pipe.clone();
         let to = self.timing.borrow().start_timeout;
         layout::blocking("emptying the pipe directory", to, move || {
-            layout::clean_dir(&pipe).map_err(|e| e.to_string())
+            layout::clean_dir(&pipe)
         })
         .await
     }
 
     /// Directories, tmpfs, compute mode, daemon start, limits, read-back, ready file.
-    async fn bring_up(&self, env: &ControlEnv, undo: &mut Undo) -> Result<DaemonProc, String> {
+    async fn bring_up(
+        &self,
+        env: &ControlEnv,
+        undo: &mut Undo,
+    ) -> Result<DaemonProc, BringUpError> {
         let l = &self.layout;
         let t = *self.timing.borrow();
         // A ready file left by an instance that was killed must not outlive this bring-up.
         self.remove_ready().await;
         for d in [&l.pipe, &l.log] {
-            undo.dirs.ensure(d, 0o755).map_err(|e| e.to_string())?;
+            undo.dirs.ensure(d, 0o755)?;
         }
         if let Some(size) = self.plan.shm_size {
-            undo.dirs
-                .ensure(&l.shm, 0o1777)
-                .map_err(|e| e.to_string())?;
+            undo.dirs.ensure(&l.shm, 0o1777)?;
             if !undo.mounted {
                 if !shm::is_mount_point(&l.shm) {
                     shm::mount_tmpfs(&l.shm, size)?;
@@ -242,9 +260,7 @@ impl GpuSupervisor {
             undo.mode_tried = true;
             let (compute, uuid) = (self.compute.clone(), self.plan.uuid.clone());
             let set = layout::blocking("setting the compute mode", t.command_timeout, move || {
-                compute
-                    .set_compute_mode(&uuid, ComputeMode::ExclusiveProcess)
-                    .map_err(|e| e.to_string())
+                compute.set_compute_mode(&uuid, ComputeMode::ExclusiveProcess)
             });
             match set.await {
                 Ok(prev) => undo.prev_mode = Some(prev),
@@ -252,9 +268,7 @@ impl GpuSupervisor {
                     "compute mode not set to EXCLUSIVE_PROCESS; other processes may use the GPU outside MPS"),
             }
         }
-        let daemon = DaemonProc::start(env, l, t.start_timeout)
-            .await
-            .map_err(|e| e.to_string())?;
+        let daemon = DaemonProc::start(env, l, t.start_timeout).await?;
         let pid = daemon.id.pid;
         self.board.update(&self.plan.uuid, |s| s.pid = Some(pid));
         match self.publish_ready(env, pid, t.command_timeout).await {
@@ -267,7 +281,12 @@ impl GpuSupervisor {
     }
 
     /// Applies and reads back the limits, then writes the ready file and marks the GPU ready.
-    async fn publish_ready(&self, env: &ControlEnv, pid: i32, to: Duration) -> Result<(), String> {
+    async fn publish_ready(
+        &self,
+        env: &ControlEnv,
+        pid: i32,
+        to: Duration,
+    ) -> Result<(), BringUpError> {
         let (got, source) = self.limits().ensure_defaults(env, to).await?;
         if source == Source::Commands {
             tracing::warn!(gpu = %self.plan.uuid, pid,
@@ -284,7 +303,6 @@ impl GpuSupervisor {
         let path = self.layout.ready.clone();
         layout::blocking("writing the ready file", to, move || {
             gpuhook_fs::write_atomic(&path, ready.to_string().as_bytes(), 0o644)
-                .map_err(|e| e.to_string())
         })
         .await?;
         self.board.update(&self.plan.uuid, |s| {
@@ -343,10 +361,7 @@ impl GpuSupervisor {
             let (compute, u) = (self.compute.clone(), uuid.clone());
             let restore =
                 layout::blocking("restoring the compute mode", t.command_timeout, move || {
-                    compute
-                        .set_compute_mode(&u, prev)
-                        .map(|_| ())
-                        .map_err(|e| e.to_string())
+                    compute.set_compute_mode(&u, prev).map(|_| ())
                 });
             if let Err(e) = restore.await {
                 tracing::warn!(gpu = %uuid, error = %e, "cannot restore the compute mode");

@@ -160,25 +160,15 @@ impl Watcher {
         let servers = match parse_pids(servers) {
             Ok(s) => s,
             Err(e) => {
-                board.update(&self.uuid, |s| s.usage.last_pass_error = Some(e));
+                board.update(&self.uuid, |s| {
+                    s.usage.last_pass_error = Some(e.to_string())
+                });
                 return;
             }
         };
-        let mut listed: BTreeSet<(u32, u32)> = BTreeSet::new();
-        for &srv in &servers {
-            if self.limited.contains(&srv) {
-                self.check_server(env, board, srv, to).await;
-            } else {
-                self.limit_server(env, srv, to).await;
-            }
-            match env.send(&format!("get_client_list {srv}"), to).await {
-                Ok(reply) => match parse_pids(&reply) {
-                    Ok(pids) => listed.extend(pids.into_iter().map(|p| (srv, p))),
-                    Err(e) => errors.push(e),
-                },
-                Err(e) => errors.push(e.to_string()),
-            }
-        }
+        let listed = self
+            .list_clients(env, board, &servers, to, &mut errors)
+            .await;
         self.limited.retain(|s| servers.contains(s));
         self.clients.retain(|k, _| listed.contains(k));
         for &(srv, pid) in &listed {
@@ -236,6 +226,33 @@ impl Watcher {
             u.last_pass_at = Some(now_secs());
             u.last_pass_error = (!errors.is_empty()).then(|| errors.join("; "));
         });
+    }
+
+    /// Limits each new server (checks the known ones) and lists the clients of every server.
+    async fn list_clients(
+        &mut self,
+        env: &ControlEnv,
+        board: &Board,
+        servers: &[u32],
+        to: Duration,
+        errors: &mut Vec<String>,
+    ) -> BTreeSet<(u32, u32)> {
+        let mut listed: BTreeSet<(u32, u32)> = BTreeSet::new();
+        for &srv in servers {
+            if self.limited.contains(&srv) {
+                self.check_server(env, board, srv, to).await;
+            } else {
+                self.limit_server(env, srv, to).await;
+            }
+            match env.send(&format!("get_client_list {srv}"), to).await {
+                Ok(reply) => match parse_pids(&reply) {
+                    Ok(pids) => listed.extend(pids.into_iter().map(|p| (srv, p))),
+                    Err(e) => errors.push(e.to_string()),
+                },
+                Err(e) => errors.push(e.to_string()),
+            }
+        }
+        listed
     }
 
     async fn terminate(&mut self, env: &ControlEnv, t: &Termination, to: Duration) -> bool {

@@ -1,7 +1,8 @@
 //! `gpu-mps-daemon check` against NVIDIA's own config cases: the 78 configs of
 //! `shared/reference/kdp-configs/` with the outcome NVIDIA's k8s-device-plugin v0.20.0 gives each
 //! (`expect.json`, from its Go tests and code). Accept/reject must agree on every case, except
-//! the deliberate differences listed in [`DISAGREE`] with their reasons.
+//! the deliberate differences listed in [`DISAGREE`] with their reasons, for the daemon's `check`
+//! and for the device plugin's loader (`gpuhook-sharing`) alike: one ConfigMap serves both.
 
 mod common;
 
@@ -57,6 +58,12 @@ fn check_agrees_with_nvidia_on_every_corpus_config() {
         if got != want && !DISAGREE.iter().any(|(f, _)| *f == file) {
             wrong.push(format!(
                 "{file}: NVIDIA accepted={want}, we accepted={got}: {stderr}"
+            ));
+        }
+        let plugin = gpuhook_sharing::config::load(&dir.join(file));
+        if plugin.is_ok() != want && !DISAGREE.iter().any(|(f, _)| *f == file) {
+            wrong.push(format!(
+                "{file}: NVIDIA accepted={want}, the plugin's loader: {plugin:?}"
             ));
         }
         if !got {

@@ -1,5 +1,7 @@
 //! Issue #17.6: the daemon's log lines on stderr are JSON with `GPUHOOK_LOG_FORMAT=json` (or
 //! `--log-format json`), and carry no colour codes when stderr is not a terminal.
+// Test support: a failed unwrap is a failed test, with its location.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

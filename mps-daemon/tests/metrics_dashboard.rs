@@ -4,6 +4,8 @@
 //!
 //! The shape checked is Grafana's dashboard JSON model (docs: "JSON model", dashboard
 //! `schemaVersion`, `panels[].gridPos` on a 24-column grid, `targets[].refId`, `templating.list`).
+// Test support: a failed unwrap is a failed test, with its location.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeSet;
 

@@ -10,6 +10,8 @@
 //! (`internal/pkg/transformation/const.go`). dcgm-exporter's main branch renamed `Hostname` to
 //! `hostname` in commit d5e5f51 (#655, 2026-05-12), after release 4.4.1-4.6.0; we follow the
 //! released spelling.
+// Test support: a failed unwrap is a failed test, with its location.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use gpu_mps_daemon::metrics::render_for;
 use gpu_mps_daemon::metrics_parse::{parse_text, Sample};

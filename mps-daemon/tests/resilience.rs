@@ -1,6 +1,8 @@
 //! One stuck GPU, a connection flood and fd exhaustion: the supervisor keeps supervising every
 //! other GPU, answers HTTP within a bound, and never kills a healthy control daemon because of a
 //! failure of its own side.
+// Test support: a failed unwrap is a failed test, with its location.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

@@ -3,6 +3,8 @@
 //!
 //! Needs root (the node has device nodes) and the workspace's `gpuhook-sim` binary; skipped
 //! with a message otherwise, unless GPUHOOK_REQUIRE_E2E=1 makes that a failure.
+// Test support: a failed unwrap is a failed test, with its location.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
@@ -58,29 +60,12 @@ fn walk_files(dir: &Path) -> Vec<PathBuf> {
 fn dgx_h100_node_with_discovery_and_nvml() {
     let Some(tool) = ready_to_run() else { return };
     let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("node");
-    let out = Command::new(&tool)
-        .args(["build", "dgx-h100"])
-        .arg(&root)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let (root, mps, cfg) = (
+        dir.path().join("node"),
+        dir.path().join("mps"),
+        dir.path().join("config.yaml"),
     );
-    let mps = dir.path().join("mps");
-    let cfg = dir.path().join("config.yaml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "version: v1\nsharing:\n  mps:\n    resources:\n      - {{name: nvidia.com/gpu, replicas: 4, devices: all}}\nmpsDaemon:\n  mpsRoot: {}\n  driverRoot: {}\n  probeInterval: 1s\n  cdiSpecDir: {}\n",
-            mps.display(),
-            root.display(),
-            dir.path().join("cdi").display()
-        ),
-    )
-    .unwrap();
+    build_node(&tool, &root, &mps, &cfg);
     let port = free_port();
     let log = dir.path().join("daemon.log");
     let child = Command::new(daemon_bin())
@@ -112,6 +97,46 @@ fn dgx_h100_node_with_discovery_and_nvml() {
             .all(|g| g["state"] == "ready")
             .then_some(s)
     });
+    ready_and_limited(&status, &root, &mps, &logtext());
+
+    daemon.signal(libc::SIGTERM);
+    assert_eq!(daemon.wait_exit(), Some(0), "{}", logtext());
+    assert!(!mps.exists(), "{:?}", tree(&mps));
+    assert_eq!(
+        compute_modes(&root),
+        vec!["0".to_string(); 8],
+        "compute modes restored"
+    );
+}
+
+/// The dgx-h100 node under `root`, and a config sharing all its GPUs 4 ways with MPS root `mps`.
+fn build_node(tool: &Path, root: &Path, mps: &Path, cfg: &Path) {
+    let out = Command::new(tool)
+        .args(["build", "dgx-h100"])
+        .arg(root)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let cdi = cfg.with_file_name("cdi");
+    std::fs::write(
+        cfg,
+        format!(
+            "version: v1\nsharing:\n  mps:\n    resources:\n      - {{name: nvidia.com/gpu, replicas: 4, devices: all}}\nmpsDaemon:\n  mpsRoot: {}\n  driverRoot: {}\n  probeInterval: 1s\n  cdiSpecDir: {}\n",
+            mps.display(),
+            root.display(),
+            cdi.display()
+        ),
+    )
+    .unwrap();
+}
+
+/// All 8 GPUs ready with a quarter each, in EXCLUSIVE_PROCESS mode, and a client of GPU 5
+/// (through the node's own control binary) gets those limits.
+fn ready_and_limited(status: &serde_json::Value, root: &Path, mps: &Path, log: &str) {
     let gpus = status["gpus"].as_array().unwrap();
     assert_eq!(gpus.len(), 8, "{status}");
     for g in gpus {
@@ -120,12 +145,10 @@ fn dgx_h100_node_with_discovery_and_nvml() {
         assert!(g["pinnedMemoryLimitMiB"].as_u64().unwrap() > 10_000, "{g}");
     }
     assert_eq!(
-        compute_modes(&root),
+        compute_modes(root),
         vec!["3".to_string(); 8],
-        "EXCLUSIVE_PROCESS while running; log:\n{}",
-        logtext()
+        "EXCLUSIVE_PROCESS while running; log:\n{log}"
     );
-    // A client of GPU 5, through the node's own control binary.
     let uuid5 = gpus[5]["uuid"].as_str().unwrap();
     let client = Command::new(root.join("usr/bin/nvidia-cuda-mps-control"))
         .env_clear()
@@ -139,13 +162,4 @@ fn dgx_h100_node_with_discovery_and_nvml() {
         gpus[5]["pinnedMemoryLimitMiB"]
     );
     assert!(seen.contains(&want), "{seen}");
-
-    daemon.signal(libc::SIGTERM);
-    assert_eq!(daemon.wait_exit(), Some(0), "{}", logtext());
-    assert!(!mps.exists(), "{:?}", tree(&mps));
-    assert_eq!(
-        compute_modes(&root),
-        vec!["0".to_string(); 8],
-        "compute modes restored"
-    );
 }

@@ -2,6 +2,8 @@
 //! (read-write) and the control socket in it. Nothing it does there may steer the daemon
 //! (signal another GPU's daemon, freeze it, redirect its commands), let a client run without
 //! limits, or change the limits for good.
+// Test support: a failed unwrap is a failed test, with its location.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

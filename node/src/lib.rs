@@ -20,6 +20,7 @@ pub mod ldcache;
 pub mod nvml;
 pub mod procfs;
 pub mod rootfs;
+pub mod topology;
 
 #[cfg(test)]
 mod testutil;

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Everything the plugin advertises on this node, and the node labels that describe it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -52,8 +52,9 @@ pub enum SharingKind {
 /// One device ID the kubelet sees.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct AdvertisedDevice {
-    /// The ID in ListAndWatch: `GPU-…`/`MIG-…` UUID (or index under `deviceIDStrategy: index`),
-    /// with `::<n>` for replica `n`.
+    /// The ID in ListAndWatch: the `GPU-…`/`MIG-…` UUID, with `::<n>` for replica `n`. NVIDIA
+    /// keeps UUIDs here under either `deviceIDStrategy`; that strategy names the device in
+    /// Allocate's answer ([`Backing::device_name`]).
     pub id: String,
     /// What the ID stands for on the node.
     pub backing: Backing,
@@ -88,7 +89,7 @@ pub struct MigBacking {
 }
 
 /// `flags.deviceListStrategy` values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum DeviceListStrategy {
     Envvar,
@@ -98,9 +99,31 @@ pub enum DeviceListStrategy {
 }
 
 /// `flags.deviceIDStrategy` values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum DeviceIdStrategy {
     Uuid,
     Index,
+}
+
+/// Why a node cannot advertise under a config (the plugin refuses to start, as NVIDIA's does).
+#[derive(Debug, thiserror::Error)]
+pub enum AdvertiseError {
+    /// `migStrategy: single` on a node it does not fit (`internal/rm/rm.go`).
+    #[error(
+        "flags.migStrategy single: {0}; use migStrategy mixed, or one MIG layout on every GPU"
+    )]
+    MigSingle(String),
+    #[error("MIG profile '{profile}' (device {uuid}) does not match any resource patterns: migStrategy mixed only advertises profiles with as many compute as GPU-instance slices; use another MIG layout")]
+    MigProfile { profile: String, uuid: String },
+    #[error("sharing using MPS is not supported for MIG devices ({uuid}); share MIG devices with timeSlicing, or use migStrategy none")]
+    MpsOnMig { uuid: String },
+    #[error("invalid MPS configuration: invalid device maximum allowed replicas exceeded: {replicas} > {max} (GPU {uuid}); lower sharing.mps replicas to at most {max}")]
+    MpsReplicas {
+        uuid: String,
+        replicas: u32,
+        max: u32,
+    },
+    #[error("{resource}: replicas {replicas} is out of range")]
+    Replicas { resource: String, replicas: i64 },
 }

@@ -135,165 +135,217 @@ impl Out {
     }
 }
 
+/// Offsets and sizes of every part of the object, computed before anything is written.
+struct Layout {
+    nsyms: u64,
+    nbucket: u64,
+    hash_off: u64,
+    hash_size: u64,
+    dynsym_off: u64,
+    dynstr_off: u64,
+    dynstr_len: u64,
+    text_off: u64,
+    text_end: u64,
+    dyn_off: u64,
+    dyn_size: u64,
+    shstr_off: u64,
+    shstr_len: u64,
+    shoff: u64,
+}
+
+impl Layout {
+    /// The read+exec segment (hash, symbols, strings, text), then `.dynamic` on its own page,
+    /// then the section names and headers.
+    fn new(nsyms: u64, dynstr_len: u64, ndyn: u64, shstr_len: u64) -> Self {
+        let hash_off = EHDR_SIZE + PHNUM * PHDR_SIZE;
+        let nbucket = nsyms.max(1);
+        let hash_size = (2 + nbucket + nsyms) * 4;
+        let dynsym_off = align(hash_off + hash_size, 8);
+        let dynstr_off = dynsym_off + nsyms * SYM_SIZE;
+        let text_off = align(dynstr_off + dynstr_len, 16);
+        let text_end = text_off + RETURN_ZERO.len() as u64;
+        let dyn_off = align(text_end, PAGE);
+        let dyn_size = ndyn * DYN_SIZE;
+        let shstr_off = dyn_off + dyn_size;
+        let shoff = align(shstr_off + shstr_len, 8);
+        Layout {
+            nsyms,
+            nbucket,
+            hash_off,
+            hash_size,
+            dynsym_off,
+            dynstr_off,
+            dynstr_len,
+            text_off,
+            text_end,
+            dyn_off,
+            dyn_size,
+            shstr_off,
+            shstr_len,
+            shoff,
+        }
+    }
+}
+
+/// Section names, in section header order after the null section.
+const SECTION_NAMES: [&str; 6] = [
+    ".hash",
+    ".dynsym",
+    ".dynstr",
+    ".text",
+    ".dynamic",
+    ".shstrtab",
+];
+
 /// Builds an ELF64 x86-64 shared object with `DT_SONAME = soname` that exports `symbols` (each a
 /// function returning 0).
 pub fn shared_object(soname: &str, symbols: &[&str]) -> Vec<u8> {
     let mut dynstr = StrTab::new();
     let soname_off = dynstr.add(soname);
     let sym_names: Vec<u32> = symbols.iter().map(|s| dynstr.add(s)).collect();
-    let nsyms = symbols.len() as u64 + 1;
-
-    // Layout of the read+exec segment.
-    let hash_off = EHDR_SIZE + PHNUM * PHDR_SIZE;
-    let nbucket = nsyms.max(1);
-    let hash_size = (2 + nbucket + nsyms) * 4;
-    let dynsym_off = align(hash_off + hash_size, 8);
-    let dynstr_off = dynsym_off + nsyms * SYM_SIZE;
-    let text_off = align(dynstr_off + dynstr.0.len() as u64, 16);
-    let text_end = text_off + RETURN_ZERO.len() as u64;
-    // The read+write segment (only `.dynamic`) starts on its own page.
-    let dyn_off = align(text_end, PAGE);
+    let mut shstr = StrTab::new();
+    let names: Vec<u32> = SECTION_NAMES.iter().map(|n| shstr.add(n)).collect();
+    let l = Layout::new(
+        symbols.len() as u64 + 1,
+        dynstr.0.len() as u64,
+        7,
+        shstr.0.len() as u64,
+    );
     let dyn_entries: [(u64, u64); 7] = [
         (DT_SONAME, u64::from(soname_off)),
-        (DT_HASH, hash_off),
-        (DT_STRTAB, dynstr_off),
-        (DT_SYMTAB, dynsym_off),
-        (DT_STRSZ, dynstr.0.len() as u64),
+        (DT_HASH, l.hash_off),
+        (DT_STRTAB, l.dynstr_off),
+        (DT_SYMTAB, l.dynsym_off),
+        (DT_STRSZ, l.dynstr_len),
         (DT_SYMENT, SYM_SIZE),
         (DT_NULL, 0),
     ];
-    let dyn_size = dyn_entries.len() as u64 * DYN_SIZE;
-    let mut shstr = StrTab::new();
-    let names: Vec<u32> = [
-        ".hash",
-        ".dynsym",
-        ".dynstr",
-        ".text",
-        ".dynamic",
-        ".shstrtab",
-    ]
-    .iter()
-    .map(|n| shstr.add(n))
-    .collect();
-    let shstr_off = dyn_off + dyn_size;
-    let shoff = align(shstr_off + shstr.0.len() as u64, 8);
-
     let mut o = Out(Vec::with_capacity(
-        usize::try_from(shoff + 7 * SHDR_SIZE).unwrap_or(0),
+        usize::try_from(l.shoff + 7 * SHDR_SIZE).unwrap_or(0),
     ));
-    // ELF header.
-    o.0.extend_from_slice(&[0x7f, b'E', b'L', b'F', 2, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
-    o.u16(3); // ET_DYN
-    o.u16(62); // EM_X86_64
-    o.u32(1); // EV_CURRENT
-    o.u64(0); // e_entry
-    o.u64(EHDR_SIZE); // e_phoff
-    o.u64(shoff);
-    o.u32(0); // e_flags
-    o.u16(EHDR_SIZE as u16);
-    o.u16(PHDR_SIZE as u16);
-    o.u16(PHNUM as u16);
-    o.u16(SHDR_SIZE as u16);
-    o.u16(7); // e_shnum
-    o.u16(6); // e_shstrndx
-              // Program headers.
-    o.phdr(PT_LOAD, PF_R | PF_X, 0, text_end, PAGE);
-    o.phdr(PT_LOAD, PF_R | PF_W, dyn_off, dyn_size, PAGE);
-    o.phdr(PT_DYNAMIC, PF_R | PF_W, dyn_off, dyn_size, 8);
-    o.phdr(PT_GNU_STACK, PF_R | PF_W, 0, 0, 16);
-    // .hash: nbucket, nchain, buckets, chains (SysV).
-    o.pad_to(hash_off);
-    let mut buckets = vec![0u32; usize::try_from(nbucket).expect("small")];
-    let mut chains = vec![0u32; usize::try_from(nsyms).expect("small")];
-    for (i, name) in symbols.iter().enumerate() {
-        let idx = u32::try_from(i + 1).expect("few symbols");
-        let b = (elf_hash(name.as_bytes()) % nbucket as u32) as usize;
-        chains[idx as usize] = buckets[b];
-        buckets[b] = idx;
-    }
-    o.u32(nbucket as u32);
-    o.u32(nsyms as u32);
-    buckets.iter().chain(chains.iter()).for_each(|&v| o.u32(v));
+    o.headers(&l);
+    o.hash(&l, symbols);
     // .dynsym: the null symbol, then global functions in .text.
-    o.pad_to(dynsym_off);
-    o.0.extend_from_slice(&[0u8; SYM_SIZE as usize]);
+    o.pad_to(l.dynsym_off);
+    o.pad_to(o.pos() + SYM_SIZE); // the null symbol
     for &name in &sym_names {
         o.u32(name);
         o.u8(0x12); // STB_GLOBAL | STT_FUNC
         o.u8(0); // STV_DEFAULT
         o.u16(SHN_TEXT);
-        o.u64(text_off);
+        o.u64(l.text_off);
         o.u64(RETURN_ZERO.len() as u64);
     }
     o.0.extend_from_slice(&dynstr.0);
-    o.pad_to(text_off);
+    o.pad_to(l.text_off);
     o.0.extend_from_slice(&RETURN_ZERO);
     // .dynamic
-    o.pad_to(dyn_off);
+    o.pad_to(l.dyn_off);
     for (tag, val) in dyn_entries {
         o.u64(tag);
         o.u64(val);
     }
-    debug_assert_eq!(o.pos(), shstr_off);
+    debug_assert_eq!(o.pos(), l.shstr_off);
     o.0.extend_from_slice(&shstr.0);
-    o.pad_to(shoff);
-    // Section headers.
-    o.0.extend_from_slice(&[0u8; SHDR_SIZE as usize]);
-    o.shdr(
-        names[0], 5, 2, hash_off, hash_size, SHN_DYNSYM, 0, 8, 4, true,
-    );
-    o.shdr(
-        names[1],
-        11,
-        2,
-        dynsym_off,
-        nsyms * SYM_SIZE,
-        SHN_DYNSTR,
-        1,
-        8,
-        SYM_SIZE,
-        true,
-    );
-    o.shdr(
-        names[2],
-        3,
-        2,
-        dynstr_off,
-        dynstr.0.len() as u64,
-        0,
-        0,
-        1,
-        0,
-        true,
-    );
-    o.shdr(
-        names[3],
-        1,
-        6,
-        text_off,
-        RETURN_ZERO.len() as u64,
-        0,
-        0,
-        16,
-        0,
-        true,
-    );
-    o.shdr(
-        names[4], 6, 3, dyn_off, dyn_size, SHN_DYNSTR, 0, 8, DYN_SIZE, true,
-    );
-    o.shdr(
-        names[5],
-        3,
-        0,
-        shstr_off,
-        shstr.0.len() as u64,
-        0,
-        0,
-        1,
-        0,
-        false,
-    );
+    o.section_headers(&l, &names);
     o.0
+}
+
+/// A header field that is one of the small constants above.
+fn half(v: u64) -> u16 {
+    u16::try_from(v).expect("ELF header sizes fit in 16 bits")
+}
+
+impl Out {
+    /// The ELF header and the program headers.
+    fn headers(&mut self, l: &Layout) {
+        self.0
+            .extend_from_slice(&[0x7f, b'E', b'L', b'F', 2, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        self.u16(3); // ET_DYN
+        self.u16(62); // EM_X86_64
+        self.u32(1); // EV_CURRENT
+        self.u64(0); // e_entry
+        self.u64(EHDR_SIZE); // e_phoff
+        self.u64(l.shoff);
+        self.u32(0); // e_flags
+        self.u16(half(EHDR_SIZE));
+        self.u16(half(PHDR_SIZE));
+        self.u16(half(PHNUM));
+        self.u16(half(SHDR_SIZE));
+        self.u16(7); // e_shnum
+        self.u16(6); // e_shstrndx
+        self.phdr(PT_LOAD, PF_R | PF_X, 0, l.text_end, PAGE);
+        self.phdr(PT_LOAD, PF_R | PF_W, l.dyn_off, l.dyn_size, PAGE);
+        self.phdr(PT_DYNAMIC, PF_R | PF_W, l.dyn_off, l.dyn_size, 8);
+        self.phdr(PT_GNU_STACK, PF_R | PF_W, 0, 0, 16);
+    }
+
+    /// `.hash`: nbucket, nchain, buckets, chains (SysV).
+    fn hash(&mut self, l: &Layout, symbols: &[&str]) {
+        self.pad_to(l.hash_off);
+        let nbucket = u32::try_from(l.nbucket).expect("few symbols");
+        let nsyms = u32::try_from(l.nsyms).expect("few symbols");
+        let mut buckets = vec![0u32; usize::try_from(nbucket).expect("small")];
+        let mut chains = vec![0u32; usize::try_from(nsyms).expect("small")];
+        for (i, name) in symbols.iter().enumerate() {
+            let idx = u32::try_from(i + 1).expect("few symbols");
+            let b = usize::try_from(elf_hash(name.as_bytes()) % nbucket).expect("small");
+            chains[i + 1] = buckets[b];
+            buckets[b] = idx;
+        }
+        self.u32(nbucket);
+        self.u32(nsyms);
+        buckets
+            .iter()
+            .chain(chains.iter())
+            .for_each(|&v| self.u32(v));
+    }
+
+    /// The section headers (the null one first), for tools such as `readelf`.
+    fn section_headers(&mut self, l: &Layout, names: &[u32]) {
+        self.pad_to(l.shoff);
+        self.pad_to(self.pos() + SHDR_SIZE); // the null section
+        let text_len = RETURN_ZERO.len() as u64;
+        let dynsym_size = l.nsyms * SYM_SIZE;
+        // name, type, flags, offset, size, link, info, align, entsize, loaded
+        let rows = [
+            (
+                names[0],
+                5,
+                2,
+                l.hash_off,
+                l.hash_size,
+                SHN_DYNSYM,
+                0,
+                8,
+                4,
+                true,
+            ),
+            (
+                names[1],
+                11,
+                2,
+                l.dynsym_off,
+                dynsym_size,
+                SHN_DYNSTR,
+                1,
+                8,
+                SYM_SIZE,
+                true,
+            ),
+            (names[2], 3, 2, l.dynstr_off, l.dynstr_len, 0, 0, 1, 0, true),
+            (names[3], 1, 6, l.text_off, text_len, 0, 0, 16, 0, true),
+            (
+                names[4], 6, 3, l.dyn_off, l.dyn_size, SHN_DYNSTR, 0, 8, DYN_SIZE, true,
+            ),
+            (names[5], 3, 0, l.shstr_off, l.shstr_len, 0, 0, 1, 0, false),
+        ];
+        for (name, kind, flags, off, size, link, info, al, entsize, loaded) in rows {
+            self.shdr(
+                name, kind, flags, off, size, link, info, al, entsize, loaded,
+            );
+        }
+    }
 }
 
 #[cfg(test)]

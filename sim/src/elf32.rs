@@ -34,6 +34,49 @@ fn len32(n: usize) -> u32 {
     u32::try_from(n).expect("ELF32 stub parts are small")
 }
 
+fn w16(o: &mut Vec<u8>, v: u16) {
+    o.extend_from_slice(&v.to_le_bytes());
+}
+
+fn w32(o: &mut Vec<u8>, v: u32) {
+    o.extend_from_slice(&v.to_le_bytes());
+}
+
+fn pad(o: &mut Vec<u8>, off: u32) {
+    let off = usize::try_from(off).expect("ELF32 stub is small");
+    assert!(o.len() <= off, "ELF32 layout overlap");
+    o.resize(off, 0);
+}
+
+/// Offsets of the parts of the one loaded segment.
+struct Layout {
+    nsyms: u32,
+    hash_off: u32,
+    dynsym_off: u32,
+    dynstr_off: u32,
+    text_off: u32,
+    dyn_off: u32,
+}
+
+impl Layout {
+    fn new(nsyms: u32, dynstr_len: u32) -> Self {
+        let hash_off = EHDR_SIZE + PHNUM * PHDR_SIZE;
+        let hash_size = (2 + nsyms + nsyms) * 4;
+        let dynsym_off = align(hash_off + hash_size, 4);
+        let dynstr_off = dynsym_off + nsyms * SYM_SIZE;
+        let text_off = align(dynstr_off + dynstr_len, 16);
+        let dyn_off = align(text_off + len32(RETURN_ZERO.len()), 8);
+        Layout {
+            nsyms,
+            hash_off,
+            dynsym_off,
+            dynstr_off,
+            text_off,
+            dyn_off,
+        }
+    }
+}
+
 /// Builds an ELF32 i386 shared object with `DT_SONAME = soname` exporting `symbols`.
 pub fn shared_object_i386(soname: &str, symbols: &[&str]) -> Vec<u8> {
     let mut dynstr = vec![0u8];
@@ -47,92 +90,85 @@ pub fn shared_object_i386(soname: &str, symbols: &[&str]) -> Vec<u8> {
     // Real i386 driver libraries need libc.so.6; ldconfig derives the `libc6` cache flag from it.
     let libc_off = add("libc.so.6");
     let names: Vec<u32> = symbols.iter().map(|s| add(s)).collect();
-    let nsyms = len32(symbols.len()) + 1;
-
-    let hash_off = EHDR_SIZE + PHNUM * PHDR_SIZE;
-    let hash_size = (2 + nsyms + nsyms) * 4;
-    let dynsym_off = align(hash_off + hash_size, 4);
-    let dynstr_off = dynsym_off + nsyms * SYM_SIZE;
-    let text_off = align(dynstr_off + len32(dynstr.len()), 16);
-    let dyn_off = align(text_off + len32(RETURN_ZERO.len()), 8);
+    let l = Layout::new(len32(symbols.len()) + 1, len32(dynstr.len()));
     let dyn_entries: [(u32, u32); 8] = [
-        (1, libc_off),    // DT_NEEDED
-        (14, soname_off), // DT_SONAME
-        (4, hash_off),    // DT_HASH
-        (5, dynstr_off),  // DT_STRTAB
-        (6, dynsym_off),  // DT_SYMTAB
+        (1, libc_off),     // DT_NEEDED
+        (14, soname_off),  // DT_SONAME
+        (4, l.hash_off),   // DT_HASH
+        (5, l.dynstr_off), // DT_STRTAB
+        (6, l.dynsym_off), // DT_SYMTAB
         (10, len32(dynstr.len())),
         (11, SYM_SIZE), // DT_SYMENT
         (0, 0),         // DT_NULL
     ];
     let dyn_size = len32(dyn_entries.len()) * DYN_SIZE;
-    let end = dyn_off + dyn_size;
+    let end = l.dyn_off + dyn_size;
 
-    let mut o: Vec<u8> = Vec::with_capacity(end as usize);
-    let w16 = |o: &mut Vec<u8>, v: u16| o.extend_from_slice(&v.to_le_bytes());
-    let w32 = |o: &mut Vec<u8>, v: u32| o.extend_from_slice(&v.to_le_bytes());
-    let pad = |o: &mut Vec<u8>, off: u32| {
-        assert!(o.len() <= off as usize, "ELF32 layout overlap");
-        o.resize(off as usize, 0);
-    };
-    // ELF header: ELFCLASS32, little endian, ET_DYN, EM_386.
-    o.extend_from_slice(&[0x7f, b'E', b'L', b'F', 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
-    w16(&mut o, 3);
-    w16(&mut o, EM_386);
-    w32(&mut o, 1); // EV_CURRENT
-    w32(&mut o, 0); // e_entry
-    w32(&mut o, EHDR_SIZE); // e_phoff
-    w32(&mut o, 0); // e_shoff: no sections
-    w32(&mut o, 0); // e_flags
-    for v in [EHDR_SIZE, PHDR_SIZE, PHNUM, 40, 0, 0] {
-        w16(&mut o, u16::try_from(v).expect("header field fits"));
-    }
-    // Program headers: type, offset, vaddr, paddr, filesz, memsz, flags, align.
-    for (kind, off, size, flags, al) in [
-        (PT_LOAD, 0, end, PF_R_W_X, PAGE),
-        (PT_DYNAMIC, dyn_off, dyn_size, PF_R_W, 4),
-        (PT_GNU_STACK, 0, 0, PF_R_W, 16),
-    ] {
-        for v in [kind, off, off, off, size, size, flags, al] {
-            w32(&mut o, v);
-        }
-    }
-    // .hash with one bucket per symbol (SysV layout).
-    pad(&mut o, hash_off);
-    let mut buckets = vec![0u32; nsyms as usize];
-    let mut chains = vec![0u32; nsyms as usize];
-    for (i, name) in symbols.iter().enumerate() {
-        let idx = len32(i + 1);
-        let b = (crate::elf::elf_hash(name.as_bytes()) % nsyms) as usize;
-        chains[idx as usize] = buckets[b];
-        buckets[b] = idx;
-    }
-    w32(&mut o, nsyms);
-    w32(&mut o, nsyms);
-    buckets
-        .iter()
-        .chain(chains.iter())
-        .for_each(|&v| w32(&mut o, v));
+    let mut o: Vec<u8> = Vec::with_capacity(usize::try_from(end).unwrap_or(0));
+    headers(&mut o, &l, end, dyn_size);
+    hash(&mut o, &l, symbols);
     // .dynsym: null symbol, then global functions.
-    pad(&mut o, dynsym_off);
+    pad(&mut o, l.dynsym_off);
     o.extend_from_slice(&[0u8; SYM_SIZE as usize]);
     for name in names {
         w32(&mut o, name);
-        w32(&mut o, text_off);
+        w32(&mut o, l.text_off);
         w32(&mut o, len32(RETURN_ZERO.len()));
         o.push(0x12); // STB_GLOBAL | STT_FUNC
         o.push(0);
         w16(&mut o, SHN_ABS);
     }
     o.extend_from_slice(&dynstr);
-    pad(&mut o, text_off);
+    pad(&mut o, l.text_off);
     o.extend_from_slice(&RETURN_ZERO);
-    pad(&mut o, dyn_off);
+    pad(&mut o, l.dyn_off);
     for (tag, val) in dyn_entries {
         w32(&mut o, tag);
         w32(&mut o, val);
     }
     o
+}
+
+/// ELF header (ELFCLASS32, little endian, ET_DYN, EM_386, no sections) and program headers.
+fn headers(o: &mut Vec<u8>, l: &Layout, end: u32, dyn_size: u32) {
+    o.extend_from_slice(&[0x7f, b'E', b'L', b'F', 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+    w16(o, 3);
+    w16(o, EM_386);
+    w32(o, 1); // EV_CURRENT
+    w32(o, 0); // e_entry
+    w32(o, EHDR_SIZE); // e_phoff
+    w32(o, 0); // e_shoff: no sections
+    w32(o, 0); // e_flags
+    for v in [EHDR_SIZE, PHDR_SIZE, PHNUM, 40, 0, 0] {
+        w16(o, u16::try_from(v).expect("header field fits"));
+    }
+    // Program headers: type, offset, vaddr, paddr, filesz, memsz, flags, align.
+    for (kind, off, size, flags, al) in [
+        (PT_LOAD, 0, end, PF_R_W_X, PAGE),
+        (PT_DYNAMIC, l.dyn_off, dyn_size, PF_R_W, 4),
+        (PT_GNU_STACK, 0, 0, PF_R_W, 16),
+    ] {
+        for v in [kind, off, off, off, size, size, flags, al] {
+            w32(o, v);
+        }
+    }
+}
+
+/// `.hash` with one bucket per symbol (SysV layout).
+fn hash(o: &mut Vec<u8>, l: &Layout, symbols: &[&str]) {
+    pad(o, l.hash_off);
+    let n = usize::try_from(l.nsyms).expect("few symbols");
+    let mut buckets = vec![0u32; n];
+    let mut chains = vec![0u32; n];
+    for (i, name) in symbols.iter().enumerate() {
+        let idx = len32(i + 1);
+        let b = usize::try_from(crate::elf::elf_hash(name.as_bytes()) % l.nsyms).expect("small");
+        chains[i + 1] = buckets[b];
+        buckets[b] = idx;
+    }
+    w32(o, l.nsyms);
+    w32(o, l.nsyms);
+    buckets.iter().chain(chains.iter()).for_each(|&v| w32(o, v));
 }
 
 #[cfg(test)]

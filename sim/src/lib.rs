@@ -8,10 +8,13 @@
 pub mod builtin;
 pub mod elf;
 pub mod elf32;
+pub mod library_table;
+pub mod load;
 pub mod materialise;
 pub mod profile;
 pub mod smi;
 pub mod validate;
 
+pub use load::{builtin_names, ProfileError};
 pub use materialise::{materialise, MaterialiseOptions, Report, SimError};
-pub use profile::{builtin_names, NodeProfile, ProfileError};
+pub use profile::NodeProfile;

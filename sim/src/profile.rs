@@ -56,7 +56,6 @@
 //! ```
 
 use serde::{Deserialize, Serialize};
-use std::path::{Path, PathBuf};
 
 /// File name under which the materialiser installs the profile beside the mock NVML library.
 pub const PROFILE_FILE_NAME: &str = "gpuhook-sim-profile.toml";
@@ -162,6 +161,16 @@ pub struct GpuProfile {
     pub mig_mode: bool,
     #[serde(default)]
     pub mig_devices: Vec<MigDeviceProfile>,
+    /// NUMA node of the GPU's PCI device (`/sys/bus/pci/devices/<bus>/numa_node`); `None`: -1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub numa_node: Option<u32>,
+    /// NVLinks from this GPU to the node's NVSwitch fabric (0: PCIe only).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub nvlinks: u32,
+}
+
+fn is_zero(v: &u32) -> bool {
+    *v == 0
 }
 
 /// One MIG device (a GPU instance + compute instance pair) of a GPU in MIG mode.
@@ -200,63 +209,9 @@ pub fn ci_cap_minor(gpu_minor: u32, gi_id: u32, ci_id: u32) -> u32 {
 }
 
 impl NodeProfile {
-    /// Parses and validates a profile from TOML text; `origin` names it in errors (a file name,
-    /// `builtin:t4`, ...).
-    pub fn from_toml_named(text: &str, origin: &str) -> Result<Self, ProfileError> {
-        let profile: NodeProfile = toml::from_str(text).map_err(|e| ProfileError::Parse {
-            origin: origin.to_string(),
-            message: e.to_string(),
-        })?;
-        profile.validate().map_err(|issue| ProfileError::Invalid {
-            origin: origin.to_string(),
-            field: issue.field,
-            problem: issue.problem,
-        })?;
-        Ok(profile)
-    }
-
-    /// Parses and validates a profile from TOML text (errors name it `inline TOML`).
-    pub fn from_toml_str(text: &str) -> Result<Self, ProfileError> {
-        Self::from_toml_named(text, "inline TOML")
-    }
-
-    /// Reads, parses and validates a profile file.
-    pub fn from_file(path: &Path) -> Result<Self, ProfileError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ProfileError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        Self::from_toml_named(&text, &path.display().to_string())
-    }
-
-    /// A compiled-in reference profile by name (see [`builtin_names`]).
-    pub fn builtin(name: &str) -> Result<Self, ProfileError> {
-        let text = crate::builtin::text(name).ok_or_else(|| ProfileError::UnknownBuiltin {
-            name: name.to_string(),
-            known: builtin_names().join(", "),
-        })?;
-        Self::from_toml_named(text, &format!("builtin:{name}"))
-    }
-
-    /// A built-in profile name, or else a path to a TOML file.
-    pub fn load(name_or_path: &str) -> Result<Self, ProfileError> {
-        if crate::builtin::text(name_or_path).is_some() {
-            Self::builtin(name_or_path)
-        } else if name_or_path.ends_with(".toml") || name_or_path.contains('/') {
-            Self::from_file(Path::new(name_or_path))
-        } else {
-            Self::builtin(name_or_path)
-        }
-    }
-
     /// Serialises the profile back to TOML.
     pub fn to_toml(&self) -> String {
         toml::to_string_pretty(self).expect("a NodeProfile always serialises to TOML")
-    }
-
-    /// Checks the profile's consistency (see [`crate::validate`]).
-    pub fn validate(&self) -> Result<(), crate::validate::Issue> {
-        crate::validate::validate(self)
     }
 
     /// Every MIG device of the node with its parent GPU, in profile (NVML) order.
@@ -277,30 +232,4 @@ impl GpuProfile {
             _ => lower,
         }
     }
-}
-
-/// Names of the compiled-in reference profiles.
-pub fn builtin_names() -> Vec<&'static str> {
-    crate::builtin::names()
-}
-
-/// A profile that could not be loaded.
-#[derive(Debug, thiserror::Error)]
-pub enum ProfileError {
-    #[error("cannot read node profile {path}: {source}")]
-    Read {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("node profile {origin} is not valid TOML for a profile: {message}")]
-    Parse { origin: String, message: String },
-    #[error("node profile {origin}: {field}: {problem}")]
-    Invalid {
-        origin: String,
-        field: String,
-        problem: String,
-    },
-    #[error("unknown built-in node profile {name:?}: known profiles are {known} (or pass a path to a .toml file)")]
-    UnknownBuiltin { name: String, known: String },
 }

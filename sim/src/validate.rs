@@ -8,6 +8,13 @@ use std::collections::HashMap;
 
 use crate::profile::{GpuProfile, NodeProfile};
 
+impl NodeProfile {
+    /// Checks the profile's consistency (the rules of this module).
+    pub fn validate(&self) -> Result<(), Issue> {
+        validate(self)
+    }
+}
+
 /// One validation failure: the field path and what is wrong with it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Issue {

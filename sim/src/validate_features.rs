@@ -3,7 +3,7 @@
 //! development link names a library the profile installs).
 
 use super::{is_lib_dir, issue, Issue};
-use crate::materialise::libraries::{installs, LIBRARIES};
+use crate::library_table::{installs, LIBRARIES};
 use crate::profile::NodeProfile;
 
 pub(super) fn validate_features(p: &NodeProfile) -> Result<(), Issue> {

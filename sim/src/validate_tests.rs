@@ -1,4 +1,5 @@
-use crate::profile::{NodeProfile, ProfileError};
+use crate::load::ProfileError;
+use crate::profile::NodeProfile;
 
 fn a100() -> NodeProfile {
     NodeProfile::builtin("a100-mig-mixed").unwrap()

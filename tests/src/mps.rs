@@ -115,9 +115,11 @@ impl Daemon {
 
 impl Drop for Daemon {
     fn drop(&mut self) {
-        // SAFETY: kill(2) of our own child, not reaped yet (it is reaped below), so the pid is
-        // still ours.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        if let Ok(pid) = libc::pid_t::try_from(self.child.id()) {
+            // SAFETY: kill(2) of our own child, not reaped yet (it is reaped below), so the pid
+            // is still ours.
+            unsafe { libc::kill(pid, libc::SIGTERM) };
+        }
         let start = Instant::now();
         while self.child.try_wait().ok().flatten().is_none() && start.elapsed() < WAIT {
             std::thread::sleep(Duration::from_millis(20));

@@ -6,6 +6,9 @@
 //! tests. Every error case checks the contract: non-zero exit, exactly one `gpuhook: error:` line naming the file and
 //! the fix, and the previous spec byte-for-byte untouched with no temporary file left behind.
 
+// Integration tests: a failed unwrap or expect is the test failure, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod cdi_support;
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -106,32 +109,8 @@ fn generate_writes_atomically_reports_and_caches() {
         device_names(&doc),
         vec!["0".to_string(), p.gpus[0].uuid.clone(), "all".into()]
     );
-    // One `setup` hook runs this very binary, by its canonical path, with an explicit env.
-    let me = gpuhook_e2e::built("gpuhook").canonicalize().unwrap();
-    let hooks = doc["containerEdits"]["hooks"].as_array().unwrap();
-    assert_eq!(hooks.len(), 1, "{hooks:?}");
-    assert_eq!(hooks[0]["args"][2], "setup", "{hooks:?}");
-    for h in hooks {
-        assert_eq!(h["path"], s(&me), "{h}");
-        assert_eq!(h["args"][0], "gpuhook");
-        assert_eq!(h["hookName"], "createContainer");
-        assert!(!h["env"].as_array().unwrap().is_empty(), "{h}");
-    }
-    let node_paths: Vec<&str> = doc["devices"][0]["containerEdits"]["deviceNodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| n["hostPath"].as_str().unwrap())
-        .collect();
     let canonical_root = root.canonicalize().unwrap();
-    assert_eq!(
-        node_paths,
-        vec![format!(
-            "{}/dev/nvidia{}",
-            canonical_root.display(),
-            p.gpus[0].minor
-        )]
-    );
+    check_hooks_and_nodes(&doc, &canonical_root, p.gpus[0].minor);
 
     let inv = gpuhook_node::Inventory::load_json(&cache).expect("inventory cache");
     assert_eq!(inv.driver_root, canonical_root);
@@ -160,6 +139,31 @@ fn generate_writes_atomically_reports_and_caches() {
         "/usr/bin/gpuhook"
     );
     assert_eq!(entries(&out_dir), vec!["nvidia.com-gpu.json"]);
+}
+
+/// One `setup` hook runs this very binary, by its canonical path, with an explicit env; GPU 0's
+/// node is the driver root's.
+fn check_hooks_and_nodes(doc: &serde_json::Value, canonical_root: &Path, minor: u32) {
+    let me = gpuhook_e2e::built("gpuhook").canonicalize().unwrap();
+    let hooks = doc["containerEdits"]["hooks"].as_array().unwrap();
+    assert_eq!(hooks.len(), 1, "{hooks:?}");
+    assert_eq!(hooks[0]["args"][2], "setup", "{hooks:?}");
+    for h in hooks {
+        assert_eq!(h["path"], s(&me), "{h}");
+        assert_eq!(h["args"][0], "gpuhook");
+        assert_eq!(h["hookName"], "createContainer");
+        assert!(!h["env"].as_array().unwrap().is_empty(), "{h}");
+    }
+    let node_paths: Vec<&str> = doc["devices"][0]["containerEdits"]["deviceNodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["hostPath"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        node_paths,
+        vec![format!("{}/dev/nvidia{}", canonical_root.display(), minor)]
+    );
 }
 
 #[test]
@@ -236,24 +240,32 @@ fn generate_errors_are_one_line_and_keep_the_previous_spec() {
     let out_dir = t.path().join("cdi");
     let spec = out_dir.join("nvidia.com-gpu.json");
     gpuhook_ok(&generate(&good, s(&spec), &["--no-inventory-cache"]));
-    // A generate of `root` onto `spec` that must fail, naming `needles`.
-    let run = |root: &Path, needles: &[&str]| {
-        let args = generate(root, s(&spec), &["--no-inventory-cache"]);
-        assert_fails_cleanly(&args, &spec, needles)
-    };
+    broken_driver_roots_fail(t.path(), &spec);
+    failing_nvml_is_named(t.path(), &spec);
+    other_specs_are_not_overwritten(t.path(), &good);
+    read_only_output_fails_and_cache_only_warns(t.path(), &good, &spec);
+}
 
-    // No driver at the root.
-    let empty = t.path().join("empty");
+/// A generate of `root` onto `spec` that must fail, naming `needles`; returns the error line.
+fn fails(spec: &Path, root: &Path, needles: &[&str]) -> String {
+    let args = generate(root, s(spec), &["--no-inventory-cache"]);
+    assert_fails_cleanly(&args, spec, needles)
+}
+
+/// No driver at the root, a root that does not exist, a corrupt or truncated ld.so.cache.
+fn broken_driver_roots_fail(t: &Path, spec: &Path) {
+    let empty = t.join("empty");
     std::fs::create_dir(&empty).unwrap();
     let empty = empty.canonicalize().unwrap();
-    run(
+    fails(
+        spec,
         &empty,
         &["no NVIDIA driver found", s(&empty), "--driver-root"],
     );
 
     // A driver root that does not exist.
-    let missing = t.path().join("missing");
-    run(&missing, &[s(&missing), "does not exist"]);
+    let missing = t.join("missing");
+    fails(spec, &missing, &[s(&missing), "does not exist"]);
 
     // Corrupt and truncated ld.so.cache.
     for (tag, corrupt) in [
@@ -263,28 +275,31 @@ fn generate_errors_are_one_line_and_keep_the_previous_spec() {
         ),
         ("truncated", b"glibc-ld.so.cache1.1".to_vec()),
     ] {
-        let root = t.path().join(format!("cache-{tag}"));
+        let root = t.join(format!("cache-{tag}"));
         build_node("t4", &root);
         let cache = root.canonicalize().unwrap().join("etc/ld.so.cache");
         std::fs::write(&cache, corrupt).unwrap();
-        run(&root, &[s(&cache), "ldconfig"]);
+        fails(spec, &root, &[s(&cache), "ldconfig"]);
     }
+}
 
-    // NVML that fails to initialise (the mock cannot read its node profile).
-    let root = t.path().join("nvml");
+/// NVML that fails to initialise (the mock cannot read its node profile) is named with its
+/// library; opting into the /proc fallback works for a node without MIG.
+fn failing_nvml_is_named(t: &Path, spec: &Path) {
+    let root = t.join("nvml");
     let p = build_node("t4", &root);
     let lib_dir = root
         .canonicalize()
         .unwrap()
         .join(p.lib_dir.trim_start_matches('/'));
     std::fs::remove_file(lib_dir.join(gpuhook_sim::profile::PROFILE_FILE_NAME)).unwrap();
-    let line = run(
+    let line = fails(
+        spec,
         &root,
         &["NVML", "failed to initialise", "--allow-procfs-fallback"],
     );
     assert!(line.contains(s(&lib_dir)), "names the library: {line}");
-    // Opting into the /proc fallback works for a node without MIG.
-    let fallback = t.path().join("fallback.json");
+    let fallback = t.join("fallback.json");
     let (_, stderr) = gpuhook_ok(&generate(
         &root,
         s(&fallback),
@@ -292,15 +307,17 @@ fn generate_errors_are_one_line_and_keep_the_previous_spec() {
     ));
     assert!(stderr.contains("3 devices"), "{stderr}");
     check_spec_file(&fallback);
+}
 
-    // An existing spec of our kind that another tool wrote, and a corrupt one.
+/// An existing spec of our kind that another tool wrote, and a corrupt one, are not replaced.
+fn other_specs_are_not_overwritten(t: &Path, good: &Path) {
     let theirs = r#"{"cdiVersion":"0.5.0","kind":"nvidia.com/gpu","devices":[{"name":"0","containerEdits":{"deviceNodes":[{"path":"/dev/nvidia0"}]}}],"containerEdits":{"hooks":[{"hookName":"createContainer","path":"/usr/bin/nvidia-cdi-hook","args":["nvidia-cdi-hook","update-ldcache"]}]}}"#;
     for (tag, content) in [("theirs", theirs), ("corrupt", "{ not json")] {
-        let dir = t.path().join(tag);
+        let dir = t.join(tag);
         std::fs::create_dir(&dir).unwrap();
         let other = dir.join("nvidia.com-gpu.json");
         std::fs::write(&other, content).unwrap();
-        let args = generate(&good, s(&dir), &["--no-inventory-cache"]);
+        let args = generate(good, s(&dir), &["--no-inventory-cache"]);
         assert_fails_cleanly(
             &args,
             &other,
@@ -311,15 +328,18 @@ fn generate_errors_are_one_line_and_keep_the_previous_spec() {
             ],
         );
     }
+}
 
-    // An output directory that cannot be written (read-only bind mount).
-    let ro = t.path().join("ro");
+/// An output directory that cannot be written (read-only bind mount) fails; a cache that cannot
+/// be written is a warning and the spec is still written.
+fn read_only_output_fails_and_cache_only_warns(t: &Path, good: &Path, spec: &Path) {
+    let ro = t.join("ro");
     std::fs::create_dir(&ro).unwrap();
     let previous = ro.join("nvidia.com-gpu.json");
-    std::fs::copy(&spec, &previous).unwrap();
+    std::fs::copy(spec, &previous).unwrap();
     let _mount = ReadOnlyMount::new(&ro);
     let args = generate(
-        &good,
+        good,
         s(&ro),
         &[
             "--device-name-strategy",
@@ -329,11 +349,10 @@ fn generate_errors_are_one_line_and_keep_the_previous_spec() {
     );
     assert_fails_cleanly(&args, &previous, &[s(&ro), "not writable", "--output"]);
 
-    // A cache that cannot be written is a warning; the spec is still written.
-    let ok_out = t.path().join("cache-warning.json");
+    let ok_out = t.join("cache-warning.json");
     let ro_cache = format!("{}/inventory.json", ro.display());
     let (_, stderr) = gpuhook_ok(&generate(
-        &good,
+        good,
         s(&ok_out),
         &["--inventory-cache", &ro_cache],
     ));

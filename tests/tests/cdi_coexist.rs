@@ -11,6 +11,9 @@
 //! 3. `--force` writes gpuhook's spec under NVIDIA's file name: podman resolves the device and
 //!    the `setup` hook runs.
 
+// Integration tests: a failed unwrap or expect is the test failure, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod cdi_support;
 
 use std::path::{Path, PathBuf};

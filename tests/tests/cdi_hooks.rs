@@ -3,6 +3,9 @@
 //! The spec-driven path (podman running the hooks of a generated spec) is covered by
 //! `cdi_podman`; these tests pin the argument handling and the failure modes.
 
+// Integration tests: a failed unwrap or expect is the test failure, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod cdi_support;
 
 use std::path::{Path, PathBuf};

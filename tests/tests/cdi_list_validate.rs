@@ -2,7 +2,12 @@
 //! directories' priority and conflict rules, broken files reported on stderr while the rest is
 //! listed, exit statuses, and every validation error printed with its JSON path.
 
+// Integration tests: a failed unwrap or expect is the test failure, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod cdi_support;
+
+use std::path::Path;
 
 use cdi_support::{gpuhook, gpuhook_ok, s, texts, tmp, write};
 
@@ -64,8 +69,18 @@ fn list_follows_priority_and_conflict_rules() {
         stderr.contains(&format!("{}:", high.join("e.json").display())),
         "{stderr}"
     );
-    // Conflicts are explained once, with both files and the outcome (container-device-interface
-    // pkg/cdi/cache.go `refresh`: same directory -> dropped, later directory -> it wins).
+    check_conflict_messages(&stderr, &high);
+    assert!(!stderr.contains("ignored.yml"), "{stderr}");
+
+    let (plain, _) = gpuhook_ok(&["cdi", "list", "--spec-dir", s(&low)]);
+    assert_eq!(plain, "example.com/gpu=x\nexample.com/gpu=y\n");
+
+    listing_nothing(t.path());
+}
+
+/// Conflicts are explained once, with both files and the outcome (container-device-interface
+/// pkg/cdi/cache.go `refresh`: same directory -> dropped, later directory -> it wins).
+fn check_conflict_messages(stderr: &str, high: &Path) {
     let conflict = stderr
         .lines()
         .find(|l| l.contains("conflict:") && l.contains("example.com/gpu=z"))
@@ -87,13 +102,12 @@ fn list_follows_priority_and_conflict_rules() {
         1,
         "each conflict told once:\n{stderr}"
     );
-    assert!(!stderr.contains("ignored.yml"), "{stderr}");
+}
 
-    let (plain, _) = gpuhook_ok(&["cdi", "list", "--spec-dir", s(&low)]);
-    assert_eq!(plain, "example.com/gpu=x\nexample.com/gpu=y\n");
-
+/// Only broken files: an error exit. Nothing at all: fine, and said so.
+fn listing_nothing(t: &Path) {
     // Only broken files: an error exit.
-    let broken = t.path().join("broken");
+    let broken = t.join("broken");
     write(&broken.join("bad.json"), "{");
     let out = gpuhook(&["cdi", "list", "--spec-dir", s(&broken)]);
     let (stdout, stderr) = texts(&out);
@@ -105,7 +119,7 @@ fn list_follows_priority_and_conflict_rules() {
     );
 
     // Nothing at all: fine, and said so.
-    let (stdout, stderr) = gpuhook_ok(&["cdi", "list", "--spec-dir", s(&t.path().join("none"))]);
+    let (stdout, stderr) = gpuhook_ok(&["cdi", "list", "--spec-dir", s(&t.join("none"))]);
     assert!(stdout.is_empty());
     assert!(stderr.contains("no CDI specs found"), "{stderr}");
 }

@@ -6,6 +6,9 @@
 //! deliberate differences of docs/nvidia-differences.md: device permissions `rw` (A2, not
 //! compared), one setup hook (A1: compared as actions), the i386 libraries (A4: left out here).
 
+// Integration tests: a failed unwrap or expect is the test failure, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod cdi_support;
 
 use cdi_support::{build_node, gpuhook, s, texts, tmp};

@@ -6,6 +6,9 @@
 //! (`--no-all-device`, `--device-id`, the `NVIDIA_CTK_CDI_GENERATE_MODE` env source), and
 //! internal/discover/gds.go (gds mode describes `/dev/nvidia-fs*`, which this node lacks).
 
+// Integration tests: a failed unwrap or expect is the test failure, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod cdi_support;
 
 use std::os::unix::fs::MetadataExt;

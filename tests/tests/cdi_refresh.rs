@@ -6,6 +6,9 @@
 //! driver does when `nvidia-smi mig -dci/-dgi` destroys them, and the mock NVML serves the new
 //! layout. Expectations come from the profiles, not from gpuhook's output.
 
+// Integration tests: a failed unwrap or expect is the test failure, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod cdi_support;
 
 use std::os::unix::fs::MetadataExt;

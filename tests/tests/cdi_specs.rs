@@ -6,6 +6,9 @@
 //! (root: node at `/var/lib/gpuhook-sim/<profile>`, hooks naming `/usr/bin/gpuhook`) must give the
 //! same bytes; a drift fails with the first differing line and the command that updates them.
 
+// Integration tests: a failed unwrap or expect is the test failure, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod cdi_support;
 
 use std::path::{Path, PathBuf};
@@ -98,9 +101,19 @@ fn first_difference(a: &str, b: &str) -> Option<(usize, String, String)> {
     None
 }
 
-/// Regenerates `profile`'s spec into `out`: `Ok(None)` when written, `Ok(Some(last stderr
-/// line))` when generation succeeds without a spec, `Err(last stderr line)` when it fails.
-fn regenerate(profile: &str, out: &Path) -> Result<Option<String>, String> {
+/// What `gpuhook cdi generate` did for one profile.
+#[derive(Debug, PartialEq, Eq)]
+enum Regenerated {
+    /// The spec was written.
+    Written,
+    /// Generation succeeded without a spec (a node with nothing to describe): its warning line.
+    NoSpec(String),
+    /// Generation failed: the last stderr line.
+    Failed(String),
+}
+
+/// Regenerates `profile`'s spec into `out`.
+fn regenerate(profile: &str, out: &Path) -> Regenerated {
     let p = NodeProfile::builtin(profile).unwrap();
     let root = Path::new(SIM_ROOT).join(profile);
     let opts = MaterialiseOptions {
@@ -132,9 +145,9 @@ fn regenerate(profile: &str, out: &Path) -> Result<Option<String>, String> {
     let stderr = String::from_utf8_lossy(&result.stderr);
     let last = stderr.trim().lines().last().unwrap_or_default().to_string();
     match (result.status.success(), out.exists()) {
-        (true, true) => Ok(None),
-        (true, false) => Ok(Some(last)),
-        (false, _) => Err(last),
+        (true, true) => Regenerated::Written,
+        (true, false) => Regenerated::NoSpec(last),
+        (false, _) => Regenerated::Failed(last),
     }
 }
 
@@ -151,8 +164,8 @@ fn checked_in_specs_match_the_generator() {
     for profile in builtin_names() {
         let fresh = tmp.path().join(format!("{profile}.json"));
         match (regenerate(profile, &fresh), expected_empty(profile)) {
-            (Ok(Some(got)), Some(want)) if got == want => continue,
-            (Ok(None), None) => {}
+            (Regenerated::NoSpec(got), Some(want)) if got == want => continue,
+            (Regenerated::Written, None) => {}
             (got, want) => {
                 drifted.push(format!(
                     "{profile}: generation gave {got:?}, checked in {want:?}"

@@ -5,6 +5,9 @@
 //! plugin — the CRI plugin refuses, for instance, a runtime table that lost `runc` while runc is
 //! still the default runtime, which `config dump` alone would not reveal.
 
+// Integration tests: a failed unwrap or expect is the test failure, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

@@ -11,13 +11,16 @@
 //! name host paths and the installed gpuhook (`deploy_support/cdi.rs`); the shipped L20 config is
 //! run for real (`deploy_support/live.rs`: `/readyz`, `/metrics`, the spec file).
 
+// Integration tests: a failed unwrap or expect is the test failure, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::path::{Path, PathBuf};
 
 use clap::Parser;
 use gpu_mps_daemon::cli::Cli;
 use gpu_mps_daemon::config::{self, DEFAULT_MPS_ROOT};
 use gpu_mps_daemon::inventory::GpuFacts;
-use gpu_mps_daemon::plan::{self, GpuPlan, Overrides, Plan, Timing};
+use gpu_mps_daemon::plan::{self, GpuPlan, Overrides, Plan};
 use gpuhook_sim::NodeProfile;
 use serde::Deserialize;
 use yaml_serde::Value;
@@ -26,8 +29,12 @@ use yaml_serde::Value;
 mod bundle;
 #[path = "deploy_support/cdi.rs"]
 mod cdi;
+#[path = "deploy_support/daemonset.rs"]
+mod daemonset;
 #[path = "deploy_support/live.rs"]
 mod live;
+#[path = "deploy_support/live_daemon.rs"]
+mod live_daemon;
 #[path = "deploy_support/schema.rs"]
 mod schema;
 #[path = "deploy_support/systemd.rs"]
@@ -223,54 +230,14 @@ fn daemonsets_agree_with_the_daemon_and_the_configmap() {
     );
     let sa = s(by_kind(&docs, "ServiceAccount")[0], &["metadata", "name"]);
     assert_eq!(s(cm, &["metadata", "namespace"]), ns);
-    let defaults = Timing::default();
     let mut keys_used = Vec::new();
     let daemonsets = by_kind(&docs, "DaemonSet");
     assert_eq!(daemonsets.len(), 2);
     for ds in daemonsets {
         let name = s(ds, &["metadata", "name"]);
         assert_eq!(s(ds, &["metadata", "namespace"]), ns, "{name}");
-        let selector = get(ds, &["spec", "selector", "matchLabels"])
-            .as_mapping()
-            .unwrap();
-        let labels = get(ds, &["spec", "template", "metadata", "labels"])
-            .as_mapping()
-            .unwrap();
-        for (k, v) in selector {
-            assert_eq!(
-                labels.get(k),
-                Some(v),
-                "{name}: selector label {k:?} not on the pod template"
-            );
-        }
+        daemonset::check_pod(name, ds, sa);
         let pod = get(ds, &["spec", "template", "spec"]);
-        assert_eq!(s(pod, &["serviceAccountName"]), sa, "{name}");
-        assert_eq!(get(pod, &["hostPID"]).as_bool(), Some(true), "{name}");
-        assert_eq!(
-            s(pod, &["priorityClassName"]),
-            "system-node-critical",
-            "{name}"
-        );
-        assert_eq!(
-            s(pod, &["nodeSelector", "nvidia.com/gpu.present"]),
-            "true",
-            "{name}"
-        );
-        assert!(
-            seq(pod, &["tolerations"])
-                .iter()
-                .any(|t| t.get("key").and_then(Value::as_str) == Some("nvidia.com/gpu")),
-            "{name}: must tolerate the nvidia.com/gpu taint"
-        );
-        // kubelet must wait longer than the daemon's own bounded shutdown of a control daemon.
-        let grace = get(pod, &["terminationGracePeriodSeconds"])
-            .as_u64()
-            .unwrap();
-        assert!(
-            grace > (defaults.shutdown_timeout + defaults.command_timeout).as_secs(),
-            "{name}"
-        );
-
         let containers = seq(pod, &["containers"]);
         assert_eq!(containers.len(), 1);
         let c = &containers[0];
@@ -283,111 +250,14 @@ fn daemonsets_agree_with_the_daemon_and_the_configmap() {
         let mounts = seq(c, &["volumeMounts"]);
         let volumes = seq(pod, &["volumes"]);
 
-        // --config points at the ConfigMap key selected by the node label.
-        let cfg_path = args.config.clone().expect("--config");
-        let cfg_mount = named(mounts, "config");
-        assert_eq!(
-            Path::new(s(cfg_mount, &["mountPath"])),
-            cfg_path.parent().unwrap(),
-            "{name}"
-        );
-        assert!(
-            cfg_mount.get("subPath").is_none(),
-            "{name}: subPath mounts never see ConfigMap updates"
-        );
-        let cfg_vol = get(named(volumes, "config"), &["configMap"]);
-        assert_eq!(
-            s(cfg_vol, &["name"]),
-            s(cm, &["metadata", "name"]),
-            "{name}"
-        );
-        let items = seq(cfg_vol, &["items"]);
-        assert_eq!(items.len(), 1);
-        assert_eq!(
-            Path::new(s(&items[0], &["path"])),
-            Path::new(cfg_path.file_name().unwrap()),
-            "{name}"
-        );
-        let key = s(&items[0], &["key"]);
-        assert!(
-            get(cm, &["data"]).get(key).is_some(),
-            "{name}: ConfigMap has no key {key}"
-        );
-        assert_eq!(
-            format!(
-                "{}.yaml",
-                s(pod, &["nodeSelector", "gpuhook.io/mps-config"])
-            ),
-            key,
-            "{name}"
-        );
+        let key = daemonset::check_config_mount(name, pod, cm, &args, mounts, volumes);
         keys_used.push(key.to_string());
-
-        // The MPS root: the daemon's default, same path inside and out, tmpfs mounts propagate.
-        let root_mount = named(mounts, "mps-root");
-        assert_eq!(s(root_mount, &["mountPath"]), DEFAULT_MPS_ROOT, "{name}");
-        assert_eq!(
-            s(root_mount, &["mountPropagation"]),
-            "Bidirectional",
-            "{name}"
-        );
-        assert_eq!(
-            s(named(volumes, "mps-root"), &["hostPath", "path"]),
-            DEFAULT_MPS_ROOT,
-            "{name}"
-        );
-        assert!(args.mps_root.is_none(), "{name}: keep the default MPS root");
-
-        // The driver root flag names the read-only host mount.
-        let drv = named(mounts, "driver-root");
-        assert_eq!(
-            args.driver_root.as_deref(),
-            Some(Path::new(s(drv, &["mountPath"]))),
-            "{name}"
-        );
-        assert_eq!(get(drv, &["readOnly"]).as_bool(), Some(true), "{name}");
-        assert_eq!(
-            s(named(volumes, "driver-root"), &["hostPath", "path"]),
-            "/",
-            "{name}"
-        );
-        assert_eq!(
-            s(named(mounts, "cdi"), &["mountPath"]),
-            "/var/run/cdi",
-            "{name}"
-        );
+        daemonset::check_host_mounts(name, &args, mounts, volumes);
         // What the daemon writes from inside this pod must make sense on the host.
         let text = s(cm, &["data", key]);
         cdi::check_daemonset_host_view(name, text, &args, mounts, volumes);
 
-        // Probes hit the daemon's listener, on paths the daemon serves.
-        let listen = args.listen.expect("--listen");
-        let port = named(seq(c, &["ports"]), "metrics");
-        assert_eq!(
-            get(port, &["containerPort"]).as_u64(),
-            Some(u64::from(listen.port())),
-            "{name}"
-        );
-        let annotations = get(ds, &["spec", "template", "metadata", "annotations"]);
-        assert_eq!(
-            s(annotations, &["prometheus.io/port"]),
-            listen.port().to_string(),
-            "{name}"
-        );
-        let board = gpu_mps_daemon::status::Board::default();
-        let path = s(annotations, &["prometheus.io/path"]);
-        let resp = gpu_mps_daemon::http::route(&board, &format!("GET {path} HTTP/1.1"));
-        assert_eq!(
-            resp.code, 200,
-            "{name}: the scrape path {path} must be served"
-        );
-        for (probe, path) in [("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")] {
-            let get_ = get(c, &[probe, "httpGet"]);
-            assert_eq!(s(get_, &["path"]), path, "{name} {probe}");
-            assert_eq!(s(get_, &["port"]), "metrics", "{name} {probe}");
-            let resp = gpu_mps_daemon::http::route(&board, &format!("GET {path} HTTP/1.1"));
-            assert_ne!(resp.code, 404, "the daemon does not serve {path}");
-        }
+        daemonset::check_probes(name, ds, c, &args);
     }
     keys_used.sort();
     assert_eq!(

@@ -2,6 +2,9 @@
 //! exactly what the profile describes (GPUs, MIG devices, cap minors, majors, driver files), both
 //! through the driver root's NVML and, with NVML hidden, through `/proc` alone.
 
+// Integration tests: a failed unwrap or expect is the test failure, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::path::{Path, PathBuf};
 
 use gpuhook_node::{discover, Capability, DiscoverOptions, DiscoverySource, Inventory};
@@ -68,7 +71,7 @@ fn check_devices(p: &NodeProfile, inv: &Inventory) {
             );
         }
         let indexes: Vec<u32> = g.mig_devices.iter().map(|m| m.index).collect();
-        let dense: Vec<u32> = (0..g.mig_devices.len() as u32).collect();
+        let dense: Vec<u32> = (0..u32::try_from(g.mig_devices.len()).unwrap()).collect();
         assert_eq!(indexes, dense, "{ctx}: MIG indexes in NVML order");
     }
     assert_eq!(inv.majors.nvidia, 195, "{name}");
@@ -83,6 +86,14 @@ fn check_devices(p: &NodeProfile, inv: &Inventory) {
 }
 
 fn check_files(p: &NodeProfile, report: &Report, inv: &Inventory) {
+    check_libraries(p, inv);
+    check_device_nodes(p, inv);
+    check_other_files(p, report, inv);
+}
+
+/// Each profile library with its capability and SONAME, the `.so` links NVIDIA makes, and the
+/// library folders.
+fn check_libraries(p: &NodeProfile, inv: &Inventory) {
     let name = &p.name;
     let lib_dir = Path::new(&p.lib_dir);
     for lib in libraries(p) {
@@ -119,8 +130,12 @@ fn check_files(p: &NodeProfile, report: &Report, inv: &Inventory) {
     let mut dirs = vec![lib_dir.to_path_buf()];
     dirs.extend(p.features.lib32_dir.as_ref().map(PathBuf::from));
     assert_eq!(inv.files.library_dirs, dirs, "{name}");
-    // Only the nodes the node has (pkg/nvcdi/common-nvml.go `controlDeviceNodeDiscoverer`),
-    // each with its mode (MIG caps read-only).
+}
+
+/// Only the nodes the node has (pkg/nvcdi/common-nvml.go `controlDeviceNodeDiscoverer`), each
+/// with its mode (MIG caps read-only).
+fn check_device_nodes(p: &NodeProfile, inv: &Inventory) {
+    let name = &p.name;
     let nodes = inv
         .files
         .device_nodes
@@ -148,6 +163,12 @@ fn check_files(p: &NodeProfile, report: &Report, inv: &Inventory) {
             n.mode
         );
     }
+}
+
+/// The `libcuda.so` link, and binaries, firmware, sockets and config files as materialised.
+fn check_other_files(p: &NodeProfile, report: &Report, inv: &Inventory) {
+    let name = &p.name;
+    let lib_dir = Path::new(&p.lib_dir);
     let cuda_link = inv
         .files
         .symlinks
@@ -226,7 +247,14 @@ fn without_nvml_discovery_falls_back_to_procfs() {
         let want: Vec<_> = want
             .iter()
             .enumerate()
-            .map(|(i, g)| (i as u32, g.minor, g.uuid.as_str(), g.name.as_str()))
+            .map(|(i, g)| {
+                (
+                    u32::try_from(i).unwrap(),
+                    g.minor,
+                    g.uuid.as_str(),
+                    g.name.as_str(),
+                )
+            })
             .collect();
         assert_eq!(got, want, "{profile_name}");
         assert!(

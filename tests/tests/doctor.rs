@@ -7,6 +7,9 @@
 //! The node's directories (/etc/cdi, /var/run/cdi, containerd's config, kubelet's plugin dir, the
 //! MPS root, the runc state root) are all under a temp dir and passed as flags.
 
+// Integration tests: a failed unwrap or expect is the test failure, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod cdi_support;
 
 use std::os::unix::net::UnixListener;

@@ -15,6 +15,9 @@
 //! The container shares the host pid namespace: the simulator registers a client under the pid
 //! the client reports for itself, whereas the real MPS daemon sees host pids.
 
+// Integration tests: a failed unwrap or expect is the test failure, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -100,23 +103,26 @@ fn runc_exec(id: &str, script: &str) -> String {
     run_ok(Command::new("runc").args(["exec", id, "sh", "-c", script]))
 }
 
-#[test]
-fn runc_container_gets_the_mps_share_and_its_clients_are_watched() {
-    if !e2e_ready("mps_runc", &["runc"]) {
-        return;
-    }
-    let tmp = tempfile::Builder::new()
-        .prefix("gpuhook-mps-e2e-")
-        .tempdir()
-        .unwrap();
-    let node = tmp.path().join("node");
+/// The MPS daemon serving a "half" share of the simulated L20's GPU 0, and what the steps read.
+struct Share {
+    node: PathBuf,
+    mps: PathBuf,
+    cdi: PathBuf,
+    spec_file: PathBuf,
+    uuid: String,
+    half_mem: u64,
+}
+
+/// Builds the L20 node and starts the daemon with one share, `half`; waits for its CDI device.
+fn start_share(tmp: &Path) -> (Share, Daemon) {
+    let node = tmp.join("node");
     run_ok(
         Command::new(built("gpuhook-sim"))
             .args(["build", "l20"])
             .arg(&node),
     );
-    let (mps, cdi) = (tmp.path().join("mps"), tmp.path().join("cdi"));
-    let config = tmp.path().join("mps.yaml");
+    let (mps, cdi) = (tmp.join("mps"), tmp.join("cdi"));
+    let config = tmp.join("mps.yaml");
     write_config(
         &config,
         &mps,
@@ -124,26 +130,39 @@ fn runc_container_gets_the_mps_share_and_its_clients_are_watched() {
         &cdi,
         "  shares: [{name: half, fraction: 1/2}]\n",
     );
-    let daemon = Daemon::start(&config, None, &tmp.path().join("daemon.log"));
-    let logtext = || daemon.log_text();
+    let daemon = Daemon::start(&config, None, &tmp.join("daemon.log"));
     let spec_file = cdi.join("nvidia.com-gpu-mps.json");
     let gpu0 = daemon.wait_ready(&mps, &spec_file, 0, |s| {
         s["cdi"]["devices"]
             .as_array()
             .is_some_and(|d| d.iter().any(|d| d == "nvidia.com/gpu-mps=0-half"))
     });
-    let uuid = gpu0["uuid"].as_str().unwrap().to_string();
-    let half_mem = gpu0["pinnedMemoryLimitMiB"].as_u64().unwrap();
-    let host_shm = mps.join(&uuid).join("shm");
+    let share = Share {
+        uuid: gpu0["uuid"].as_str().unwrap().to_string(),
+        half_mem: gpu0["pinnedMemoryLimitMiB"].as_u64().unwrap(),
+        node,
+        mps,
+        cdi,
+        spec_file,
+    };
+    (share, daemon)
+}
 
-    // The bundle: busybox, host pid namespace, a plain cgroupsPath, host glibc read-only.
-    let bundle = tmp.path().join("bundle");
+/// The bundle: busybox, host pid namespace, a plain cgroupsPath, host glibc read-only, and the
+/// share requested the device plugin's way (a CDI annotation gpuhook-runtime resolves) or, without
+/// a wired runtime, applied to config.json directly. Returns the runtime to run it with and its
+/// gpuhook config.
+fn write_bundle(
+    tmp: &Path,
+    bundle: &Path,
+    share: &Share,
+    container: &Container,
+) -> (Option<PathBuf>, PathBuf) {
+    let (id, cgroup_parent, cdi) = (&container.id, &container.cgroup_parent, &share.cdi);
     busybox_rootfs(&bundle.join("rootfs"), false);
-    run_ok(Command::new("runc").arg("spec").current_dir(&bundle));
+    run_ok(Command::new("runc").arg("spec").current_dir(bundle));
     let mut oci: Value =
         serde_json::from_slice(&std::fs::read(bundle.join("config.json")).unwrap()).unwrap();
-    let id = format!("gpuhook-mps-{}", std::process::id());
-    let cgroup_parent = format!("/gpuhook-mps-e2e-{}", std::process::id());
     let cgroups_path = format!("{cgroup_parent}/{id}");
     oci["process"]["terminal"] = json!(false);
     oci["process"]["args"] = json!(["sleep", "1000"]);
@@ -158,7 +177,7 @@ fn runc_container_gets_the_mps_share_and_its_clients_are_watched() {
     }
     let device = "nvidia.com/gpu-mps=0-half".to_string();
     let runtime = wired_runtime();
-    let runtime_config = tmp.path().join("gpuhook.toml");
+    let runtime_config = tmp.join("gpuhook.toml");
     if runtime.is_some() {
         // The device plugin's way: a CDI annotation that gpuhook-runtime resolves.
         oci["annotations"] = json!({ "cdi.k8s.io/gpuhook-mps_0-half": device });
@@ -171,7 +190,7 @@ fn runc_container_gets_the_mps_share_and_its_clients_are_watched() {
         )
         .unwrap();
     } else {
-        let reg = Registry::load(&[&cdi]);
+        let reg = Registry::load(&[cdi]);
         assert!(reg.errors.is_empty(), "{:?}", reg.errors);
         apply_devices(&mut oci, &reg, std::slice::from_ref(&device)).unwrap();
     }
@@ -180,10 +199,26 @@ fn runc_container_gets_the_mps_share_and_its_clients_are_watched() {
         serde_json::to_vec_pretty(&oci).unwrap(),
     )
     .unwrap();
+    (runtime, runtime_config)
+}
+
+#[test]
+fn runc_container_gets_the_mps_share_and_its_clients_are_watched() {
+    if !e2e_ready("mps_runc", &["runc"]) {
+        return;
+    }
+    let tmp = tempfile::Builder::new()
+        .prefix("gpuhook-mps-e2e-")
+        .tempdir()
+        .unwrap();
+    let (share, daemon) = start_share(tmp.path());
+    let id = format!("gpuhook-mps-{}", std::process::id());
     let container = Container {
         id: id.clone(),
-        cgroup_parent,
+        cgroup_parent: format!("/gpuhook-mps-e2e-{}", std::process::id()),
     };
+    let bundle = tmp.path().join("bundle");
+    let (runtime, runtime_config) = write_bundle(tmp.path(), &bundle, &share, &container);
     let runc_err = tmp.path().join("runc-run.err");
     run_detached(
         Command::new(runtime.clone().unwrap_or_else(|| PathBuf::from("runc")))
@@ -194,9 +229,22 @@ fn runc_container_gets_the_mps_share_and_its_clients_are_watched() {
         &runc_err,
         "runc run",
     );
+    check_inside(&id, &share);
+    let want_ctr = check_client(tmp.path(), &id, &share, &daemon, &runc_err);
+    check_stale_client_ended(&id, &share, &daemon, &want_ctr);
+    drop(container);
+    drop(daemon);
+    assert!(
+        !share.spec_file.exists(),
+        "spec removed when the daemon stops"
+    );
+}
 
-    // Inside: env, pipe directory, shared /dev/shm.
-    let env = runc_exec(&id, "env");
+/// Inside: env, pipe directory, shared /dev/shm, the GPU's device node.
+fn check_inside(id: &str, share: &Share) {
+    let half_mem = share.half_mem;
+    let host_shm = share.mps.join(&share.uuid).join("shm");
+    let env = runc_exec(id, "env");
     assert!(
         env.lines()
             .any(|l| l == "CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps"),
@@ -209,42 +257,48 @@ fn runc_container_gets_the_mps_share_and_its_clients_are_watched() {
     );
     let mem_env = format!("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0={half_mem}M");
     assert!(env.lines().any(|l| l == mem_env), "{env}");
-    let pipe = runc_exec(&id, "ls /tmp/nvidia-mps");
+    let pipe = runc_exec(id, "ls /tmp/nvidia-mps");
     assert!(
         pipe.lines().any(|l| l == "control"),
         "control socket visible: {pipe}"
     );
-    let mounts = runc_exec(&id, "cat /proc/mounts");
+    let mounts = runc_exec(id, "cat /proc/mounts");
     assert!(
         mounts
             .lines()
             .any(|l| l.split_whitespace().nth(1) == Some("/dev/shm") && l.contains("tmpfs")),
         "{mounts}"
     );
-    runc_exec(&id, "echo from-container > /dev/shm/gpuhook-e2e");
+    runc_exec(id, "echo from-container > /dev/shm/gpuhook-e2e");
     assert_eq!(
         std::fs::read_to_string(host_shm.join("gpuhook-e2e")).unwrap(),
         "from-container\n"
     );
     assert!(
-        runc_exec(&id, "ls /dev").lines().any(|l| l == "nvidia0"),
+        runc_exec(id, "ls /dev").lines().any(|l| l == "nvidia0"),
         "the GPU's device node is injected"
     );
+}
 
-    // An MPS client in the container: the node's control binary, mounted by the spec.
-    let pid_file = tmp.path().join("client.pid");
+/// An MPS client in the container (the node's control binary, mounted by the spec) is attributed
+/// to the container's cgroup, listed by `status`, and gets the share's limits. Returns the
+/// container's cgroup path.
+fn check_client(tmp: &Path, id: &str, share: &Share, daemon: &Daemon, runc_err: &Path) -> String {
+    let (mps, node, uuid, half_mem) = (&share.mps, &share.node, &share.uuid, share.half_mem);
+    let logtext = || daemon.log_text();
+    let pid_file = tmp.join("client.pid");
     run_detached(
         Command::new("runc")
             .args(["exec", "--detach", "--pid-file"])
             .arg(&pid_file)
             .args([
-                &id,
+                id,
                 "/usr/bin/nvidia-cuda-mps-control",
                 "--sim-client",
                 "--uid",
                 "0",
             ]),
-        &runc_err,
+        runc_err,
         "runc exec",
     );
     let client: u32 = std::fs::read_to_string(&pid_file)
@@ -254,13 +308,13 @@ fn runc_container_gets_the_mps_share_and_its_clients_are_watched() {
         .unwrap();
     let want_ctr = format!("/gpuhook-mps-e2e-{}/{id}", std::process::id());
     let seen = wait_for("client attributed to the container", || {
-        gpu0_client(&mps, client, &want_ctr)
+        gpu0_client(mps, client, &want_ctr)
     });
     assert_eq!(seen["runtime"], "cgroup", "{seen}; log:\n{}", logtext());
     let table = run_ok(
         Command::new(built("gpu-mps-daemon"))
             .args(["status", "--mps-root"])
-            .arg(&mps),
+            .arg(mps),
     );
     assert!(
         table.contains(&format!(
@@ -272,7 +326,7 @@ fn runc_container_gets_the_mps_share_and_its_clients_are_watched() {
         use std::io::Write;
         let mut c = Command::new(node.join("usr/bin/nvidia-cuda-mps-control"))
             .env_clear()
-            .env("CUDA_MPS_PIPE_DIRECTORY", mps.join(&uuid).join("pipe"))
+            .env("CUDA_MPS_PIPE_DIRECTORY", mps.join(uuid).join("pipe"))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -284,23 +338,29 @@ fn runc_container_gets_the_mps_share_and_its_clients_are_watched() {
         limits.trim(),
         format!("active_thread_percentage=50.0 pinned_mem_limit=0={half_mem}M")
     );
+    want_ctr
+}
 
-    // A client registered for the container's init process but living elsewhere (a stale entry):
+/// A client registered for the container's init process but living elsewhere (a stale entry):
+/// once the container is deleted the daemon must end it.
+fn check_stale_client_ended(id: &str, share: &Share, daemon: &Daemon, want_ctr: &str) {
+    let (mps, node, uuid) = (&share.mps, &share.node, &share.uuid);
+    let logtext = || daemon.log_text();
     // once the container is deleted the daemon must end it.
     let state: Value =
-        serde_json::from_str(&run_ok(Command::new("runc").args(["state", &id]))).unwrap();
+        serde_json::from_str(&run_ok(Command::new("runc").args(["state", id]))).unwrap();
     let init = state["pid"].as_u64().unwrap();
     let mut stale = Command::new(node.join("usr/bin/nvidia-cuda-mps-control"))
         .env_clear()
-        .env("CUDA_MPS_PIPE_DIRECTORY", mps.join(&uuid).join("pipe"))
+        .env("CUDA_MPS_PIPE_DIRECTORY", mps.join(uuid).join("pipe"))
         .args(["--sim-client", "--uid", "0", "--pid", &init.to_string()])
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
     wait_for("stale client attributed", || {
-        gpu0_client(&mps, init, &want_ctr)
+        gpu0_client(mps, init, want_ctr)
     });
-    run_ok(Command::new("runc").args(["delete", "-f", &id]));
+    run_ok(Command::new("runc").args(["delete", "-f", id]));
     let code = wait_for("stale client ended", || {
         stale.try_wait().unwrap().map(|s| s.code())
     });
@@ -311,19 +371,15 @@ fn runc_container_gets_the_mps_share_and_its_clients_are_watched() {
         logtext()
     );
     let g = wait_for("no clients left", || {
-        let g = gpu0_entry(&mps)?;
+        let g = gpu0_entry(mps)?;
         g["usage"]["clients"].as_array()?.is_empty().then_some(g)
     });
     assert_eq!(g["usage"]["terminations"]["container_gone"], 1, "{g}");
     let log = logtext();
     assert!(
         log.lines().any(|l| l.contains("terminated MPS client")
-            && l.contains(&want_ctr)
+            && l.contains(want_ctr)
             && l.contains("container_gone")),
         "{log}"
     );
-    drop(container);
-    drop(daemon);
-    assert!(!spec_file.exists(), "spec removed when the daemon stops");
-    let _: PathBuf = node;
 }

@@ -13,6 +13,9 @@
 //! containerd 1.6's `ctr run` has no `--user`: the test gives it a whole spec (`--config`) with
 //! `process.user` set, as the CRI plugin would from a pod's `runAsUser`.
 
+// Integration tests: a failed unwrap or expect is the test failure, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod cdi_support;
 mod prestart_support;
 

@@ -6,6 +6,9 @@
 //! minor, not the NVML index), MIG caps read-only. A profile edit without a re-run of the script
 //! fails here. No root needed.
 
+// Integration tests: a failed unwrap or expect is the test failure, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::collections::BTreeSet;
 
 use gpuhook_sim::{builtin_names, NodeProfile};

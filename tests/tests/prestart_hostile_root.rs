@@ -7,6 +7,9 @@
 //!   where the driver libraries go) gets the hook's mountpoints and links created as uid 1000, not
 //!   as root, and the uid-1000 container still works (see `gpuhook_inject`'s `owner` module).
 
+// Integration tests: a failed unwrap or expect is the test failure, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod prestart_support;
 
 use std::os::unix::fs::MetadataExt;

@@ -10,6 +10,9 @@
 //! `unresolvable CDI devices` before anything is injected. The env edits cannot be applied by a
 //! hook: the log names them.
 
+// Integration tests: a failed unwrap or expect is the test failure, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod prestart_support;
 
 use gpuhook_e2e::mps::{write_config, Daemon};
@@ -75,19 +78,7 @@ fn prestart_injects_the_mps_share_and_refuses_an_unknown_one() {
     assert!(keys.contains("CUDA_MPS_PIPE_DIRECTORY"), "{keys}");
     assert!(keys.contains("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), "{keys}");
 
-    // An unknown share: the start fails with our message, nothing is injected.
-    let mut bad = Bundle::new("echo STARTED", true);
-    bad.hook(n.hook());
-    bad.config["annotations"] =
-        serde_json::json!({ "cdi.k8s.io/mps": "nvidia.com/gpu-mps=0-nope" });
-    let (_, out) = bad.run("mps-unknown");
-    let (stdout, stderr) = text(&out);
-    assert!(!out.status.success(), "{stdout}\n{stderr}");
-    assert!(!stdout.contains("STARTED"), "{stdout}");
-    assert!(
-        stderr.contains("unresolvable CDI devices nvidia.com/gpu-mps=0-nope"),
-        "{stderr}"
-    );
+    let bad = unknown_share_is_refused(&n);
 
     let pod = pod_annotation_share(&n, &cdi);
 
@@ -104,6 +95,24 @@ fn prestart_injects_the_mps_share_and_refuses_an_unknown_one() {
         let p = p.to_str().unwrap();
         assert!(!mounts.contains(p), "mount left under {p}:\n{mounts}");
     }
+}
+
+/// An unknown share: the start fails with our message, nothing is injected. Returns the bundle
+/// (for the mount check).
+fn unknown_share_is_refused(n: &prestart_support::Node) -> Bundle {
+    let mut bad = Bundle::new("echo STARTED", true);
+    bad.hook(n.hook());
+    bad.config["annotations"] =
+        serde_json::json!({ "cdi.k8s.io/mps": "nvidia.com/gpu-mps=0-nope" });
+    let (_, out) = bad.run("mps-unknown");
+    let (stdout, stderr) = text(&out);
+    assert!(!out.status.success(), "{stdout}\n{stderr}");
+    assert!(!stdout.contains("STARTED"), "{stdout}");
+    assert!(
+        stderr.contains("unresolvable CDI devices nvidia.com/gpu-mps=0-nope"),
+        "{stderr}"
+    );
+    bad
 }
 
 /// Issue #14.5: under containerd's CRI plugin a share named by a *pod* annotation (the pod

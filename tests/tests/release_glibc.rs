@@ -8,6 +8,9 @@
 //! `GLIBC_2.2.5` since the x86_64 port, and glibc 2.34 gave `__libc_start_main` the new version
 //! `GLIBC_2.34` (glibc NEWS for 2.34), so any program linked on Debian 12 needs 2.34.
 
+// Integration tests: a failed unwrap or expect is the test failure, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

@@ -12,294 +12,16 @@
 //! beside runc: `early-setup`). A container that
 //! asks for nothing is untouched, and an unknown device fails the start with the CDI wording.
 
+// Integration tests: a failed unwrap or expect is the test failure, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod cdi_support;
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::ffi::OsString;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-use std::sync::atomic::{AtomicU32, Ordering};
+#[path = "runtime_containerd/rig.rs"]
+mod rig;
 
-use cdi_support::{build_node, gpuhook_ok};
-use gpuhook_e2e::containerd::{example_config, Containerd};
 use gpuhook_sim::profile::NodeProfile;
-
-const NVIDIA_MAJOR: u32 = 195;
-/// path -> (major, minor)
-type Nodes = BTreeMap<String, (u32, u32)>;
-
-/// A simulated node, its CDI spec and gpuhook config, and a containerd using them.
-struct Rig {
-    profile: NodeProfile,
-    root: PathBuf,
-    spec_file: PathBuf,
-    wrapper: PathBuf,
-    gpuhook_log: PathBuf,
-    // Dropped first (fields drop in order): containerd dies before the temp dir goes.
-    daemon: Containerd,
-    tmp: tempfile::TempDir,
-}
-
-impl Rig {
-    fn new(profile: &str) -> Rig {
-        let tmp = tempfile::Builder::new()
-            .prefix(&format!("gpuhook-rt-{profile}-"))
-            .tempdir()
-            .expect("tempdir");
-        let dir = tmp.path();
-        let root = dir.join("driver");
-        let p = build_node(profile, &root);
-        let spec_dir = dir.join("cdi");
-        let spec_file = spec_dir.join("nvidia.com-gpu.json");
-        let cache = dir.join("inventory.json");
-        gpuhook_ok(&[
-            "cdi",
-            "generate",
-            "--driver-root",
-            root.to_str().unwrap(),
-            "--output",
-            spec_file.to_str().unwrap(),
-            "--inventory-cache",
-            cache.to_str().unwrap(),
-        ]);
-        let runc = gpuhook_e2e::which("runc").expect("runc");
-        let gpuhook_log = dir.join("gpuhook.log");
-        let config = dir.join("gpuhook.toml");
-        std::fs::write(
-            &config,
-            format!(
-                "driver-root = {root:?}\ninventory-cache = {cache:?}\ncdi-spec-dirs = [{spec_dir:?}]\n\
-                 log-file = {gpuhook_log:?}\nlog-level = \"debug\"\n\n[runtime]\nruntimes = [{runc:?}]\n"
-            ),
-        )
-        .unwrap();
-        let wrapper = gpuhook_e2e::built("gpuhook-runtime");
-        let cd_config = dir.join("containerd.toml");
-        std::fs::write(&cd_config, example_config(dir, &wrapper)).unwrap();
-        let daemon = Containerd::start(
-            dir,
-            &cd_config,
-            &[("GPUHOOK_CONFIG", OsString::from(&config))],
-        );
-        Rig {
-            profile: p,
-            root,
-            spec_file,
-            wrapper,
-            gpuhook_log,
-            daemon,
-            tmp,
-        }
-    }
-
-    /// `ctr run --rm` through the wrapper on a fresh busybox rootfs (runc leaves the mount points
-    /// of file bind mounts in a rootfs dir, so rootfs dirs are never shared); `args` are extra
-    /// ctr flags. Returns ctr's output and the rootfs.
-    fn run(&self, args: &[String], script: &str) -> (Output, PathBuf) {
-        static N: AtomicU32 = AtomicU32::new(0);
-        let n = N.fetch_add(1, Ordering::Relaxed);
-        let id = format!("gpuhook-rt-{}-{n}", std::process::id());
-        let rootfs = gpuhook_e2e::busybox_rootfs(&self.tmp.path().join(format!("rootfs{n}")), true);
-        let mut argv: Vec<OsString> = vec!["run".into(), "--rm".into(), "--runc-binary".into()];
-        argv.push(self.wrapper.clone().into());
-        argv.extend(args.iter().map(OsString::from));
-        argv.extend(["--rootfs".into(), rootfs.clone().into(), id.into()]);
-        argv.extend(["/bin/sh".into(), "-c".into(), script.into()]);
-        (self.daemon.ctr(&argv), rootfs)
-    }
-
-    fn run_ok(&self, args: &[String], script: &str) -> (String, PathBuf) {
-        let (out, rootfs) = self.run(args, script);
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-        assert!(
-            out.status.success() && stdout.contains("DONE"),
-            "ctr run {args:?} failed ({})\nstdout:\n{stdout}\nstderr:\n{}\ngpuhook log:\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr),
-            std::fs::read_to_string(&self.gpuhook_log).unwrap_or_default()
-        );
-        (stdout, rootfs)
-    }
-
-    /// ctr's stderr of a run that must fail, and whether the container printed STARTED.
-    fn run_err(&self, args: &[String]) -> String {
-        let (out, _) = self.run(args, "echo STARTED");
-        assert!(!out.status.success(), "ctr run {args:?} must fail");
-        assert!(
-            !String::from_utf8_lossy(&out.stdout).contains("STARTED"),
-            "ctr run {args:?}: the container must not start"
-        );
-        String::from_utf8_lossy(&out.stderr).into_owned()
-    }
-
-    fn gpu_node(&self, g: usize) -> (String, (u32, u32)) {
-        let minor = self.profile.gpus[g].minor;
-        (format!("/dev/nvidia{minor}"), (NVIDIA_MAJOR, minor))
-    }
-
-    fn mig_nodes(&self, g: usize, m: usize) -> Nodes {
-        let mig = &self.profile.gpus[g].mig_devices[m];
-        let caps = self.profile.majors.nvidia_caps;
-        let mut out: Nodes = [self.gpu_node(g)].into_iter().collect();
-        for cap in [mig.gi_cap_minor, mig.ci_cap_minor] {
-            out.insert(format!("/dev/nvidia-caps/nvidia-cap{cap}"), (caps, cap));
-        }
-        out
-    }
-
-    fn every_device_node(&self) -> Nodes {
-        let mut out = Nodes::new();
-        for (g, gpu) in self.profile.gpus.iter().enumerate() {
-            out.extend([self.gpu_node(g)]);
-            for m in 0..gpu.mig_devices.len() {
-                out.extend(self.mig_nodes(g, m));
-            }
-        }
-        out
-    }
-
-    fn control_nodes(&self) -> Nodes {
-        let p = &self.profile;
-        let mut out: Nodes = [("/dev/nvidiactl".to_string(), (NVIDIA_MAJOR, 255))]
-            .into_iter()
-            .collect();
-        if p.features.nvidia_uvm {
-            out.insert("/dev/nvidia-uvm".into(), (p.majors.nvidia_uvm, 0));
-            out.insert("/dev/nvidia-uvm-tools".into(), (p.majors.nvidia_uvm, 1));
-        }
-        out
-    }
-
-    fn libs(&self) -> Vec<String> {
-        ["libcuda.so", "libnvidia-ml.so"]
-            .iter()
-            .map(|l| {
-                format!(
-                    "{}/{l}.{}",
-                    self.profile.lib_dir, self.profile.driver_version
-                )
-            })
-            .collect()
-    }
-
-    /// Prints `NODE path maj:min`, `OPEN path <error>`, `ABSENT path`, `LIB path ok|missing`.
-    fn probe_script(&self) -> String {
-        let nodes: BTreeSet<String> = self
-            .every_device_node()
-            .into_keys()
-            .chain(self.control_nodes().into_keys())
-            .collect();
-        let mut s = String::new();
-        for n in nodes {
-            s.push_str(&format!(
-                "if [ -e {n} ]; then echo \"NODE {n} $(stat -c '%t:%T %F' {n})\"; \
-                 echo \"OPEN {n} $(cat {n} 2>&1 </dev/null | head -n1)\"; else echo \"ABSENT {n}\"; fi\n"
-            ));
-        }
-        for l in self.libs() {
-            s.push_str(&format!(
-                "if [ -f {l} ]; then echo \"LIB {l} ok\"; else echo \"LIB {l} missing\"; fi\n"
-            ));
-        }
-        s.push_str("echo \"NVDEV $(ls /dev | grep -c nvidia)\"\necho DONE\n");
-        s
-    }
-
-    /// Checks that exactly `want` (plus the control nodes) are in the container, allowed.
-    fn check(&self, ctx: &str, want: &Nodes, stdout: &str) {
-        let mut want = want.clone();
-        want.extend(self.control_nodes());
-        for (path, (major, minor)) in &want {
-            let stat = lookup(stdout, "NODE", path)
-                .unwrap_or_else(|| panic!("{ctx}: {path} missing in the container\n{stdout}"));
-            assert_eq!(
-                stat,
-                format!("{major:x}:{minor:x} character special file"),
-                "{ctx}: {path}"
-            );
-            let open = lookup(stdout, "OPEN", path).unwrap_or_default();
-            assert!(
-                open.contains("No such device or address"),
-                "{ctx}: opening {path} must fail with ENXIO (allowed by the device cgroup), got {open:?}"
-            );
-        }
-        for path in self
-            .every_device_node()
-            .keys()
-            .filter(|p| !want.contains_key(*p))
-        {
-            assert!(
-                lookup(stdout, "ABSENT", path).is_some(),
-                "{ctx}: {path} was not requested but is in the container\n{stdout}"
-            );
-        }
-        for lib in self.libs() {
-            assert_eq!(
-                lookup(stdout, "LIB", &lib).as_deref(),
-                Some("ok"),
-                "{ctx}: driver library {lib} not mounted\n{stdout}"
-            );
-        }
-    }
-
-    /// The createContainer `setup` hook wrote the container's ld.so.cache (with
-    /// `--rootfs` the container's files land in the rootfs dir on the host).
-    fn ldcache_lists_libcuda(rootfs: &Path) -> bool {
-        let cache = rootfs.join("etc/ld.so.cache");
-        if !cache.exists() {
-            return false;
-        }
-        let out = gpuhook_e2e::run_ok(Command::new("ldconfig").arg("-p").arg("-C").arg(&cache));
-        out.lines()
-            .any(|l| l.trim_start().starts_with("libcuda.so.1 "))
-    }
-
-    fn check_request(&self, ctx: &str, args: &[String], want: &Nodes) {
-        let (stdout, rootfs) = self.run_ok(args, &self.probe_script());
-        eprintln!("{}: {ctx}:\n{stdout}", self.profile.name);
-        self.check(&format!("{} {ctx}", self.profile.name), want, &stdout);
-        assert!(
-            Rig::ldcache_lists_libcuda(&rootfs),
-            "{} {ctx}: the container's ld.so.cache lacks libcuda.so.1: the setup hook did not run",
-            self.profile.name
-        );
-    }
-}
-
-fn lookup(stdout: &str, kind: &str, path: &str) -> Option<String> {
-    let prefix = format!("{kind} {path}");
-    stdout.lines().find_map(|l| {
-        l.strip_prefix(&prefix)
-            .filter(|rest| rest.is_empty() || rest.starts_with(' '))
-            .map(|rest| rest.trim_start().to_string())
-    })
-}
-
-/// How many `/dev` entries named `*nvidia*` the probe saw.
-fn nvidia_entries_in_dev(stdout: &str) -> Option<u32> {
-    stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("NVDEV "))
-        .and_then(|n| n.trim().parse().ok())
-}
-
-fn env(v: &str) -> Vec<String> {
-    vec!["--env".into(), format!("NVIDIA_VISIBLE_DEVICES={v}")]
-}
-
-fn annotation(v: &str) -> Vec<String> {
-    vec!["--annotation".into(), format!("cdi.k8s.io/test={v}")]
-}
-
-fn bind(host: &Path, dst: &str) -> Vec<String> {
-    vec![
-        "--mount".into(),
-        format!(
-            "type=bind,src={},dst={dst},options=rbind:rw",
-            host.display()
-        ),
-    ]
-}
+use rig::{annotation, bind, env, lookup, nvidia_entries_in_dev, Nodes, Rig};
 
 #[test]
 fn dgx_h100_through_containerd() {
@@ -318,9 +40,15 @@ fn dgx_h100_through_containerd() {
         .iter()
         .enumerate()
         .all(|(g, gpu)| gpu.index as usize == g));
-    let one = |g: usize| -> Nodes { [rig.gpu_node(g)].into_iter().collect() };
+    every_request_form_gets_its_nodes(&rig, &p);
+    an_unrequested_node_is_denied(&rig);
+    non_gpu_and_bad_requests(&rig);
+    decisions_name_the_container(&rig);
+}
 
-    // By index, by UUID, by CDI annotation.
+/// By index, by UUID, by CDI annotation, by PCI bus id, annotation over env, `all`, `none`.
+fn every_request_form_gets_its_nodes(rig: &Rig, p: &NodeProfile) {
+    let one = |g: usize| -> Nodes { [rig.gpu_node(g)].into_iter().collect() };
     let idx = |g: usize| p.gpus[g].index.to_string();
     rig.check_request("NVIDIA_VISIBLE_DEVICES=2", &env(&idx(2)), &one(2));
     rig.check_request(
@@ -349,8 +77,10 @@ fn dgx_h100_through_containerd() {
     rig.check_request("NVIDIA_VISIBLE_DEVICES=all", &env("all"), &all);
     // `none`: driver and control nodes, no GPU.
     rig.check_request("NVIDIA_VISIBLE_DEVICES=none", &env("none"), &Nodes::new());
+}
 
-    // A host node bind-mounted in without being requested is denied by the device cgroup.
+/// A host node bind-mounted in without being requested is denied by the device cgroup.
+fn an_unrequested_node_is_denied(rig: &Rig) {
     let mut args = env("0");
     let (path1, _) = rig.gpu_node(1);
     args.extend(bind(&rig.root.join(path1.trim_start_matches('/')), &path1));
@@ -366,8 +96,11 @@ fn dgx_h100_through_containerd() {
         open0.contains("No such device or address"),
         "{open0:?}\n{stdout}"
     );
+}
 
-    // Not a GPU container: untouched.
+/// Not a GPU container: untouched (no node, no library, no ld.so.cache entry; `void` alike).
+/// An unknown device or an unsatisfiable requirement fails the start with our message.
+fn non_gpu_and_bad_requests(rig: &Rig) {
     let (stdout, rootfs) = rig.run_ok(&[], &rig.probe_script());
     assert!(nvidia_entries_in_dev(&stdout) == Some(0), "{stdout}");
     for lib in rig.libs() {
@@ -392,8 +125,11 @@ fn dgx_h100_through_containerd() {
     args.extend(["--env".into(), "NVIDIA_REQUIRE_CUDA=cuda>=99.0".into()]);
     let stderr = rig.run_err(&args);
     assert!(stderr.contains("cuda>=99.0"), "{stderr}");
+}
 
-    // Every decision line names the container by the id ctr gave it (not by its hostname).
+/// Every decision line names the container by the id ctr gave it (not by its hostname), and the
+/// setup hook's work was done by the wrapper beside runc (`early-setup`, the default).
+fn decisions_name_the_container(rig: &Rig) {
     let log = std::fs::read_to_string(&rig.gpuhook_log).unwrap();
     let decisions: Vec<&str> = log
         .lines()
@@ -402,7 +138,6 @@ fn dgx_h100_through_containerd() {
     assert!(!decisions.is_empty(), "{log}");
     let ours = format!("container=\"gpuhook-rt-{}-", std::process::id());
     assert!(decisions.iter().all(|l| l.contains(&ours)), "{log}");
-    // The setup hook's work was done by the wrapper beside runc (`early-setup`, the default).
     assert!(log.contains("hook setup done by the wrapper"), "{log}");
 }
 

@@ -8,6 +8,9 @@
 //! same before and after); a setup that fails after runc created the container fails `create`
 //! with the reason and deletes the container; `early-setup = false` leaves the hook to runc.
 
+// Integration tests: a failed unwrap or expect is the test failure, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod cdi_support;
 
 use std::path::{Path, PathBuf};

@@ -66,24 +66,35 @@ pub struct LinkSpec {
     pub link: PathBuf,
 }
 
+/// Why a `--link` value is not `TARGET::LINK`; the message names the rule the value breaks.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LinkSpecError {
+    #[error("expected TARGET::LINK, e.g. libcuda.so.1::/usr/lib64/libcuda.so")]
+    NoSeparator,
+    #[error("TARGET and LINK must both be non-empty")]
+    Empty,
+    #[error("contains a NUL byte")]
+    Nul,
+    #[error("LINK {0:?} must be an absolute path in the container")]
+    Relative(String),
+    #[error("LINK {0:?} must not contain '..'")]
+    DotDot(String),
+}
+
 /// Parses `TARGET::LINK`.
-pub fn parse_link(s: &str) -> Result<LinkSpec, String> {
-    let (target, link) = s
-        .split_once("::")
-        .ok_or("expected TARGET::LINK, e.g. libcuda.so.1::/usr/lib64/libcuda.so")?;
+pub fn parse_link(s: &str) -> Result<LinkSpec, LinkSpecError> {
+    let (target, link) = s.split_once("::").ok_or(LinkSpecError::NoSeparator)?;
     if target.is_empty() || link.is_empty() {
-        return Err("TARGET and LINK must both be non-empty".into());
+        return Err(LinkSpecError::Empty);
     }
     if s.contains('\0') {
-        return Err("contains a NUL byte".into());
+        return Err(LinkSpecError::Nul);
     }
     if !link.starts_with('/') {
-        return Err(format!(
-            "LINK {link:?} must be an absolute path in the container"
-        ));
+        return Err(LinkSpecError::Relative(link.to_string()));
     }
     if link.split('/').any(|c| c == "..") {
-        return Err(format!("LINK {link:?} must not contain '..'"));
+        return Err(LinkSpecError::DotDot(link.to_string()));
     }
     Ok(LinkSpec {
         target: target.into(),

@@ -10,7 +10,7 @@
 
 use std::path::{Path, PathBuf};
 
-use gpuhook_node::bounded::{read_bounded, MAX_OCI_CONFIG_BYTES};
+use gpuhook_node::bounded::{read_bounded, BoundedReadError, MAX_OCI_CONFIG_BYTES};
 use gpuhook_node::DeviceRef;
 use serde_json::Value;
 
@@ -22,9 +22,9 @@ const CHECK: &str = "container";
 pub(super) fn check(opts: &Options, target: &ContainerTarget, out: &mut Vec<Finding>) {
     match load(target) {
         Ok((bundle, config)) => out.extend(decide(opts, &target.id, &bundle, &config)),
-        Err(message) => out.push(Finding::fail(
+        Err(error) => out.push(Finding::fail(
             CHECK,
-            message,
+            error.to_string(),
             format!(
                 "check the id and the runtime's state root (`runc --root {} list`; containerd's \
                  CRI containers: /run/containerd/runc/k8s.io)",
@@ -34,8 +34,31 @@ pub(super) fn check(opts: &Options, target: &ContainerTarget, out: &mut Vec<Find
     }
 }
 
+/// Why a container's `config.json` cannot be found or read; each names the file or value.
+#[derive(Debug, thiserror::Error)]
+enum LoadError {
+    #[error("{}: not a container id", gpuhook_node::bounded::preview(.0))]
+    BadId(String),
+    #[error(transparent)]
+    Read(#[from] BoundedReadError),
+    // The parser's message is part of this line (not a `#[source]`): it is printed once, here.
+    #[error("{}: not JSON: {message}", path.display())]
+    NotJson { path: PathBuf, message: String },
+    #[error("{}: no `bundle=` label", .0.display())]
+    NoBundle(PathBuf),
+}
+
+/// Reads and parses one JSON file of the runtime's, within the hook's size limit.
+fn read_json(path: &Path) -> Result<Value, LoadError> {
+    let bytes = read_bounded(path, MAX_OCI_CONFIG_BYTES)?;
+    serde_json::from_slice(&bytes).map_err(|e| LoadError::NotJson {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })
+}
+
 /// The container's bundle and parsed `config.json`.
-fn load(target: &ContainerTarget) -> Result<(PathBuf, Value), String> {
+fn load(target: &ContainerTarget) -> Result<(PathBuf, Value), LoadError> {
     let id = &target.id;
     let valid = !id.is_empty()
         && id != "."
@@ -44,15 +67,8 @@ fn load(target: &ContainerTarget) -> Result<(PathBuf, Value), String> {
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || "_-.+".contains(c));
     if !valid {
-        return Err(format!(
-            "{}: not a container id",
-            gpuhook_node::bounded::preview(id)
-        ));
+        return Err(LoadError::BadId(id.clone()));
     }
-    let read_json = |path: &Path| -> Result<Value, String> {
-        let bytes = read_bounded(path, MAX_OCI_CONFIG_BYTES).map_err(|e| e.to_string())?;
-        serde_json::from_slice(&bytes).map_err(|e| format!("{}: not JSON: {e}", path.display()))
-    };
     let state_path = target.runc_root.join(id).join("state.json");
     let state = read_json(&state_path)?;
     let bundle = state
@@ -63,7 +79,7 @@ fn load(target: &ContainerTarget) -> Result<(PathBuf, Value), String> {
         .filter_map(Value::as_str)
         .find_map(|l| l.strip_prefix("bundle="))
         .map(PathBuf::from)
-        .ok_or_else(|| format!("{}: no `bundle=` label", state_path.display()))?;
+        .ok_or(LoadError::NoBundle(state_path))?;
     let config = read_json(&bundle.join("config.json"))?;
     Ok((bundle, config))
 }

@@ -104,3 +104,38 @@ fn container_ids_that_leave_the_state_root_are_refused() {
         );
     }
 }
+
+#[test]
+fn unreadable_container_state_names_the_file_and_the_problem_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let state_dir = dir.path().join("c1");
+    std::fs::create_dir_all(&state_dir).unwrap();
+    let state = state_dir.join("state.json");
+    let shown = state.display().to_string();
+    for (content, problem) in [
+        ("{not json", "not JSON"),
+        (r#"{"config":{"labels":["a=b"]}}"#, "no `bundle=` label"),
+    ] {
+        std::fs::write(&state, content).unwrap();
+        let r = run(&options_for(dir.path(), "c1"));
+        let f: Vec<&Finding> = r.of("container").collect();
+        assert_eq!(f.len(), 1, "{content}");
+        assert_eq!(f[0].status, Status::Fail);
+        assert_eq!(f[0].message.matches(&shown).count(), 1, "{:?}", f[0]);
+        assert_eq!(f[0].message.matches(problem).count(), 1, "{:?}", f[0]);
+    }
+    std::fs::remove_file(&state).unwrap();
+    let r = run(&options_for(dir.path(), "c1"));
+    let f: Vec<&Finding> = r.of("container").collect();
+    assert!(f[0].message.starts_with("cannot read"), "{:?}", f[0]);
+    assert_eq!(f[0].message.matches(&shown).count(), 1, "{:?}", f[0]);
+}
+
+fn options_for(dir: &std::path::Path, id: &str) -> Options {
+    let mut opts = options(dir);
+    opts.container = Some(ContainerTarget {
+        id: id.into(),
+        runc_root: dir.to_path_buf(),
+    });
+    opts
+}

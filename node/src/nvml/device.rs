@@ -40,7 +40,13 @@ impl<'a> Device<'a> {
     ) -> Result<String, NodeError> {
         let mut buf = [0 as c_char; N];
         // SAFETY: buf is writable for the length we pass.
-        let rc = unsafe { f(self.handle, buf.as_mut_ptr(), N as c_uint) };
+        let rc = unsafe {
+            f(
+                self.handle,
+                buf.as_mut_ptr(),
+                c_uint::try_from(N).unwrap_or(c_uint::MAX),
+            )
+        };
         self.check(rc, call)?;
         Ok(c_buf_to_string(&buf))
     }
@@ -130,7 +136,8 @@ impl<'a> Device<'a> {
         // SAFETY: both are valid out-pointers.
         let rc = unsafe { f(self.handle, &mut major, &mut minor) };
         self.check(rc, call)?;
-        Ok((major.max(0) as u32, minor.max(0) as u32))
+        let unsigned = |v: c_int| u32::try_from(v).unwrap_or(0);
+        Ok((unsigned(major), unsigned(minor)))
     }
 
     /// Current MIG mode; `Ok(false)` where MIG is not supported.

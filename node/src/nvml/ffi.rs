@@ -13,7 +13,24 @@ pub const SUCCESS: NvmlReturn = 0;
 pub const ERROR_INVALID_ARGUMENT: NvmlReturn = 2;
 pub const ERROR_NOT_SUPPORTED: NvmlReturn = 3;
 pub const ERROR_NOT_FOUND: NvmlReturn = 6;
+pub const ERROR_TIMEOUT: NvmlReturn = 10;
 pub const ERROR_FUNCTION_NOT_FOUND: NvmlReturn = 13;
+pub const ERROR_GPU_IS_LOST: NvmlReturn = 15;
+
+/// `nvmlEventSet_t`: an opaque handle.
+pub type EventSetHandle = *mut c_void;
+
+/// `nvmlEventData_t` as `nvml.h` declares it since R450 (the GI/CI ids were added for MIG;
+/// `0xFFFFFFFF` when the event is not attributable to a MIG instance).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct EventData {
+    pub device: NvmlDevice,
+    pub event_type: c_ulonglong,
+    pub event_data: c_ulonglong,
+    pub gpu_instance_id: c_uint,
+    pub compute_instance_id: c_uint,
+}
 
 pub const DRIVER_VERSION_BUFFER: usize = 80;
 pub const UUID_BUFFER: usize = 96;
@@ -56,6 +73,14 @@ type FnDevPci = unsafe extern "C" fn(NvmlDevice, *mut PciInfo) -> NvmlReturn;
 type FnDevMemory = unsafe extern "C" fn(NvmlDevice, *mut Memory) -> NvmlReturn;
 type FnDevMigByIndex = unsafe extern "C" fn(NvmlDevice, c_uint, *mut NvmlDevice) -> NvmlReturn;
 type FnDevSetUint = unsafe extern "C" fn(NvmlDevice, c_uint) -> NvmlReturn;
+type FnEventSetCreate = unsafe extern "C" fn(*mut EventSetHandle) -> NvmlReturn;
+type FnEventSetFree = unsafe extern "C" fn(EventSetHandle) -> NvmlReturn;
+type FnEventSetWait = unsafe extern "C" fn(EventSetHandle, *mut EventData, c_uint) -> NvmlReturn;
+type FnDevOutU64 = unsafe extern "C" fn(NvmlDevice, *mut c_ulonglong) -> NvmlReturn;
+type FnDevRegister = unsafe extern "C" fn(NvmlDevice, c_ulonglong, EventSetHandle) -> NvmlReturn;
+type FnDevPair = unsafe extern "C" fn(NvmlDevice, NvmlDevice, *mut c_uint) -> NvmlReturn;
+type FnDevLinkUint = unsafe extern "C" fn(NvmlDevice, c_uint, *mut c_uint) -> NvmlReturn;
+type FnDevLinkPci = unsafe extern "C" fn(NvmlDevice, c_uint, *mut PciInfo) -> NvmlReturn;
 
 /// Resolved entry points. Plain function pointers: valid as long as the `Library` they came
 /// from stays loaded, which [`super::Nvml`] guarantees by owning both.
@@ -85,6 +110,15 @@ pub struct Fns {
     pub device_get_compute_instance_id: Option<FnDevOutUint>,
     pub device_get_compute_mode: Option<FnDevOutUint>,
     pub device_set_compute_mode: Option<FnDevSetUint>,
+    pub event_set_create: Option<FnEventSetCreate>,
+    pub event_set_free: Option<FnEventSetFree>,
+    pub event_set_wait_v2: Option<FnEventSetWait>,
+    pub device_get_supported_event_types: Option<FnDevOutU64>,
+    pub device_register_events: Option<FnDevRegister>,
+    pub device_get_topology_common_ancestor: Option<FnDevPair>,
+    pub device_get_nvlink_state: Option<FnDevLinkUint>,
+    pub device_get_nvlink_remote_pci_info_v2: Option<FnDevLinkPci>,
+    pub device_get_nvlink_remote_device_type: Option<FnDevLinkUint>,
 }
 
 /// Looks one symbol up; `Ok(None)` when the library does not export it.
@@ -137,6 +171,15 @@ impl Fns {
             device_get_compute_instance_id: opt!("nvmlDeviceGetComputeInstanceId"),
             device_get_compute_mode: opt!("nvmlDeviceGetComputeMode"),
             device_set_compute_mode: opt!("nvmlDeviceSetComputeMode"),
+            event_set_create: opt!("nvmlEventSetCreate"),
+            event_set_free: opt!("nvmlEventSetFree"),
+            event_set_wait_v2: opt!("nvmlEventSetWait_v2"),
+            device_get_supported_event_types: opt!("nvmlDeviceGetSupportedEventTypes"),
+            device_register_events: opt!("nvmlDeviceRegisterEvents"),
+            device_get_topology_common_ancestor: opt!("nvmlDeviceGetTopologyCommonAncestor"),
+            device_get_nvlink_state: opt!("nvmlDeviceGetNvLinkState"),
+            device_get_nvlink_remote_pci_info_v2: opt!("nvmlDeviceGetNvLinkRemotePciInfo_v2"),
+            device_get_nvlink_remote_device_type: opt!("nvmlDeviceGetNvLinkRemoteDeviceType"),
         })
     }
 }

@@ -135,8 +135,12 @@ impl Nvml {
     pub fn driver_version(&self) -> Result<String, NodeError> {
         let mut buf = [0 as c_char; ffi::DRIVER_VERSION_BUFFER];
         // SAFETY: buf is writable for its full length, which we pass.
-        let rc =
-            unsafe { (self.fns.system_get_driver_version)(buf.as_mut_ptr(), buf.len() as c_uint) };
+        let rc = unsafe {
+            (self.fns.system_get_driver_version)(
+                buf.as_mut_ptr(),
+                c_uint::try_from(buf.len()).unwrap_or(c_uint::MAX),
+            )
+        };
         self.check(rc, "nvmlSystemGetDriverVersion", None)?;
         Ok(c_buf_to_string(&buf))
     }
@@ -250,13 +254,17 @@ fn c_buf_to_string(buf: &[c_char]) -> String {
     let bytes: Vec<u8> = buf
         .iter()
         .take_while(|&&c| c != 0)
-        .map(|&c| c as u8)
+        .map(|&c| c.to_ne_bytes()[0])
         .collect();
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
 mod device;
+pub mod events;
+mod links;
 pub use device::Device;
+pub use events::{Event, EventSet};
+pub use links::{NvLink, NVLINK_MAX_LINKS};
 
 #[cfg(test)]
 mod tests {

@@ -145,7 +145,6 @@ pub fn ensure_runtime(
     let mut notes = Vec::new();
     let name = opts.runtime_name.as_str();
     let src = source_runtime(source, name);
-    let binary = opts.binary.to_string_lossy().into_owned();
     if opts.enable_cdi && set_if_different(target, "enable_cdi", true) {
         notes.push("set enable_cdi = true".into());
     }
@@ -178,6 +177,29 @@ pub fn ensure_runtime(
         });
     }
     let rt = child(runtimes, name, "runtimes", file)?;
+    let changed = update_settings(rt, src.as_ref().map(|(_, t)| t), opts, file, &mut notes)?;
+    if existed && !changed.is_empty() {
+        notes.push(format!("updated runtime {name}: {}", changed.join(", ")));
+    }
+    let copied_from = if existed {
+        None
+    } else {
+        src.map(|(from, _)| from)
+    };
+    Ok((notes, copied_from))
+}
+
+/// Sets what gpuhook needs in runtime table `rt` (type, annotations, host devices, BinaryName)
+/// and copies `SystemdCgroup` from the source runtime `src`. Returns the keys it changed.
+fn update_settings(
+    rt: &mut Table,
+    src: Option<&Table>,
+    opts: &ConfigureOptions,
+    file: &std::path::Path,
+    notes: &mut Vec<String>,
+) -> Result<Vec<&'static str>, ConfigureError> {
+    let name = opts.runtime_name.as_str();
+    let binary = opts.binary.to_string_lossy().into_owned();
     let mut changed = Vec::new();
     if set_if_different(rt, "runtime_type", RUNC_V2) {
         changed.push("runtime_type");
@@ -199,8 +221,7 @@ pub fn ensure_runtime(
         changed.push("pod_annotations");
     }
     let src_options = src
-        .as_ref()
-        .and_then(|(_, t)| t.get("options"))
+        .and_then(|t| t.get("options"))
         .and_then(Item::as_table_like)
         .map(fresh_copy);
     let options = child(rt, "options", name, file)?;
@@ -221,15 +242,7 @@ pub fn ensure_runtime(
             ));
         }
     }
-    if existed && !changed.is_empty() {
-        notes.push(format!("updated runtime {name}: {}", changed.join(", ")));
-    }
-    let copied_from = if existed {
-        None
-    } else {
-        src.map(|(from, _)| from)
-    };
-    Ok((notes, copied_from))
+    Ok(changed)
 }
 
 /// Go `filepath.Match`-style matching of `*` and `?` within one path segment.

@@ -7,6 +7,10 @@ use thiserror::Error;
 use super::DROP_IN_MARKER;
 
 /// Why nothing was written.
+///
+/// An I/O cause is part of its variant's message (field `error`, deliberately not a `#[source]`):
+/// callers print it with `to_string()` (the doctor) or as an `anyhow` chain (`{:#}`, the CLI), and
+/// either way it appears once.
 #[derive(Debug, Error)]
 pub enum ConfigureError {
     #[error("invalid {option}: {message}")]
@@ -22,11 +26,10 @@ pub enum ConfigureError {
          of this runtime see all host devices as with runc; nothing was written"
     )]
     DefaultHidesHostDevices { runtime: String },
-    #[error("cannot read {}: {source}", path.display())]
+    #[error("cannot read {}: {error}", path.display())]
     Read {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("cannot parse {} as TOML: {message}fix the file (or restore a backup) and re-run; nothing was written", path.display())]
     Parse { path: PathBuf, message: String },
@@ -42,17 +45,19 @@ pub enum ConfigureError {
     DropInNeedsV2 { path: PathBuf },
     #[error("refusing to replace {}: it was not written by gpuhook (no `{DROP_IN_MARKER}` first line); remove it or choose another drop-in path", path.display())]
     NotOurs { path: PathBuf },
-    #[error("cannot back up {} to {}: {source}", path.display(), backup.display())]
+    #[error("cannot back up {} to {}: {error}", path.display(), backup.display())]
     Backup {
         path: PathBuf,
         backup: PathBuf,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
-    #[error("cannot write {}: {source}", path.display())]
+    #[error("cannot write {}: {error}", path.display())]
     Write {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
 }
+
+#[cfg(test)]
+#[path = "error_tests.rs"]
+mod tests;

@@ -23,6 +23,7 @@
 //! section. containerd 2.x merges imports key by key, so a version-3 drop-in holds only our
 //! tables.
 
+mod drop_in;
 mod edit;
 mod error;
 mod outcome;
@@ -135,9 +136,9 @@ fn read_optional(path: &Path) -> Result<Option<String>, ConfigureError> {
     match fs::read_to_string(path) {
         Ok(s) => Ok(Some(s)),
         Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
-        Err(source) => Err(ConfigureError::Read {
+        Err(error) => Err(ConfigureError::Read {
             path: path.into(),
-            source,
+            error,
         }),
     }
 }
@@ -229,78 +230,40 @@ pub fn plan(opts: &ConfigureOptions) -> Result<Plan, ConfigureError> {
             opts.config.display()
         ));
     }
-    let Some(drop_in) = &opts.drop_in else {
-        let source = existing_cri(&main, version).unwrap_or_default();
-        let cri = edit::cri_table(&mut main, version, &opts.config)?;
-        let (more, copied_from) = edit::ensure_runtime(cri, &source, opts, &opts.config)?;
-        notes.extend(more);
-        if let Some(from) = copied_from {
-            edit::place_after(&mut main, version.cri_plugin(), &opts.runtime_name, &from);
+    let changes = match &opts.drop_in {
+        None => {
+            let source = existing_cri(&main, version).unwrap_or_default();
+            add_runtime(&mut main, &source, version, opts, &opts.config, &mut notes)?;
+            change(&opts.config, main_before, main.to_string())
+                .into_iter()
+                .collect()
         }
-        let changes = change(&opts.config, main_before, main.to_string())
-            .into_iter()
-            .collect();
-        return Ok(Plan {
-            version,
-            changes,
-            notes,
-        });
+        Some(drop_in) => drop_in::plan(opts, drop_in, main, main_before, version, &mut notes)?,
     };
-    if version == ConfigVersion::V1 {
-        return Err(ConfigureError::DropInNeedsV2 {
-            path: opts.config.clone(),
-        });
-    }
-    let drop_before = read_optional(drop_in)?;
-    if drop_before
-        .as_deref()
-        .is_some_and(|s| !s.starts_with(DROP_IN_MARKER))
-    {
-        return Err(ConfigureError::NotOurs {
-            path: drop_in.clone(),
-        });
-    }
-    let base = opts.config.parent().unwrap_or(Path::new("/"));
-    if edit::ensure_import(&mut main, drop_in, base, &opts.config)? {
-        notes.push(format!(
-            "added {} to the imports of {}",
-            drop_in.display(),
-            opts.config.display()
-        ));
-    }
-    let source = existing_cri(&main, version).unwrap_or_default();
-    let mut doc = DocumentMut::new();
-    doc.insert("version", toml_edit::value(version.number()));
-    let header = if version == ConfigVersion::V3 {
-        format!(
-            "{DROP_IN_MARKER} from {}.\n# Re-run it instead of editing this file.\n\n",
-            opts.config.display()
-        )
-    } else {
-        // containerd < 2.0 replaces the whole CRI section with an imported one: carry all of it.
-        let cri = edit::cri_table(&mut doc, version, drop_in)?;
-        *cri = source.clone();
-        cri.set_implicit(false);
-        format!(
-            "{DROP_IN_MARKER} from {main}.\n# containerd before 2.0 replaces a whole plugin section with the one of an imported\n# file, so this file carries a copy of the CRI plugin section of {main} plus the\n# gpuhook runtime. Edit {main} and re-run `gpuhook runtime configure --drop-in`\n# instead of editing this file.\n\n",
-            main = opts.config.display()
-        )
-    };
-    let cri = edit::cri_table(&mut doc, version, drop_in)?;
-    let (more, copied_from) = edit::ensure_runtime(cri, &source, opts, drop_in)?;
-    notes.extend(more);
-    if let Some(from) = copied_from {
-        edit::place_after(&mut doc, version.cri_plugin(), &opts.runtime_name, &from);
-    }
-    let mut changes: Vec<FileChange> = Vec::new();
-    // The drop-in first: the import must never point at a missing file.
-    changes.extend(change(drop_in, drop_before, format!("{header}{doc}")));
-    changes.extend(change(&opts.config, main_before, main.to_string()));
     Ok(Plan {
         version,
         changes,
         notes,
     })
+}
+
+/// Adds (or updates) the gpuhook runtime in `doc` (the file at `path`), modelled on the runtime
+/// it copies from `source` (the main config's CRI section), and places it right after that one.
+fn add_runtime(
+    doc: &mut DocumentMut,
+    source: &Table,
+    version: ConfigVersion,
+    opts: &ConfigureOptions,
+    path: &Path,
+    notes: &mut Vec<String>,
+) -> Result<(), ConfigureError> {
+    let cri = edit::cri_table(doc, version, path)?;
+    let (more, copied_from) = edit::ensure_runtime(cri, source, opts, path)?;
+    notes.extend(more);
+    if let Some(from) = copied_from {
+        edit::place_after(doc, version.cri_plugin(), &opts.runtime_name, &from);
+    }
+    Ok(())
 }
 
 fn backup_path(path: &Path) -> PathBuf {
@@ -335,17 +298,17 @@ pub fn configure(
     if !dry_run {
         for c in &mut changes {
             if let Some(parent) = c.path.parent() {
-                fs::create_dir_all(parent).map_err(|source| ConfigureError::Write {
+                fs::create_dir_all(parent).map_err(|error| ConfigureError::Write {
                     path: c.path.clone(),
-                    source,
+                    error,
                 })?;
             }
             if c.before.is_some() && c.path == opts.config {
                 let backup = backup_path(&c.path);
-                fs::copy(&c.path, &backup).map_err(|source| ConfigureError::Backup {
+                fs::copy(&c.path, &backup).map_err(|error| ConfigureError::Backup {
                     path: c.path.clone(),
                     backup: backup.clone(),
-                    source,
+                    error,
                 })?;
                 c.backup = Some(backup);
             }
@@ -356,7 +319,7 @@ pub fn configure(
                 .write(&c.path, c.after.as_bytes())
                 .map_err(|e| ConfigureError::Write {
                     path: c.path.clone(),
-                    source: e.into_io(),
+                    error: e.into_io(),
                 })?;
         }
     }

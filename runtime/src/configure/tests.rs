@@ -1,3 +1,6 @@
+//! Unit tests of `configure` on whole files (the drop-in cases are in `drop_in_tests.rs`, bad
+//! input in `error_tests.rs`, the `--set-as-default` refusal in `default_tests.rs`). The helpers are shared with both.
+
 use std::fs;
 
 use toml_edit::{DocumentMut, Item};
@@ -7,26 +10,26 @@ use super::*;
 /// `containerd config default` of Debian 12's containerd 1.6.20.
 const DEBIAN_DEFAULT: &str = include_str!("testdata/containerd-1.6-default.toml");
 
-struct Dir {
+pub(super) struct Dir {
     tmp: tempfile::TempDir,
 }
 
 impl Dir {
-    fn new() -> Dir {
+    pub(super) fn new() -> Dir {
         Dir {
             tmp: tempfile::tempdir().unwrap(),
         }
     }
-    fn path(&self, name: &str) -> PathBuf {
+    pub(super) fn path(&self, name: &str) -> PathBuf {
         self.tmp.path().join(name)
     }
-    fn write(&self, name: &str, text: &str) -> PathBuf {
+    pub(super) fn write(&self, name: &str, text: &str) -> PathBuf {
         let p = self.path(name);
         fs::create_dir_all(p.parent().unwrap()).unwrap();
         fs::write(&p, text).unwrap();
         p
     }
-    fn entries(&self) -> Vec<String> {
+    pub(super) fn entries(&self) -> Vec<String> {
         let mut v: Vec<String> = fs::read_dir(self.tmp.path())
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -36,14 +39,14 @@ impl Dir {
     }
 }
 
-fn opts(config: &Path) -> ConfigureOptions {
+pub(super) fn opts(config: &Path) -> ConfigureOptions {
     ConfigureOptions {
         config: config.into(),
         ..Default::default()
     }
 }
 
-fn item<'a>(doc: &'a DocumentMut, path: &[&str]) -> Option<&'a Item> {
+pub(super) fn item<'a>(doc: &'a DocumentMut, path: &[&str]) -> Option<&'a Item> {
     let mut it = doc.as_item();
     for key in path {
         it = it.as_table_like()?.get(key)?;
@@ -51,22 +54,22 @@ fn item<'a>(doc: &'a DocumentMut, path: &[&str]) -> Option<&'a Item> {
     Some(it)
 }
 
-fn runtime<'a>(doc: &'a DocumentMut, cri: &str, name: &str) -> &'a Item {
+pub(super) fn runtime<'a>(doc: &'a DocumentMut, cri: &str, name: &str) -> &'a Item {
     item(doc, &["plugins", cri, "containerd", "runtimes", name])
         .unwrap_or_else(|| panic!("no runtime {name} under {cri}:\n{doc}"))
 }
 
-fn read_doc(p: &Path) -> DocumentMut {
+pub(super) fn read_doc(p: &Path) -> DocumentMut {
     fs::read_to_string(p).unwrap().parse().unwrap()
 }
 
 /// Checks the gpuhook runtime's settings.
-fn assert_gpuhook(rt: &Item, binary: &str, systemd: Option<bool>) {
+pub(super) fn assert_gpuhook(rt: &Item, binary: &str, systemd: Option<bool>) {
     assert_gpuhook_hiding(rt, binary, systemd, true);
 }
 
 /// `hides`: the expected `privileged_without_host_devices`.
-fn assert_gpuhook_hiding(rt: &Item, binary: &str, systemd: Option<bool>, hides: bool) {
+pub(super) fn assert_gpuhook_hiding(rt: &Item, binary: &str, systemd: Option<bool>, hides: bool) {
     assert_eq!(rt["runtime_type"].as_str(), Some(RUNC_V2));
     assert_eq!(rt["privileged_without_host_devices"].as_bool(), Some(hides));
     let list = |key: &str| -> Vec<String> {
@@ -332,196 +335,6 @@ fn missing_file_gets_a_minimal_v2_config_with_runc() {
         configure(&opts(&cfg), false).unwrap().exit_code(),
         EXIT_UNCHANGED
     );
-}
-
-#[test]
-fn drop_in_v2_carries_the_whole_cri_section() {
-    let d = Dir::new();
-    let text = r#"version = 2
-# main comment
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "registry.k8s.io/pause:3.9"
-[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-  runtime_type = "io.containerd.runc.v2"
-[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-  SystemdCgroup = true
-[plugins."io.containerd.internal.v1.opt"]
-  path = "/opt/containerd"
-"#;
-    let cfg = d.write("config.toml", text);
-    let drop_in = d.path("conf.d/99-gpuhook.toml");
-    let mut o = opts(&cfg);
-    o.drop_in = Some(drop_in.clone());
-    o.set_as_default = true;
-    o.privileged_host_devices = true;
-    let out = configure(&o, false).unwrap();
-    let ConfigureOutcome::Changed { files, .. } = &out else {
-        panic!()
-    };
-    assert_eq!(files[0].path, drop_in, "drop-in must be written first");
-    let main = read_doc(&cfg);
-    let imports: Vec<&str> = main["imports"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|v| v.as_str())
-        .collect();
-    assert_eq!(imports, [drop_in.to_str().unwrap()]);
-    // The main file's runtimes are untouched; only the import was added.
-    assert!(item(
-        &main,
-        &[
-            "plugins",
-            "io.containerd.grpc.v1.cri",
-            "containerd",
-            "runtimes",
-            "gpuhook"
-        ]
-    )
-    .is_none());
-    let main_text = fs::read_to_string(&cfg).unwrap();
-    for line in text.lines() {
-        assert!(main_text.contains(line), "lost {line:?}");
-    }
-    let drop_text = fs::read_to_string(&drop_in).unwrap();
-    assert!(drop_text.starts_with(DROP_IN_MARKER));
-    let drop = read_doc(&drop_in);
-    assert_eq!(drop["version"].as_integer(), Some(2));
-    let cri = &drop["plugins"]["io.containerd.grpc.v1.cri"];
-    assert_eq!(
-        cri["sandbox_image"].as_str(),
-        Some("registry.k8s.io/pause:3.9")
-    );
-    assert_eq!(
-        cri["containerd"]["default_runtime_name"].as_str(),
-        Some("gpuhook")
-    );
-    assert_gpuhook_hiding(
-        runtime(&drop, "io.containerd.grpc.v1.cri", "gpuhook"),
-        DEFAULT_BINARY,
-        Some(true),
-        false,
-    );
-    assert!(runtime(&drop, "io.containerd.grpc.v1.cri", "runc").is_table_like());
-    // Other plugins stay in the main file only.
-    assert!(item(&drop, &["plugins", "io.containerd.internal.v1.opt"]).is_none());
-
-    assert_eq!(configure(&o, false).unwrap().exit_code(), EXIT_UNCHANGED);
-    assert_eq!(fs::read_to_string(&drop_in).unwrap(), drop_text);
-    assert_eq!(fs::read_to_string(&cfg).unwrap(), main_text);
-
-    // Editing the main file's CRI section and re-running refreshes the copy.
-    fs::write(&cfg, main_text.replace("pause:3.9", "pause:3.10")).unwrap();
-    assert_eq!(configure(&o, false).unwrap().exit_code(), EXIT_CHANGED);
-    let drop = read_doc(&drop_in);
-    assert_eq!(
-        drop["plugins"]["io.containerd.grpc.v1.cri"]["sandbox_image"].as_str(),
-        Some("registry.k8s.io/pause:3.10")
-    );
-}
-
-#[test]
-fn drop_in_v3_holds_only_our_tables_and_globs_count_as_imported() {
-    let d = Dir::new();
-    let text = "version = 3\nimports = ['conf.d/*.toml']\n\n[plugins.'io.containerd.cri.v1.images']\n  snapshotter = 'overlayfs'\n";
-    let cfg = d.write("config.toml", text);
-    let drop_in = d.path("conf.d/99-gpuhook.toml");
-    let mut o = opts(&cfg);
-    o.drop_in = Some(drop_in.clone());
-    let out = configure(&o, false).unwrap();
-    let ConfigureOutcome::Changed { files, .. } = &out else {
-        panic!()
-    };
-    // The relative glob already covers the drop-in: the main file is not touched.
-    assert_eq!(files.len(), 1);
-    assert_eq!(fs::read_to_string(&cfg).unwrap(), text);
-    let drop = read_doc(&drop_in);
-    assert_eq!(drop["version"].as_integer(), Some(3));
-    let cri = drop["plugins"]["io.containerd.cri.v1.runtime"]
-        .as_table()
-        .unwrap();
-    assert_gpuhook(
-        &cri["containerd"]["runtimes"]["gpuhook"],
-        DEFAULT_BINARY,
-        None,
-    );
-    assert!(item(&drop, &["plugins", "io.containerd.cri.v1.images"]).is_none());
-    assert_eq!(configure(&o, false).unwrap().exit_code(), EXIT_UNCHANGED);
-}
-
-#[test]
-fn drop_in_refusals() {
-    let d = Dir::new();
-    let v1 = d.write("v1.toml", "[plugins.cri]\n");
-    let mut o = opts(&v1);
-    o.drop_in = Some(d.path("conf.d/99-gpuhook.toml"));
-    let err = configure(&o, false).unwrap_err();
-    assert!(matches!(err, ConfigureError::DropInNeedsV2 { .. }), "{err}");
-
-    let cfg = d.write("config.toml", "version = 2\n");
-    let foreign = d.write("conf.d/99-gpuhook.toml", "# someone else's\nversion = 2\n");
-    let mut o = opts(&cfg);
-    o.drop_in = Some(foreign.clone());
-    let err = configure(&o, false).unwrap_err();
-    assert!(matches!(err, ConfigureError::NotOurs { .. }), "{err}");
-    assert_eq!(fs::read_to_string(&cfg).unwrap(), "version = 2\n");
-    assert_eq!(
-        fs::read_to_string(&foreign).unwrap(),
-        "# someone else's\nversion = 2\n"
-    );
-}
-
-#[test]
-fn bad_input_is_reported_and_nothing_is_written() {
-    let d = Dir::new();
-    for (text, want) in [
-        ("version = 2\n[plugins\nx = 1\n", "line 2"),
-        ("version = 7\n", "unknown containerd config version 7"),
-        (
-            "version = \"2\"\n",
-            "unknown containerd config version \"2\"",
-        ),
-        ("version = 2\nplugins = 3\n", "`plugins` must be a table"),
-        (
-            "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\"]\ncontainerd = \"x\"\n",
-            "must be a table",
-        ),
-        (
-            "version = 2\nimports = \"x\"\n",
-            "`imports` must be an array",
-        ),
-    ] {
-        let cfg = d.write("config.toml", text);
-        let mut o = opts(&cfg);
-        if text.contains("imports") {
-            o.drop_in = Some(d.path("conf.d/x.toml"));
-        }
-        let err = configure(&o, false).unwrap_err().to_string();
-        assert!(err.contains(want), "{text:?}: {err}");
-        assert!(err.contains(cfg.to_str().unwrap()), "{err}");
-        assert_eq!(fs::read_to_string(&cfg).unwrap(), text);
-        assert_eq!(d.entries(), ["config.toml"]);
-    }
-    let cfg = d.path("config.toml");
-    for o in [
-        ConfigureOptions {
-            runtime_name: "bad name".into(),
-            ..opts(&cfg)
-        },
-        ConfigureOptions {
-            binary: "gpuhook-runtime".into(),
-            ..opts(&cfg)
-        },
-        ConfigureOptions {
-            drop_in: Some("rel.toml".into()),
-            ..opts(&cfg)
-        },
-    ] {
-        assert!(matches!(
-            configure(&o, false),
-            Err(ConfigureError::InvalidOption { .. })
-        ));
-    }
 }
 
 #[test]

@@ -147,6 +147,7 @@ pub unsafe extern "C" fn nvmlDeviceGetPciInfo(
 }
 
 /// Memory of the device (a MIG device's own slice); nothing is in use on a simulated node.
+/// `GPU_IS_LOST` while the GPU is marked lost (see `events`).
 ///
 /// # Safety
 /// `memory` must be null or valid for a write of an `nvmlMemory_t`.
@@ -155,7 +156,10 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(
     device: NvmlDevice,
     memory: *mut NvmlMemory,
 ) -> NvmlReturn {
-    with_device(device, |_, d| {
+    with_device(device, |t, d| {
+        if crate::events::is_lost(t, d.gpu()) {
+            return Err(ffi::NVML_ERROR_GPU_IS_LOST);
+        }
         let total = d.memory_bytes();
         // SAFETY: forwarded caller contract.
         unsafe {
@@ -180,7 +184,10 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
     device: NvmlDevice,
     memory: *mut NvmlMemoryV2,
 ) -> NvmlReturn {
-    with_device(device, |_, d| {
+    with_device(device, |t, d| {
+        if crate::events::is_lost(t, d.gpu()) {
+            return Err(ffi::NVML_ERROR_GPU_IS_LOST);
+        }
         let memory = nonnull(memory)?;
         // SAFETY: non-null and valid for reads per the contract; `version` is the first field.
         let version = unsafe { memory.cast::<c_uint>().read_unaligned() };

@@ -115,8 +115,9 @@ pub unsafe extern "C" fn nvmlSystemGetCudaDriverVersion(
 pub unsafe extern "C" fn nvmlDeviceGetCount_v2(device_count: *mut c_uint) -> NvmlReturn {
     guard(|| {
         let t = state::table()?;
+        let count = c_uint::try_from(t.gpus.len()).map_err(|_| ffi::NVML_ERROR_UNKNOWN)?;
         // SAFETY: forwarded caller contract.
-        unsafe { put(device_count, t.gpus.len() as c_uint) }
+        unsafe { put(device_count, count) }
     })
 }
 

@@ -27,6 +27,8 @@ pub const NVML_ERROR_NO_PERMISSION: NvmlReturn = 4;
 pub const NVML_ERROR_NOT_FOUND: NvmlReturn = 6;
 pub const NVML_ERROR_INSUFFICIENT_SIZE: NvmlReturn = 7;
 pub const NVML_ERROR_DRIVER_NOT_LOADED: NvmlReturn = 9;
+pub const NVML_ERROR_TIMEOUT: NvmlReturn = 10;
+pub const NVML_ERROR_GPU_IS_LOST: NvmlReturn = 15;
 pub const NVML_ERROR_ARGUMENT_VERSION_MISMATCH: NvmlReturn = 25;
 pub const NVML_ERROR_UNKNOWN: NvmlReturn = 999;
 
@@ -126,7 +128,46 @@ pub struct NvmlMemoryV2 {
 
 /// `NVML_STRUCT_VERSION(Memory, 2)` = `sizeof(nvmlMemory_v2_t) | (2 << 24)`.
 pub const NVML_MEMORY_V2_VERSION: c_uint =
-    std::mem::size_of::<NvmlMemoryV2>() as c_uint | (2 << 24);
+    crate::ffi_mig::struct_version(std::mem::size_of::<NvmlMemoryV2>(), 2);
+
+/// `nvmlEventType*` bits (`nvml.h`, "Event Types").
+pub const EVENT_SINGLE_BIT_ECC: u64 = 0x1;
+pub const EVENT_DOUBLE_BIT_ECC: u64 = 0x2;
+pub const EVENT_PSTATE: u64 = 0x4;
+pub const EVENT_XID_CRITICAL: u64 = 0x8;
+
+/// `gpuInstanceId`/`computeInstanceId` of an event not attributable to a MIG instance.
+pub const NO_INSTANCE: c_uint = 0xFFFF_FFFF;
+
+/// `nvmlEventData_t` (current `nvml.h`: the two instance ids were added with MIG).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct NvmlEventData {
+    pub device: NvmlDevice,
+    pub event_type: c_ulonglong,
+    pub event_data: c_ulonglong,
+    pub gpu_instance_id: c_uint,
+    pub compute_instance_id: c_uint,
+}
+
+/// The opaque `struct nvmlEventSet_st`; our handles are ids, never dereferenced.
+#[repr(C)]
+#[derive(Debug)]
+pub struct NvmlEventSetSt {
+    _private: [u8; 0],
+}
+
+/// `nvmlEventSet_t`.
+pub type NvmlEventSet = *mut NvmlEventSetSt;
+
+/// `nvmlGpuTopologyLevel_t` values we report (INTERNAL 0, SINGLE 10, MULTIPLE 20, HOSTBRIDGE 30).
+pub const TOPOLOGY_NODE: c_uint = 40;
+pub const TOPOLOGY_SYSTEM: c_uint = 50;
+
+/// `NVML_NVLINK_MAX_LINKS` (18 since Hopper).
+pub const NVLINK_MAX_LINKS: c_uint = 18;
+/// `nvmlIntNvLinkDeviceType_t`: `NVML_NVLINK_DEVICE_TYPE_SWITCH`.
+pub const NVLINK_DEVICE_TYPE_SWITCH: c_uint = 2;
 
 /// `nvmlErrorString` texts, NUL-terminated so they can be handed out as `const char *`.
 pub fn error_string(code: NvmlReturn) -> &'static [u8] {
@@ -181,6 +222,10 @@ mod tests {
         assert_eq!(size_of::<NvmlMemoryV2>(), 40);
         assert_eq!(offset_of!(NvmlMemoryV2, total), 8);
         assert_eq!(NVML_MEMORY_V2_VERSION, 0x0200_0028);
+        assert_eq!(size_of::<NvmlEventData>(), 32);
+        assert_eq!(offset_of!(NvmlEventData, event_data), 16);
+        assert_eq!(offset_of!(NvmlEventData, gpu_instance_id), 24);
+        assert_eq!(offset_of!(NvmlEventData, compute_instance_id), 28);
     }
 
     #[test]

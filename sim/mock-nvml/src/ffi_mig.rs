@@ -160,6 +160,8 @@ pub struct NvmlComputeInstanceInfo {
 }
 
 /// `NVML_STRUCT_VERSION(name, ver)` = `sizeof(struct) | ver << 24`.
+// Struct sizes are far below 2^24, so the truncating cast is exact (a `const fn` cannot try_from).
+#[allow(clippy::cast_possible_truncation)]
 pub const fn struct_version(size: usize, ver: c_uint) -> c_uint {
     size as c_uint | (ver << 24)
 }

@@ -10,13 +10,16 @@
 //! (set by `build.rs`). Module map: [`ffi`] C types, [`load`] finding the profile, [`table`] the
 //! device table and handle validation, [`state`] init refcount and persisted compute mode,
 //! `api_*` the exported entry points, [`instances`] the GPU/compute instances and MIG profiles
-//! ([`ffi_mig`] their C types).
+//! ([`ffi_mig`] their C types), [`events`] event sets and the fault-injection channel.
 
 mod api_device;
+mod api_events;
 mod api_instances;
 mod api_mig;
 mod api_profiles;
 mod api_system;
+mod api_topology;
+mod events;
 mod ffi;
 mod ffi_mig;
 mod instances;

@@ -63,7 +63,7 @@ pub unsafe fn put_str(buf: *mut c_char, len: c_uint, s: &str) -> Result<(), Nvml
 pub fn fill_array<const N: usize>(dst: &mut [c_char; N], s: &str) {
     *dst = [0; N];
     for (d, b) in dst.iter_mut().zip(s.bytes().take(N.saturating_sub(1))) {
-        *d = b as c_char;
+        *d = c_char::from_ne_bytes([b]);
     }
 }
 
@@ -103,7 +103,7 @@ mod tests {
         // SAFETY: buf is valid for 6 bytes.
         let fits = unsafe { put_str(buf.as_mut_ptr(), 6, "hello") };
         assert_eq!(fits, Ok(()));
-        assert_eq!(buf.map(|c| c as u8), *b"hello\0");
+        assert_eq!(buf.map(|c| c.to_ne_bytes()[0]), *b"hello\0");
         // SAFETY: a null buffer is allowed by the contract.
         let null = unsafe { put_str(std::ptr::null_mut(), 6, "x") };
         assert_eq!(null, Err(ffi::NVML_ERROR_INVALID_ARGUMENT));
@@ -113,6 +113,6 @@ mod tests {
     fn fill_array_truncates_and_terminates() {
         let mut a = [7 as c_char; 4];
         fill_array(&mut a, "abcdef");
-        assert_eq!(a.map(|c| c as u8), *b"abc\0");
+        assert_eq!(a.map(|c| c.to_ne_bytes()[0]), *b"abc\0");
     }
 }

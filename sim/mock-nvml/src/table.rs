@@ -56,6 +56,10 @@ pub struct Gpu {
     pub profiles: Vec<GiProfile>,
     /// GPU instances (with their compute instances) behind `migs`, in id order.
     pub gis: Vec<GpuInstance>,
+    /// NUMA node of the PCI device, when the profile names one.
+    pub numa_node: Option<c_uint>,
+    /// Active NVLinks to the NVSwitch fabric (0: PCIe only).
+    pub nvlinks: c_uint,
 }
 
 /// A MIG device (GPU instance + compute instance) of a GPU.
@@ -214,6 +218,13 @@ fn gpu_from_profile(p: &GpuProfile) -> Result<Gpu, String> {
         .map(|m| mig_from_profile(p, m))
         .collect::<Result<Vec<_>, _>>()
         .map_err(ctx)?;
+    if p.nvlinks > ffi::NVLINK_MAX_LINKS {
+        return Err(ctx(format!(
+            "nvlinks = {} but NVML knows at most {} links per GPU",
+            p.nvlinks,
+            ffi::NVLINK_MAX_LINKS
+        )));
+    }
     let mig_capable = p.mig_mode || model_supports_mig(&p.name, arch);
     // A30 has 4 MIG slices, every other MIG-capable model 7.
     let slices = if p.name.contains("A30") { 4 } else { 7 };
@@ -236,10 +247,12 @@ fn gpu_from_profile(p: &GpuProfile) -> Result<Gpu, String> {
         cc,
         mig_capable,
         mig_enabled: p.mig_mode,
-        max_mig: slices.max(migs.len() as c_uint),
+        max_mig: slices.max(c_uint::try_from(migs.len()).unwrap_or(c_uint::MAX)),
         migs,
         profiles,
         gis,
+        numa_node: p.numa_node,
+        nvlinks: p.nvlinks,
     })
 }
 
@@ -343,52 +356,5 @@ pub fn parse_brand(v: &str) -> Result<c_uint, String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn versions_and_enums() {
-        assert_eq!(parse_cuda_version("12.8"), Ok(12080));
-        assert_eq!(parse_cuda_version("13.0"), Ok(13000));
-        assert!(parse_cuda_version("12").is_err());
-        assert!(parse_cuda_version("x.y").is_err());
-        assert_eq!(parse_compute_capability("8.9"), Ok((8, 9)));
-        assert_eq!(parse_arch("Ada Lovelace"), Ok(8));
-        assert_eq!(parse_arch("hopper"), Ok(9));
-        assert!(parse_arch("fermi").unwrap_err().contains("use one of"));
-        assert_eq!(parse_brand("Tesla"), Ok(2));
-        assert_eq!(parse_brand("nvidia"), Ok(14));
-        assert_eq!(parse_brand("geforce-rtx"), Ok(15));
-        assert_eq!(parse_brand("nvidiartx"), Ok(13));
-        assert!(parse_brand("radeon").is_err());
-    }
-
-    #[test]
-    fn uuid_characters_are_restricted() {
-        assert!(check_uuid("GPU-0b3b1a6c-1111", "GPU-").is_ok());
-        assert!(check_uuid("GPU-../../etc", "GPU-").is_err());
-        assert!(check_uuid("MIG-abc", "GPU-").is_err());
-        assert!(check_uuid("GPU-", "GPU-").is_err());
-    }
-
-    #[test]
-    fn mig_capability_by_model() {
-        assert!(model_supports_mig(
-            "NVIDIA A100-SXM4-80GB",
-            ffi::NVML_DEVICE_ARCH_AMPERE
-        ));
-        assert!(!model_supports_mig(
-            "NVIDIA A10",
-            ffi::NVML_DEVICE_ARCH_AMPERE
-        ));
-        assert!(model_supports_mig(
-            "NVIDIA H20",
-            ffi::NVML_DEVICE_ARCH_HOPPER
-        ));
-        assert!(!model_supports_mig(
-            "Tesla T4",
-            ffi::NVML_DEVICE_ARCH_TURING
-        ));
-        assert!(!model_supports_mig("NVIDIA L20", ffi::NVML_DEVICE_ARCH_ADA));
-    }
-}
+#[path = "table_tests.rs"]
+mod tests;

@@ -4,6 +4,7 @@
 //! commands print nothing (except `set_default_active_thread_percentage`, which echoes the
 //! new value). Commands starting with `sim_` exist only in the simulator.
 
+use crate::error::CommandError;
 use crate::limits::{format_mem, format_percentage, parse_mem, parse_percentage};
 use crate::state::{send, State};
 
@@ -26,9 +27,8 @@ fn reply(s: impl Into<String>) -> Action {
     Action::Reply(s.into())
 }
 
-fn pid_arg(s: Option<&&str>) -> Result<u32, String> {
-    s.and_then(|v| v.parse().ok())
-        .ok_or_else(|| "Invalid or missing PID argument".to_string())
+fn pid_arg(s: Option<&&str>) -> Result<u32, CommandError> {
+    s.and_then(|v| v.parse().ok()).ok_or(CommandError::Pid)
 }
 
 fn usage(cmd: &str, args: &str) -> Action {
@@ -43,26 +43,61 @@ pub fn execute(state: &mut State, line: &str) -> Action {
     };
     match execute_inner(state, cmd, args) {
         Ok(a) => a,
-        Err(e) => reply(e),
+        Err(e) => reply(e.to_string()),
     }
 }
 
-fn server_mut(state: &mut State, pid: u32) -> Result<&mut crate::state::Server, String> {
+fn server_mut(state: &mut State, pid: u32) -> Result<&mut crate::state::Server, CommandError> {
     state
         .servers
         .get_mut(&pid)
-        .ok_or_else(|| format!("Server {pid} not found"))
+        .ok_or(CommandError::NoServer(pid))
 }
 
-fn execute_inner(state: &mut State, cmd: &str, args: &[&str]) -> Result<Action, String> {
-    Ok(match (cmd, args.len()) {
+/// Every command the daemon knows, for telling a wrong argument count from an unknown command.
+const COMMANDS: &[&str] = &[
+    "get_server_list",
+    "get_server_status",
+    "get_client_list",
+    "quit",
+    "set_default_active_thread_percentage",
+    "get_default_active_thread_percentage",
+    "set_active_thread_percentage",
+    "get_active_thread_percentage",
+    "set_default_device_pinned_mem_limit",
+    "get_default_device_pinned_mem_limit",
+    "set_device_pinned_mem_limit",
+    "get_device_pinned_mem_limit",
+    "terminate_client",
+    "set_default_client_priority",
+    "get_default_client_priority",
+    "ps",
+    "sim_get_client_limits",
+    "sim_get_pending_list",
+    "sim_crash",
+    "sim_wedge",
+];
+
+fn execute_inner(state: &mut State, cmd: &str, args: &[&str]) -> Result<Action, CommandError> {
+    for family in [servers, percentages, pinned_memory, others] {
+        if let Some(action) = family(state, cmd, args)? {
+            return Ok(action);
+        }
+    }
+    if COMMANDS.contains(&cmd) {
+        Err(CommandError::Arguments(cmd.to_string()))
+    } else {
+        Err(CommandError::Unknown(cmd.to_string()))
+    }
+}
+
+/// Servers and clients: lists, status, start, quit, `terminate_client`.
+fn servers(state: &mut State, cmd: &str, args: &[&str]) -> Result<Option<Action>, CommandError> {
+    Ok(Some(match (cmd, args.len()) {
         ("get_server_list", 0) => reply(join(state.servers.keys())),
         ("get_server_status", 1) => {
             let pid = pid_arg(args.first())?;
-            let s = state
-                .servers
-                .get(&pid)
-                .ok_or_else(|| format!("Server {pid} not found"))?;
+            let s = state.servers.get(&pid).ok_or(CommandError::NoServer(pid))?;
             reply(if s.shutting_down {
                 "TERMINATING"
             } else {
@@ -72,12 +107,12 @@ fn execute_inner(state: &mut State, cmd: &str, args: &[&str]) -> Result<Action, 
         ("start_server", 2) if args[0] == "-uid" => {
             let uid: u32 = args[1]
                 .parse()
-                .map_err(|_| format!("Invalid user id '{}'", args[1]))?;
+                .map_err(|_| CommandError::Uid(args[1].to_string()))?;
             if let Some(other) = state.servers.values().find(|s| s.uid != uid) {
-                return Err(format!(
-                    "An MPS server for user {} is already running (pid {}); only one server can be active at a time",
-                    other.uid, other.pid
-                ));
+                return Err(CommandError::OtherUser {
+                    uid: other.uid,
+                    pid: other.pid,
+                });
             }
             if !state.servers.values().any(|s| s.uid == uid) {
                 state.start_server(uid)?;
@@ -93,8 +128,36 @@ fn execute_inner(state: &mut State, cmd: &str, args: &[&str]) -> Result<Action, 
         ("quit", 2) if args[0] == "-t" => Action::QuitAfter(
             args[1]
                 .parse()
-                .map_err(|_| format!("Invalid timeout '{}'", args[1]))?,
+                .map_err(|_| CommandError::Timeout(args[1].to_string()))?,
         ),
+        ("terminate_client", 2) => {
+            let server = pid_arg(args.first())?;
+            let client = pid_arg(args.get(1))?;
+            let ok = state
+                .clients
+                .get(&client)
+                .is_some_and(|c| c.server == server);
+            if !ok {
+                return Err(CommandError::NotOnServer { client, server });
+            }
+            if let Some(c) = state.clients.get(&client) {
+                send(&c.stream, "TERMINATE");
+            }
+            state.client_gone(client);
+            reply("0")
+        }
+        ("ps", 0) => reply(ps(state)),
+        _ => return Ok(None),
+    }))
+}
+
+/// Active thread percentages, the default and per server.
+fn percentages(
+    state: &mut State,
+    cmd: &str,
+    args: &[&str],
+) -> Result<Option<Action>, CommandError> {
+    Ok(Some(match (cmd, args.len()) {
         ("set_default_active_thread_percentage", 1) => {
             state.default_atp = parse_percentage(args[0])?;
             reply(format_percentage(state.default_atp))
@@ -108,6 +171,17 @@ fn execute_inner(state: &mut State, cmd: &str, args: &[&str]) -> Result<Action, 
         ("get_active_thread_percentage", 1) => reply(format_percentage(
             server_mut(state, pid_arg(args.first())?)?.active_thread_percentage,
         )),
+        _ => return Ok(None),
+    }))
+}
+
+/// Pinned device memory limits, the default and per server.
+fn pinned_memory(
+    state: &mut State,
+    cmd: &str,
+    args: &[&str],
+) -> Result<Option<Action>, CommandError> {
+    Ok(Some(match (cmd, args.len()) {
         ("set_default_device_pinned_mem_limit", 2) => {
             let dev = state.devices.resolve(args[0])?;
             let v = parse_mem(args[1])?;
@@ -137,67 +211,31 @@ fn execute_inner(state: &mut State, cmd: &str, args: &[&str]) -> Result<Action, 
             let s = server_mut(state, pid_arg(args.first())?)?;
             reply(format_mem(s.pinned.get(&dev).copied().unwrap_or(0)))
         }
-        ("terminate_client", 2) => {
-            let server = pid_arg(args.first())?;
-            let client = pid_arg(args.get(1))?;
-            let ok = state
-                .clients
-                .get(&client)
-                .is_some_and(|c| c.server == server);
-            if !ok {
-                return Err(format!("Client {client} not found on server {server}"));
-            }
-            if let Some(c) = state.clients.get(&client) {
-                send(&c.stream, "TERMINATE");
-            }
-            state.client_gone(client);
-            reply("0")
-        }
+        _ => return Ok(None),
+    }))
+}
+
+/// Client priority and the simulator's own `sim_*` commands.
+fn others(state: &mut State, cmd: &str, args: &[&str]) -> Result<Option<Action>, CommandError> {
+    Ok(Some(match (cmd, args.len()) {
         ("set_default_client_priority", 1) => match args[0] {
             "0" | "1" => {
                 state.default_priority = args[0].parse().unwrap_or(0);
                 reply("")
             }
-            v => return Err(format!("Invalid client priority '{v}': expected 0 or 1")),
+            v => return Err(CommandError::Priority(v.to_string())),
         },
         ("get_default_client_priority", 0) => reply(state.default_priority.to_string()),
-        ("ps", 0) => reply(ps(state)),
         ("sim_get_client_limits", 1) => {
             let pid = pid_arg(args.first())?;
-            let c = state
-                .clients
-                .get(&pid)
-                .ok_or_else(|| format!("Client {pid} not found"))?;
+            let c = state.clients.get(&pid).ok_or(CommandError::NoClient(pid))?;
             reply(c.limits_line())
         }
         ("sim_get_pending_list", 0) => reply(join(state.pending.iter().map(|(r, _)| r.pid))),
         ("sim_crash", 0) => Action::Crash,
         ("sim_wedge", 0) => Action::Wedge,
-        (
-            "get_server_list"
-            | "get_server_status"
-            | "get_client_list"
-            | "quit"
-            | "set_default_active_thread_percentage"
-            | "get_default_active_thread_percentage"
-            | "set_active_thread_percentage"
-            | "get_active_thread_percentage"
-            | "set_default_device_pinned_mem_limit"
-            | "get_default_device_pinned_mem_limit"
-            | "set_device_pinned_mem_limit"
-            | "get_device_pinned_mem_limit"
-            | "terminate_client"
-            | "set_default_client_priority"
-            | "get_default_client_priority"
-            | "ps"
-            | "sim_get_client_limits"
-            | "sim_get_pending_list"
-            | "sim_crash"
-            | "sim_wedge",
-            _,
-        ) => return Err(format!("Wrong number of arguments for command {cmd}")),
-        _ => return Err(format!("Unrecognized command: {cmd}")),
-    })
+        _ => return Ok(None),
+    }))
 }
 
 /// The `ignore-uuid-limits` fault: a limit named by UUID is accepted but not applied.

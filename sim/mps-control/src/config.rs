@@ -3,6 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
+pub use crate::error::ConfigError;
+
 /// Default pipe directory of the real daemon.
 pub const DEFAULT_PIPE_DIR: &str = "/tmp/nvidia-mps";
 /// Default log directory of the real daemon.
@@ -53,19 +55,20 @@ impl Paths {
     }
 
     /// Fails with a clear message when the socket path cannot fit in `sun_path`.
-    pub fn check_socket_len(&self) -> Result<(), String> {
+    pub fn check_socket_len(&self) -> Result<(), ConfigError> {
         check_socket_path(&self.socket())
     }
 }
 
 /// Unix socket paths must stay under 108 bytes.
-pub fn check_socket_path(p: &Path) -> Result<(), String> {
+pub fn check_socket_path(p: &Path) -> Result<(), ConfigError> {
     let len = p.as_os_str().len();
     if len > MAX_SOCKET_PATH {
-        return Err(format!(
-            "MPS control socket path {} is {len} bytes long; unix socket paths must be at most {MAX_SOCKET_PATH} bytes: set CUDA_MPS_PIPE_DIRECTORY to a shorter directory",
-            p.display()
-        ));
+        return Err(ConfigError::SocketPath {
+            path: p.to_path_buf(),
+            len,
+            max: MAX_SOCKET_PATH,
+        });
     }
     Ok(())
 }
@@ -88,13 +91,11 @@ pub enum Fault {
 }
 
 impl Fault {
-    pub fn parse(v: Option<&str>) -> Result<Self, String> {
+    pub fn parse(v: Option<&str>) -> Result<Self, ConfigError> {
         let Some(v) = v.map(str::trim).filter(|v| !v.is_empty()) else {
             return Ok(Fault::None);
         };
-        let bad = || {
-            format!("Invalid GPUHOOK_SIM_MPS_FAULT '{v}': expected wedge-after:N, crash-after:N, ignore-uuid-limits or ignore-env-limits")
-        };
+        let bad = || ConfigError::Fault(v.to_string());
         if v == "ignore-uuid-limits" {
             return Ok(Fault::IgnoreUuidLimits);
         }
@@ -119,7 +120,7 @@ mod tests {
     fn long_socket_path_rejected() {
         let long = format!("/tmp/{}", "x".repeat(100));
         let err = check_socket_path(&Path::new(&long).join("control")).unwrap_err();
-        assert!(err.contains("CUDA_MPS_PIPE_DIRECTORY"), "{err}");
+        assert!(err.to_string().contains("CUDA_MPS_PIPE_DIRECTORY"), "{err}");
         assert!(check_socket_path(Path::new("/tmp/nvidia-mps/control")).is_ok());
     }
 

@@ -16,6 +16,7 @@
 
 use crate::commands::{execute, Action};
 use crate::config::{Fault, Paths};
+use crate::error::RequestError;
 use crate::limits::{parse_percentage, parse_pinned_env, Devices, PinnedLimits};
 use crate::log::LogFile;
 use crate::state::{Request, State};
@@ -64,9 +65,8 @@ fn write_pid_file(paths: &Paths) -> Result<()> {
 
 /// Runs the daemon; returns the process exit code for the process that was started.
 pub fn run(paths: &Paths, background: bool) -> Result<i32> {
-    let fault = Fault::parse(std::env::var("GPUHOOK_SIM_MPS_FAULT").ok().as_deref())
-        .map_err(|e| anyhow!(e))?;
-    paths.check_socket_len().map_err(|e| anyhow!(e))?;
+    let fault = Fault::parse(std::env::var("GPUHOOK_SIM_MPS_FAULT").ok().as_deref())?;
+    paths.check_socket_len()?;
     for d in [&paths.pipe_dir, &paths.log_dir] {
         std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
     }
@@ -333,15 +333,15 @@ fn handle_client(
     f: &[&str],
 ) -> Result<()> {
     let opt = |s: &str| (s != "-").then(|| s.to_string());
-    let parsed = (|| -> Result<Request, String> {
-        let st = state.lock().map_err(|_| "poisoned".to_string())?;
+    let parsed = (|| -> Result<Request, RequestError> {
+        let st = state.lock().map_err(|_| RequestError::Poisoned)?;
         Ok(Request {
             pid: f[1]
                 .parse()
-                .map_err(|_| format!("invalid pid '{}'", f[1]))?,
+                .map_err(|_| RequestError::Pid(f[1].to_string()))?,
             uid: f[2]
                 .parse()
-                .map_err(|_| format!("invalid uid '{}'", f[2]))?,
+                .map_err(|_| RequestError::Uid(f[2].to_string()))?,
             active_thread_percentage: opt(f[3]).map(|v| parse_percentage(&v)).transpose()?,
             pinned: opt(f[4])
                 .map(|v| parse_pinned_env(&st.devices, &v))

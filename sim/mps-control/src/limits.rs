@@ -8,18 +8,18 @@
 
 use std::collections::BTreeMap;
 
+use crate::error::LimitError;
+
 const MIB: u64 = 1024 * 1024;
 
 /// Per-device pinned memory limits in bytes, keyed by canonical device key.
 pub type PinnedLimits = BTreeMap<String, u64>;
 
 /// Parses an active thread percentage: a decimal in `(0, 100]`.
-pub fn parse_percentage(s: &str) -> Result<f64, String> {
+pub fn parse_percentage(s: &str) -> Result<f64, LimitError> {
     match s.trim().parse::<f64>() {
         Ok(v) if v.is_finite() && v > 0.0 && v <= 100.0 => Ok(v),
-        _ => Err(format!(
-            "Invalid active thread percentage '{s}': expected a number greater than 0 and at most 100"
-        )),
+        _ => Err(LimitError::Percentage(s.to_string())),
     }
 }
 
@@ -29,11 +29,9 @@ pub fn format_percentage(v: f64) -> String {
 }
 
 /// Parses a memory value such as `4096M`, `2G`, `512k`, `1T` into bytes.
-pub fn parse_mem(s: &str) -> Result<u64, String> {
+pub fn parse_mem(s: &str) -> Result<u64, LimitError> {
     let t = s.trim();
-    let err = || {
-        format!("Invalid memory limit '{s}': expected an integer with a unit K, M, G or T (e.g. 4096M, 2G)")
-    };
+    let err = || LimitError::Memory(s.to_string());
     let (num, unit) = t.split_at(t.len().saturating_sub(1));
     let mult = match unit.to_ascii_uppercase().as_str() {
         "K" => 1024,
@@ -77,15 +75,17 @@ impl Devices {
     }
 
     /// Resolves an ordinal or UUID to the canonical key (the ordinal when it can be known).
-    pub fn resolve(&self, dev: &str) -> Result<String, String> {
+    pub fn resolve(&self, dev: &str) -> Result<String, LimitError> {
         let dev = dev.trim();
         if !dev.is_empty() && dev.bytes().all(|b| b.is_ascii_digit()) {
-            let idx: usize = dev.parse().map_err(|_| format!("Invalid device '{dev}'"))?;
+            let idx: usize = dev
+                .parse()
+                .map_err(|_| LimitError::Device(dev.to_string()))?;
             return match &self.visible {
-                Some(list) if idx >= list.len() => Err(format!(
-                    "Invalid device '{dev}': this daemon serves {} device(s) (CUDA_VISIBLE_DEVICES)",
-                    list.len()
-                )),
+                Some(list) if idx >= list.len() => Err(LimitError::DeviceOrdinal {
+                    dev: dev.to_string(),
+                    count: list.len(),
+                }),
                 _ => Ok(idx.to_string()),
             };
         }
@@ -95,25 +95,21 @@ impl Devices {
                     .iter()
                     .position(|d| d == dev)
                     .map(|i| i.to_string())
-                    .ok_or_else(|| {
-                        format!("Invalid device '{dev}': not in this daemon's CUDA_VISIBLE_DEVICES")
-                    }),
+                    .ok_or_else(|| LimitError::DeviceNotVisible(dev.to_string())),
                 None => Ok(dev.to_string()),
             };
         }
-        Err(format!(
-            "Invalid device '{dev}': expected a device ordinal or a GPU-/MIG- UUID"
-        ))
+        Err(LimitError::DeviceName(dev.to_string()))
     }
 }
 
 /// Parses a client's `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT` (`0=1G,1=512M`).
-pub fn parse_pinned_env(devices: &Devices, s: &str) -> Result<PinnedLimits, String> {
+pub fn parse_pinned_env(devices: &Devices, s: &str) -> Result<PinnedLimits, LimitError> {
     let mut out = PinnedLimits::new();
     for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
-        let (dev, val) = item.split_once('=').ok_or_else(|| {
-            format!("Invalid CUDA_MPS_PINNED_DEVICE_MEM_LIMIT entry '{item}': expected <device>=<value>")
-        })?;
+        let (dev, val) = item
+            .split_once('=')
+            .ok_or_else(|| LimitError::PinnedEntry(item.to_string()))?;
         out.insert(devices.resolve(dev)?, parse_mem(val)?);
     }
     Ok(out)

@@ -55,7 +55,7 @@ pub fn timestamp() -> String {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
-    let secs = now.as_secs() as libc::time_t;
+    let secs = libc::time_t::try_from(now.as_secs()).unwrap_or(libc::time_t::MAX);
     // SAFETY: `tm` is plain old data; an all-zero value is a valid initial state.
     let mut tm: libc::tm = unsafe { std::mem::zeroed() };
     // SAFETY: both pointers are valid for the duration of the call; localtime_r is

@@ -22,6 +22,7 @@ mod client;
 mod commands;
 mod config;
 mod daemon;
+mod error;
 mod limits;
 mod log;
 mod state;

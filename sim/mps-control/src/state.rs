@@ -15,6 +15,7 @@
 //! `nvidia-cuda-mps-server`) so their pids exist in /proc; they exit when their stdin (a pipe
 //! from the daemon) closes, so they never outlive the daemon.
 
+use crate::error::CommandError;
 use crate::limits::{effective_pinned, format_percentage, format_pinned, Devices, PinnedLimits};
 use crate::log::LogFile;
 use std::collections::{BTreeMap, VecDeque};
@@ -100,7 +101,7 @@ impl State {
     }
 
     /// Starts a server process for `uid` with the current defaults.
-    pub fn start_server(&mut self, uid: u32) -> Result<u32, String> {
+    pub fn start_server(&mut self, uid: u32) -> Result<u32, CommandError> {
         let child = Command::new(&self.exe)
             .arg0("nvidia-cuda-mps-server")
             .args(["--sim-server", "--uid", &uid.to_string()])
@@ -109,7 +110,7 @@ impl State {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .map_err(|e| format!("Failed to start nvidia-cuda-mps-server: {e}"))?;
+            .map_err(|e| CommandError::StartServer(e.to_string()))?;
         let pid = child.id();
         self.control_log
             .line(pid, &format!("Starting new server {pid} for user {uid}"));
@@ -274,7 +275,7 @@ impl State {
             }
             if self.servers.is_empty() {
                 if let Err(e) = self.start_server(uid) {
-                    self.log(&e);
+                    self.log(&e.to_string());
                     if let Some((_, stream)) = self.pending.pop_front() {
                         send(&stream, &format!("ERROR {e}"));
                     }

@@ -1,5 +1,7 @@
 //! Command replies and MPS semantics (defaults, per-server settings, client limits,
 //! terminate_client, one server at a time).
+// Test support: a failed unwrap is a failed test, with its location.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 use common::*;

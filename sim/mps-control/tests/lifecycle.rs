@@ -1,4 +1,6 @@
 //! Daemon lifecycle: start, single instance, quit, client mode without a daemon, faults, log.
+// Test support: a failed unwrap is a failed test, with its location.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 use common::*;
@@ -224,7 +226,10 @@ fn foreground_mode_serves_until_quit_and_logs_to_stdout() {
         s
     });
     wait_until("answer", || m.control("get_server_list\n").status.success());
-    assert_eq!(m.daemon_pid(), Some(d.id() as i32));
+    assert_eq!(
+        m.daemon_pid(),
+        Some(i32::try_from(d.id()).expect("a pid fits in i32"))
+    );
     m.ctl("quit");
     assert_eq!(d.wait().unwrap().code(), Some(0));
     let out = reader.join().unwrap();

@@ -146,7 +146,7 @@ fn apply(root: &Path, n: &DeviceNode) -> Result<(), SimError> {
         SimError::Io {
             op: "mknod",
             path: tmp.clone(),
-            source: e.into(),
+            error: e.into(),
         }
     })?;
     // mknod is subject to the umask; set the exact mode.

@@ -15,7 +15,7 @@ pub fn under(root: &Path, rel: &str) -> PathBuf {
 
 pub fn io(op: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> SimError {
     let path = path.to_path_buf();
-    move |source| SimError::Io { op, path, source }
+    move |error| SimError::Io { op, path, error }
 }
 
 pub fn mkdirs(dir: &Path) -> Result<(), SimError> {

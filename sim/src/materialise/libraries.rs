@@ -13,7 +13,7 @@ use super::SimError;
 use crate::profile::{NodeProfile, PROFILE_FILE_NAME};
 use crate::{elf, elf32};
 
-pub use super::library_table::{LibrarySpec, Soname, EXTERNAL, LIBRARIES};
+pub use crate::library_table::{installs, LibrarySpec, Soname, EXTERNAL, LIBRARIES};
 use Soname::{Major, Version};
 
 /// A library file as installed for one profile.
@@ -37,16 +37,6 @@ impl InstalledLibrary {
     /// Path of the file inside the root.
     pub fn path(&self) -> String {
         format!("{}/{}", self.dir.trim_end_matches('/'), self.file_name)
-    }
-}
-
-/// True when the profile installs the library `l` at all: graphics and NGX only with
-/// `features.graphics`, NSCQ only on NVSwitch systems (`features.fabricmanager_socket`).
-pub fn installs(p: &NodeProfile, l: &LibrarySpec) -> bool {
-    match l.capability {
-        "graphics" | "ngx" => p.features.graphics,
-        _ if l.stem == "libnvidia-nscq.so" => p.features.fabricmanager_socket,
-        _ => true,
     }
 }
 
@@ -203,10 +193,10 @@ pub fn run_ldconfig(root: &Path, ldconfig: Option<&Path>) -> Result<PathBuf, Sim
         .arg(root)
         .env_clear()
         .output()
-        .map_err(|source| SimError::Io {
+        .map_err(|error| SimError::Io {
             op: "run",
             path: ldconfig.clone(),
-            source,
+            error,
         })?;
     if !out.status.success() {
         return Err(SimError::Ldconfig {

@@ -13,7 +13,6 @@ pub mod devices;
 pub mod files;
 mod fsutil;
 pub mod libraries;
-mod library_table;
 pub mod procfs;
 
 use std::path::{Path, PathBuf};
@@ -21,7 +20,8 @@ use std::path::{Path, PathBuf};
 pub use devices::{device_nodes, DeviceNode};
 pub use libraries::{libraries, InstalledLibrary};
 
-use crate::profile::{NodeProfile, ProfileError};
+use crate::load::ProfileError;
+use crate::profile::NodeProfile;
 use fsutil::{io, mkdirs, under, write_atomic};
 
 /// File at the top of every driver root we build.
@@ -65,12 +65,12 @@ pub enum SimError {
     NeedsCapMknod,
     #[error("refusing to build a simulated node in {root}: it is not empty and has no {MARKER_FILE} marker (use an empty or new directory)")]
     NotASimRoot { root: PathBuf },
-    #[error("cannot {op} {path}: {source}")]
+    /// The I/O error is part of the message, not a `source`: printed once.
+    #[error("cannot {op} {path}: {error}")]
     Io {
         op: &'static str,
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("mock NVML library {path} is missing: build it with `cargo build -p gpuhook-mock-nvml` (or pass --mock-nvml PATH)")]
     MockNvmlMissing { path: PathBuf },

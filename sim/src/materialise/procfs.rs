@@ -171,6 +171,11 @@ pub fn proc_files(p: &NodeProfile) -> Vec<(String, String)> {
             format!("/proc/driver/nvidia/gpus/{}/information", g.kernel_bus_id()),
             information(g, irq),
         ));
+        // The PCI device's NUMA node, as sysfs reports it (read by the device plugin's topology).
+        if let Some(node) = g.numa_node {
+            let path = format!("/sys/bus/pci/devices/{}/numa_node", g.kernel_bus_id());
+            files.push((path, format!("{node}\n")));
+        }
         for m in &g.mig_devices {
             let gi_dir = format!(
                 "/proc/driver/nvidia/capabilities/gpu{}/mig/gi{}",

@@ -7,9 +7,7 @@
 //! Only the paths differ from the DaemonSet (`--mps-root`, `--driver-root` into a temp dir) and
 //! the GPU facts come from `--inventory-json` instead of NVML.
 
-use std::io::{Read, Write};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use gpuhook_node::{
@@ -19,6 +17,7 @@ use gpuhook_sim::NodeProfile;
 use serde_json::Value as Json;
 
 use super::cdi::{bundle_gpuhook, hook_paths, strings_at};
+use super::live_daemon::{http_get, start, Daemon, Live};
 use super::{by_kind, read, root, s, yaml_docs};
 
 const L20_UUID: &str = "GPU-e6c1ce30-955f-10af-95b1-0a37b420ba76";
@@ -71,119 +70,50 @@ pub fn l20_inventory(driver_root: &Path) -> Inventory {
     }
 }
 
-fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
-        .ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).ok()?;
-    let code = out.split_whitespace().nth(1)?.parse().ok()?;
-    let body = out
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    Some((code, body))
-}
-
-/// Stops the daemon with SIGTERM when the test ends, whatever happened.
-struct Daemon(Child);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if self.0.try_wait().ok().flatten().is_some() {
-            return;
-        }
-        // SIGTERM first: the daemon then stops its control daemons and unmounts its tmpfs. A
-        // SIGKILL alone would leak both on the host when an assertion fails mid-test.
-        if let Ok(pid) = i32::try_from(self.0.id()) {
-            // SAFETY: kill(2) on the pid of our own child, which has not been reaped yet.
-            unsafe { libc::kill(pid, libc::SIGTERM) };
-        }
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while std::time::Instant::now() < deadline {
-            if self.0.try_wait().ok().flatten().is_some() {
-                return;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[test]
 fn configmap_l20_config_brings_up_the_simulated_l20_with_its_limits() {
     if !gpuhook_e2e::e2e_ready("deploy_manifests", &[]) {
         return;
     }
-    let daemon_bin = gpuhook_e2e::built("gpu-mps-daemon");
-    let sim = gpuhook_e2e::built("sim-nvidia-cuda-mps-control");
     let cm = yaml_docs(&root().join(super::EXAMPLE).join("configmap.yaml"));
     let text = s(by_kind(&cm, "ConfigMap")[0], &["data", "l20.yaml"]);
+    let (live, mut daemon) = start(text);
+    wait_ready(&live, &mut daemon);
+    check_metrics(&live);
+    check_spec(&live);
+    let g = check_status(&live);
+    // SIGTERM, as kubelet sends it: clean exit, MPS root left as the hostPath had it.
+    let pid = i32::try_from(daemon.0.id()).unwrap();
+    check_reload(&live, pid, &g);
+    check_sigterm(&live, pid, &mut daemon);
+}
 
-    let dir = tempfile::tempdir().expect("tempdir");
-    let driver_root = dir.path().join("driver");
-    std::fs::create_dir_all(driver_root.join("usr/bin")).unwrap();
-    std::os::unix::fs::symlink(&sim, driver_root.join("usr/bin/nvidia-cuda-mps-control")).unwrap();
-    let inv = dir.path().join("inventory.json");
-    std::fs::write(
-        &inv,
-        serde_json::to_vec(&l20_inventory(&driver_root)).unwrap(),
-    )
-    .unwrap();
-    let config = dir.path().join("config.yaml");
-    std::fs::write(&config, text).unwrap();
-    let mps_root = dir.path().join("mps");
-    std::fs::create_dir(&mps_root).unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let log = dir.path().join("daemon.log");
-    // The DaemonSet's /var/run/cdi; the daemon creates it.
-    let cdi_dir = dir.path().join("cdi");
-    let spec_file = cdi_dir.join("nvidia.com-gpu-mps.json");
-
-    let child = Command::new(&daemon_bin)
-        .arg("--config")
-        .arg(&config)
-        .arg("--driver-root")
-        .arg(&driver_root)
-        .arg("--mps-root")
-        .arg(&mps_root)
-        .arg("--inventory-json")
-        .arg(&inv)
-        .arg("--listen")
-        .arg(format!("127.0.0.1:{port}"))
-        .arg("--cdi-spec-dir")
-        .arg(&cdi_dir)
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .expect("start gpu-mps-daemon");
-    let mut daemon = Daemon(child);
-    let log_text = || read(&log);
-
+/// `/readyz` answers 200 (the daemon must not exit first), and `/healthz` too.
+fn wait_ready(live: &Live, daemon: &mut Daemon) {
     let start = Instant::now();
     let ready = loop {
-        if let Some((200, body)) = http_get(port, "/readyz") {
+        if let Some((200, body)) = http_get(live.port, "/readyz") {
             break body;
         }
         assert!(
             daemon.0.try_wait().unwrap().is_none(),
             "daemon exited:\n{}",
-            log_text()
+            live.log_text()
         );
-        assert!(start.elapsed() < WAIT, "never ready; log:\n{}", log_text());
+        assert!(
+            start.elapsed() < WAIT,
+            "never ready; log:\n{}",
+            live.log_text()
+        );
         std::thread::sleep(Duration::from_millis(50));
     };
     assert_eq!(ready, "ready: 1 GPU(s)\n");
-    assert_eq!(http_get(port, "/healthz").map(|r| r.0), Some(200));
+    assert_eq!(http_get(live.port, "/healthz").map(|r| r.0), Some(200));
+}
 
-    // /metrics, the DaemonSet's scrape target: the control daemon is up and the GPU ready.
+/// /metrics, the DaemonSet's scrape target: the control daemon is up and the GPU ready.
+fn check_metrics(live: &Live) {
+    let port = live.port;
     let (code, metrics) = http_get(port, "/metrics").expect("GET /metrics");
     assert_eq!(code, 200, "{metrics}");
     let samples = gpu_mps_daemon::metrics_parse::parse_text(&metrics).expect("/metrics parses");
@@ -207,14 +137,18 @@ fn configmap_l20_config_brings_up_the_simulated_l20_with_its_limits() {
     let up = samples.iter().find(|s| s.name == "gpuhook_mps_up");
     let model = up.and_then(|s| s.labels.get("modelName"));
     assert_eq!(model.map(String::as_str), Some("NVIDIA L20"), "{metrics}");
+}
 
-    // The CDI spec, written once the GPU is ready (the writer may trail /readyz a little).
+/// The CDI spec, written once the GPU is ready (the writer may trail /readyz a little).
+fn check_spec(live: &Live) {
+    let (spec_file, mps_root, driver_root) = (&live.spec_file, &live.mps_root, &live.driver_root);
+    let log_text = || live.log_text();
     let start = Instant::now();
     while !spec_file.exists() {
         assert!(start.elapsed() < WAIT, "no CDI spec; log:\n{}", log_text());
         std::thread::sleep(Duration::from_millis(50));
     }
-    let spec: Json = serde_json::from_str(&read(&spec_file)).expect("spec JSON");
+    let spec: Json = serde_json::from_str(&read(spec_file)).expect("spec JSON");
     assert_eq!(spec["kind"], "nvidia.com/gpu-mps");
     let devices = spec["devices"].as_array().expect("devices");
     let names: Vec<&str> = devices.iter().filter_map(|d| d["name"].as_str()).collect();
@@ -256,14 +190,14 @@ fn configmap_l20_config_brings_up_the_simulated_l20_with_its_limits() {
     assert!(hook_paths(&spec)
         .iter()
         .all(|p| Path::new(p) == bundle_gpuhook()));
+}
 
-    let status = |args: &[&str]| {
-        let mut c = Command::new(&daemon_bin);
-        c.arg("status").arg("--mps-root").arg(&mps_root).args(args);
-        gpuhook_e2e::run_ok(&mut c)
-    };
+/// `status --json` and the table: the GPU ready with the limits read back from the control
+/// daemon, its tmpfs mounted. Returns the GPU's JSON.
+fn check_status(live: &Live) -> Json {
+    let (mps_root, status) = (&live.mps_root, |args: &[&str]| live.status(args));
     let json: Json = serde_json::from_str(&status(&["--json"])).expect("status --json");
-    let g = &json["gpus"][0];
+    let g = json["gpus"][0].clone();
     assert_eq!(g["uuid"], L20_UUID);
     assert_eq!(g["state"], "ready");
     assert_eq!(g["resource"], "nvidia.com/gpu");
@@ -287,12 +221,19 @@ fn configmap_l20_config_brings_up_the_simulated_l20_with_its_limits() {
             .any(|l| l.contains("ready") && l.contains(" 12 ") && l.contains("5758M")),
         "{table}"
     );
+    g
+}
 
-    // SIGTERM, as kubelet sends it: clean exit, MPS root left as the hostPath had it.
-    let pid = daemon.0.id() as i32;
-    // deploy/README.md reloads through the pid in the lock file (in a hostPID pod the daemon is
-    // not pid 1): it must be the daemon's, and SIGHUP with an unchanged config must keep the
-    // GPU's control daemon (no restart under its clients).
+/// deploy/README.md reloads through the pid in the lock file (in a hostPID pod the daemon is
+/// not pid 1): it must be the daemon's, and SIGHUP with an unchanged config must keep the GPU's
+/// control daemon (no restart under its clients).
+fn check_reload(live: &Live, pid: i32, g: &Json) {
+    let (mps_root, status, log_text) = (
+        &live.mps_root,
+        |args: &[&str]| live.status(args),
+        || live.log_text(),
+    );
+    let port = live.port;
     let lock_pid = read(&mps_root.join(".lock"));
     assert_eq!(lock_pid.trim(), pid.to_string());
     let control_pid = g["pid"].as_i64().expect("control daemon pid");
@@ -312,7 +253,11 @@ fn configmap_l20_config_brings_up_the_simulated_l20_with_its_limits() {
     assert_eq!(json["gpus"][0]["state"], "ready");
     assert!(json["lastReloadError"].is_null(), "{json}");
     assert_eq!(http_get(port, "/readyz").map(|r| r.0), Some(200));
+}
 
+/// SIGTERM: exit 0, the MPS root left as the hostPath had it, the CDI spec gone.
+fn check_sigterm(live: &Live, pid: i32, daemon: &mut Daemon) {
+    let (mps_root, spec_file, log_text) = (&live.mps_root, &live.spec_file, || live.log_text());
     // SAFETY: kill(2) on the pid of our own child, which we have not reaped yet.
     let rc = unsafe { libc::kill(pid, libc::SIGTERM) };
     assert_eq!(rc, 0);
@@ -329,7 +274,7 @@ fn configmap_l20_config_brings_up_the_simulated_l20_with_its_limits() {
         std::thread::sleep(Duration::from_millis(50));
     };
     assert_eq!(code, Some(0), "log:\n{}", log_text());
-    let left: Vec<_> = std::fs::read_dir(&mps_root)
+    let left: Vec<_> = std::fs::read_dir(mps_root)
         .unwrap()
         .map(|e| e.unwrap().file_name())
         .collect();

@@ -66,6 +66,25 @@ fn systemd_unit_path() -> PathBuf {
     root().join("deploy/systemd/gpu-mps-daemon.service")
 }
 
+/// Each of these gives the service a private mount namespace (or hides /dev/nvidia*): the shm
+/// tmpfs the daemon mounts would then never reach the host and its containers.
+const MOUNT_BREAKING_KEYS: [&str; 14] = [
+    "ProtectSystem",
+    "ProtectHome",
+    "PrivateTmp",
+    "PrivateDevices",
+    "PrivateMounts",
+    "ReadWritePaths",
+    "ReadOnlyPaths",
+    "InaccessiblePaths",
+    "ProtectKernelModules",
+    "ProtectKernelTunables",
+    "ProtectControlGroups",
+    "DevicePolicy",
+    "DeviceAllow",
+    "MountFlags",
+];
+
 #[test]
 fn systemd_unit_runs_the_daemon_the_way_it_expects() {
     let unit = parse_unit(&read(&systemd_unit_path()));
@@ -101,24 +120,7 @@ fn systemd_unit_runs_the_daemon_the_way_it_expects() {
     assert!(v("Service", "RestrictNamespaces")
         .split_whitespace()
         .any(|n| n == "mnt"));
-    // Each of these gives the service a private mount namespace (or hides /dev/nvidia*): the shm
-    // tmpfs the daemon mounts would then never reach the host and its containers.
-    for key in [
-        "ProtectSystem",
-        "ProtectHome",
-        "PrivateTmp",
-        "PrivateDevices",
-        "PrivateMounts",
-        "ReadWritePaths",
-        "ReadOnlyPaths",
-        "InaccessiblePaths",
-        "ProtectKernelModules",
-        "ProtectKernelTunables",
-        "ProtectControlGroups",
-        "DevicePolicy",
-        "DeviceAllow",
-        "MountFlags",
-    ] {
+    for key in MOUNT_BREAKING_KEYS {
         assert!(
             !unit["Service"].iter().any(|(k, _)| k == key),
             "{key}= would break the shared shm tmpfs or the GPU devices"

@@ -38,6 +38,13 @@ fn nvidia_profile_id(profile: &str) -> (c_uint, c_uint) {
 }
 
 /// go-nvlib's `getMigMemorySizeGB`: the `XXgb` of a MIG profile name.
+// Go's float arithmetic and `uint64(math.Round(..))`, reproduced as is: the value is a small
+// positive number of GB, so the final conversion neither truncates nor loses a sign.
+#[allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_precision_loss
+)]
 fn go_nvlib_memory_gb(total_bytes: u64, mig_mb: u64) -> u64 {
     const GB: u64 = 1024 * 1024 * 1024;
     let frac = (mig_mb as f64 * 1024.0 * 1024.0) / total_bytes as f64;
@@ -189,8 +196,11 @@ pub fn check_instances(name: &str, node: &super::support::Node) {
             let mut mig = null_mut();
             // SAFETY: valid out-pointer.
             let rc = unsafe {
-                lib.0
-                    .nvmlDeviceGetMigDeviceHandleByIndex(dev, i as c_uint, &mut mig)
+                lib.0.nvmlDeviceGetMigDeviceHandleByIndex(
+                    dev,
+                    c_uint::try_from(i).unwrap(),
+                    &mut mig,
+                )
             };
             assert_eq!(rc, SUCCESS);
             let (id, count) = nvidia_profile_id(&m.profile);
@@ -220,7 +230,8 @@ pub fn check_versioned_profile_info(node: &super::support::Node) {
     let rc = unsafe { lib.0.nvmlDeviceGetGpuInstanceProfileInfoV(dev, 0, &mut v2) };
     assert_eq!(rc, ARGUMENT_VERSION_MISMATCH, "version 0");
     // nvmlGpuInstanceProfileInfo_v2 = sizeof | 2 << 24.
-    v2.version = std::mem::size_of::<nvmlGpuInstanceProfileInfo_v2_t>() as c_uint | (2 << 24);
+    v2.version = c_uint::try_from(std::mem::size_of::<nvmlGpuInstanceProfileInfo_v2_t>()).unwrap()
+        | (2 << 24);
     // SAFETY: as above.
     let rc = unsafe { lib.0.nvmlDeviceGetGpuInstanceProfileInfoV(dev, 0, &mut v2) };
     assert_eq!((rc, v2.id, v2.sliceCount), (SUCCESS, 19, 1));
@@ -228,7 +239,7 @@ pub fn check_versioned_profile_info(node: &super::support::Node) {
         .name
         .iter()
         .take_while(|c| **c != 0)
-        .map(|c| *c as u8)
+        .map(|c| c.to_ne_bytes()[0])
         .collect();
     assert!(
         String::from_utf8_lossy(&name).starts_with("MIG 1g."),

@@ -171,7 +171,7 @@ pub fn arch_of(name: &str) -> DeviceArchitecture {
     }
 }
 
-type Handle = *mut c_void;
+pub type Handle = *mut c_void;
 
 /// Raw entry points of one loaded copy of the mock (same instance as `nvml-wrapper`'s when the
 /// path is the same: `dlopen` returns the already-loaded object).

@@ -1,5 +1,7 @@
 //! Test harness: a private pipe/log directory per test, the built simulator binary, and
 //! helpers to run client-mode commands and simulated CUDA clients.
+// Test support: a failed unwrap is a failed test, with its location.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Write};

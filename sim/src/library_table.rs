@@ -5,6 +5,10 @@
 //! Debian/Ubuntu ship as `:i386` packages (GL/EGL/GLES, glcore/eglcore/glsi/tls, CUDA, NVML,
 //! OpenCL, PTX JIT, NVDEC/NVENC, VDPAU, NvFBC, allocator, gpucomp, glvkspirv).
 //! Libraries that are versioned on their own (EGL platform libraries) are in [`EXTERNAL`].
+//! Data only (and [`installs`]): the materialiser writes these libraries and the profile rules
+//! check against them, neither through the other.
+
+use crate::profile::NodeProfile;
 
 /// How a library's SONAME is formed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -258,3 +262,13 @@ pub const EXTERNAL: &[ExternalLibrary] = &[
         symbols: &["loadEGLExternalPlatform"],
     },
 ];
+
+/// True when the profile installs the library `l` at all: graphics and NGX only with
+/// `features.graphics`, NSCQ only on NVSwitch systems (`features.fabricmanager_socket`).
+pub fn installs(p: &NodeProfile, l: &LibrarySpec) -> bool {
+    match l.capability {
+        "graphics" | "ngx" => p.features.graphics,
+        _ if l.stem == "libnvidia-nscq.so" => p.features.fabricmanager_socket,
+        _ => true,
+    }
+}
