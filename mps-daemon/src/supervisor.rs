@@ -302,7 +302,7 @@ impl GpuSupervisor {
         });
         let path = self.layout.ready.clone();
         layout::blocking("writing the ready file", to, move || {
-            layout::write_atomic(&path, ready.to_string().as_bytes())
+            gpuhook_fs::write_atomic(&path, ready.to_string().as_bytes(), 0o644)
         })
         .await?;
         self.board.update(&self.plan.uuid, |s| {

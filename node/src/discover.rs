@@ -73,7 +73,7 @@ pub fn discover(opts: &DiscoverOptions) -> Result<Discovery, NodeError> {
     let cache_path = join_under(root, Path::new(LD_SO_CACHE));
     let cache = match LdCache::load(&cache_path) {
         Ok(c) => Some(c),
-        Err(NodeError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+        Err(NodeError::Io { error, .. }) if error.kind() == std::io::ErrorKind::NotFound => {
             warnings.push(format!(
                 "{} does not exist: searched {} for libraries instead",
                 cache_path.display(),
