@@ -198,10 +198,10 @@ fn main() -> Result<()> {
     }
 }
 
-/// Writes through a temp file and a rename: NFD never reads a half-written file.
+/// Writes through the workspace's one atomic writer: NFD never reads a half-written file.
 fn write_atomic(path: &std::path::Path, text: &str) -> Result<()> {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, text).with_context(|| format!("cannot write {}", tmp.display()))?;
-    std::fs::rename(&tmp, path)
-        .with_context(|| format!("cannot rename {} to {}", tmp.display(), path.display()))
+    gpuhook_fs::AtomicWriter::new(0o644)
+        .write(path, text.as_bytes())
+        .map(drop)
+        .context("cannot write the feature file")
 }
