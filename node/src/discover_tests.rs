@@ -342,3 +342,76 @@ fn proc_only_node_uses_proc_version_and_warns() {
         assert!(all.contains(needle), "missing {needle:?} in {all}");
     }
 }
+
+#[test]
+fn control_minors_reads_mig_minors_as_the_full_parser_does() {
+    // The driver's layout (config, monitor, then the GPU instances), and the odd cases the full
+    // parser settles: a later line of a name, a bad minor skipped, three-word lines ignored,
+    // CRLF, names out of order, one of the two missing.
+    let mut driver = String::from("config 1\nmonitor 2\n");
+    for gpu in 0..8 {
+        for gi in 0..15 {
+            driver.push_str(&format!(
+                "gpu{gpu}/gi{gi}/access {}\n",
+                3 + gpu * 135 + gi * 9
+            ));
+        }
+    }
+    for text in [
+        driver.as_str(),
+        "config 1\nconfig 7\nmonitor 2\n",
+        "config x\nconfig 7\nmonitor 2 extra\nmonitor 9\n",
+        "gpu0/gi0/access 3\r\nmonitor 12\r\nconfig 11\r\n",
+        "  config\t5  \n monitor 6\n",
+        "config 1\ngpu0/gi0/access 3\n",
+        "config 99999999999\nmonitor 2\n",
+        "",
+    ] {
+        assert_eq!(
+            control_minors(text),
+            crate::procfs::MigMinors::parse(text).control(),
+            "{text:?}"
+        );
+    }
+    assert_eq!(
+        control_minors(&driver),
+        Some(MigControlCaps {
+            config_minor: 1,
+            monitor_minor: 2
+        })
+    );
+}
+
+#[test]
+fn mig_control_caps_fall_back_to_the_capability_files() {
+    let root = FakeRoot::new();
+    let proc = ProcFs::new(root.root());
+    assert_eq!(mig_control_caps(&proc).unwrap(), None);
+    root.write(
+        "/proc/driver/nvidia/capabilities/mig/config",
+        "DeviceFileMinor: 1\nDeviceFileMode: 256\n",
+    );
+    root.write(
+        "/proc/driver/nvidia/capabilities/mig/monitor",
+        "DeviceFileMinor: 2\nDeviceFileMode: 292\n",
+    );
+    let expected = Some(MigControlCaps {
+        config_minor: 1,
+        monitor_minor: 2,
+    });
+    assert_eq!(mig_control_caps(&proc).unwrap(), expected);
+    // mig-minors without the two names: still the capability files.
+    root.write("/proc/driver/nvidia-caps/mig-minors", "gpu0/gi0/access 3\n");
+    assert_eq!(mig_control_caps(&proc).unwrap(), expected);
+    root.write(
+        "/proc/driver/nvidia-caps/mig-minors",
+        "config 7\nmonitor 8\n",
+    );
+    assert_eq!(
+        mig_control_caps(&proc).unwrap(),
+        Some(MigControlCaps {
+            config_minor: 7,
+            monitor_minor: 8
+        })
+    );
+}
