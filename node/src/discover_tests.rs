@@ -3,6 +3,7 @@ use std::process::Command;
 use super::*;
 use crate::inventory::{Capability, Gpu, MigControlCaps, MigDevice};
 use crate::nvml::ComputeMode;
+use crate::procfs::PROC_CAPABILITIES;
 use crate::testutil::{can_ldconfig, FakeRoot};
 
 const V: &str = "570.158.01";
@@ -345,17 +346,12 @@ fn proc_only_node_uses_proc_version_and_warns() {
 
 #[test]
 fn control_minors_reads_mig_minors_as_the_full_parser_does() {
-    // The driver's layout (config, monitor, then the GPU instances), and the odd cases the full
-    // parser settles: a later line of a name, a bad minor skipped, three-word lines ignored,
-    // CRLF, names out of order, one of the two missing.
+    // The driver's layout (config, monitor, then the GPU instances) and the odd cases: a later
+    // line of a name, a bad minor, three words, CRLF, another order, one of the two missing.
     let mut driver = String::from("config 1\nmonitor 2\n");
-    for gpu in 0..8 {
-        for gi in 0..15 {
-            driver.push_str(&format!(
-                "gpu{gpu}/gi{gi}/access {}\n",
-                3 + gpu * 135 + gi * 9
-            ));
-        }
+    for (gpu, gi) in (0..8).flat_map(|g| (0..15).map(move |i| (g, i))) {
+        let minor = 3 + gpu * 135 + gi * 9;
+        driver.push_str(&format!("gpu{gpu}/gi{gi}/access {minor}\n"));
     }
     for text in [
         driver.as_str(),
@@ -373,13 +369,8 @@ fn control_minors_reads_mig_minors_as_the_full_parser_does() {
             "{text:?}"
         );
     }
-    assert_eq!(
-        control_minors(&driver),
-        Some(MigControlCaps {
-            config_minor: 1,
-            monitor_minor: 2
-        })
-    );
+    let minors = control_minors(&driver).map(|c| (c.config_minor, c.monitor_minor));
+    assert_eq!(minors, Some((1, 2)));
 }
 
 #[test]
@@ -387,31 +378,18 @@ fn mig_control_caps_fall_back_to_the_capability_files() {
     let root = FakeRoot::new();
     let proc = ProcFs::new(root.root());
     assert_eq!(mig_control_caps(&proc).unwrap(), None);
-    root.write(
-        "/proc/driver/nvidia/capabilities/mig/config",
-        "DeviceFileMinor: 1\nDeviceFileMode: 256\n",
-    );
-    root.write(
-        "/proc/driver/nvidia/capabilities/mig/monitor",
-        "DeviceFileMinor: 2\nDeviceFileMode: 292\n",
-    );
-    let expected = Some(MigControlCaps {
-        config_minor: 1,
-        monitor_minor: 2,
-    });
-    assert_eq!(mig_control_caps(&proc).unwrap(), expected);
-    // mig-minors without the two names: still the capability files.
-    root.write("/proc/driver/nvidia-caps/mig-minors", "gpu0/gi0/access 3\n");
-    assert_eq!(mig_control_caps(&proc).unwrap(), expected);
-    root.write(
-        "/proc/driver/nvidia-caps/mig-minors",
-        "config 7\nmonitor 8\n",
-    );
-    assert_eq!(
-        mig_control_caps(&proc).unwrap(),
-        Some(MigControlCaps {
-            config_minor: 7,
-            monitor_minor: 8
-        })
-    );
+    let caps = |config_minor, monitor_minor| MigControlCaps {
+        config_minor,
+        monitor_minor,
+    };
+    for (name, minor) in [("config", 1), ("monitor", 2)] {
+        let text = format!("DeviceFileMinor: {minor}\nDeviceFileMode: 256\n");
+        root.write(&format!("{PROC_CAPABILITIES}/mig/{name}"), &text);
+    }
+    assert_eq!(mig_control_caps(&proc).unwrap(), Some(caps(1, 2)));
+    // mig-minors without the two names: still the capability files; with them, mig-minors.
+    root.write(PROC_MIG_MINORS, "gpu0/gi0/access 3\n");
+    assert_eq!(mig_control_caps(&proc).unwrap(), Some(caps(1, 2)));
+    root.write(PROC_MIG_MINORS, "config 7\nmonitor 8\n");
+    assert_eq!(mig_control_caps(&proc).unwrap(), Some(caps(7, 8)));
 }
