@@ -95,17 +95,22 @@ pub enum Command {
     Version,
 }
 
-/// Runs the command line; the binary's whole `main`.
+/// Runs the command line: the binary's whole `main` ([`status`] as an exit code).
 pub fn main() -> ExitCode {
+    ExitCode::from(status())
+}
+
+/// Runs the command line; returns the exit status (usage errors exit from clap, with 2).
+pub fn status() -> u8 {
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let cli = prestart_fast_path(&argv)
         .or_else(|| cdi_generate_fast_path(&argv, |name| std::env::var_os(name)))
         .unwrap_or_else(|| Cli::parse_from(&argv));
     match run(cli) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) => 0,
         Err(e) => {
             eprintln!("gpuhook: error: {}", one_line(&e));
-            ExitCode::from(EXIT_FAILURE)
+            EXIT_FAILURE
         }
     }
 }
