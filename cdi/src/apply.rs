@@ -43,7 +43,8 @@ fn array<'a>(
 fn split_dev(dev: u64) -> (i64, i64) {
     let major = ((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff);
     let minor = (dev & 0xff) | ((dev >> 12) & !0xff);
-    (major as i64, minor as i64)
+    // Both parts are at most 32 bits wide: the reinterpretation is exact.
+    (major.cast_signed(), minor.cast_signed())
 }
 
 /// Type, major, minor and mode of a node: as given when `type` and `major` are, else from lstat.

@@ -115,14 +115,8 @@ impl EditOptions {
     }
 }
 
-pub(crate) fn path_str(p: &Path) -> Result<String, CdiError> {
-    p.to_str()
-        .map(str::to_owned)
-        .ok_or_else(|| CdiError::InvalidOption {
-            option: "inventory",
-            message: format!("path {} is not UTF-8", p.display()),
-        })
-}
+// Lives with the device nodes, which edits build on (no import circle).
+pub(crate) use crate::nodes::path_str;
 
 fn mounts(inv: &Inventory, caps: &BTreeSet<Capability>) -> Result<Vec<Mount>, CdiError> {
     let f = &inv.files;

@@ -8,6 +8,10 @@ use crate::spec::Format;
 use crate::validate::ValidationError;
 
 /// Errors of CDI generation, parsing, writing and applying.
+///
+/// An I/O cause is part of its variant's message (field `error`, deliberately not a `#[source]`):
+/// callers print errors with `to_string()` (logs) or as an `anyhow` chain (`{:#}`, the CLI), and
+/// either way the cause appears once.
 #[derive(Debug, Error)]
 pub enum CdiError {
     /// A generation option is unusable.
@@ -42,18 +46,13 @@ pub enum CdiError {
     /// Refusing to replace a file gpuhook did not write.
     #[error("refusing to overwrite {}: {reason}; remove it or choose another --output", path.display())]
     NotOurs { path: PathBuf, reason: String },
-    #[error("output directory {} is not writable: {source} (choose another --output or fix its permissions)", dir.display())]
-    OutputDirNotWritable {
-        dir: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("cannot {op} {}: {source}", path.display())]
+    #[error("output directory {} is not writable: {error} (choose another --output or fix its permissions)", dir.display())]
+    OutputDirNotWritable { dir: PathBuf, error: std::io::Error },
+    #[error("cannot {op} {}: {error}", path.display())]
     Io {
         op: &'static str,
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// Requested CDI devices that no loaded spec defines (names come from a container: the
     /// message shows a bounded number of them, each cut to a bounded length).
@@ -78,18 +77,18 @@ impl From<gpuhook_node::bounded::BoundedReadError> for CdiError {
     fn from(e: gpuhook_node::bounded::BoundedReadError) -> Self {
         use gpuhook_node::bounded::BoundedReadError as B;
         match e {
-            B::Io { path, source } => CdiError::io("read", path, source),
+            B::Io { path, error } => CdiError::io("read", path, error),
             B::TooLarge { path, limit } => CdiError::TooLarge { path, limit },
         }
     }
 }
 
 impl CdiError {
-    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, error: std::io::Error) -> Self {
         CdiError::Io {
             op,
             path: path.into(),
-            source,
+            error,
         }
     }
 }

@@ -92,16 +92,19 @@ impl fmt::Display for NameStrategy {
     }
 }
 
+/// A device name strategy that is not one of [`NameStrategy`]'s.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown device name strategy {0:?} (use index, uuid or type-index)")]
+pub struct UnknownStrategy(pub String);
+
 impl FromStr for NameStrategy {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownStrategy;
+    fn from_str(s: &str) -> Result<Self, UnknownStrategy> {
         match s {
             "index" => Ok(NameStrategy::Index),
             "uuid" => Ok(NameStrategy::Uuid),
             "type-index" => Ok(NameStrategy::TypeIndex),
-            other => Err(format!(
-                "unknown device name strategy {other:?} (use index, uuid or type-index)"
-            )),
+            other => Err(UnknownStrategy(other.into())),
         }
     }
 }
@@ -232,8 +235,8 @@ fn select(
 /// (checked with [`validate::validate_model`]: the schema part in debug builds).
 pub fn generate(inv: &Inventory, opts: &GenerateOptions) -> Result<Spec, CdiError> {
     let bad = |option, message| CdiError::InvalidOption { option, message };
-    validate_vendor(&opts.vendor).map_err(|m| bad("vendor", m))?;
-    validate_class(&opts.class).map_err(|m| bad("class", m))?;
+    validate_vendor(&opts.vendor).map_err(|m| bad("vendor", m.to_string()))?;
+    validate_class(&opts.class).map_err(|m| bad("class", m.to_string()))?;
     let mut strategies: Vec<NameStrategy> = Vec::new();
     for s in &opts.name_strategies {
         if !strategies.contains(s) {

@@ -171,5 +171,6 @@ fn strategy_parsing() {
     assert!("bus-id"
         .parse::<NameStrategy>()
         .unwrap_err()
+        .to_string()
         .contains("type-index"));
 }

@@ -46,7 +46,7 @@ pub use edits::{
 pub use error::CdiError;
 pub use generate::{generate, GenerateOptions, NameStrategy, DEFAULT_CLASS, DEFAULT_VENDOR};
 pub use modes::{generate_mode, Mode};
-pub use names::{qualified_name, QualifiedName};
+pub use names::{qualified_name, NameError, QualifiedName};
 pub use nodes::device_nodes;
 pub use registry::{
     Conflict, ConflictGroup, Registry, RegistryDevice, RegistryError, DEFAULT_SPEC_DIRS,
@@ -57,7 +57,9 @@ pub use spec::{
 };
 pub use validate::{load_bytes, validate_bytes, validate_model, validate_spec, ValidationError};
 pub use version::minimum_version;
-pub use write::{default_file_name, is_ours, write_spec, write_spec_replacing, WriteOutcome};
+pub use write::{
+    default_file_name, is_ours, write_spec, write_spec_replacing, Foreign, WriteOutcome,
+};
 
 #[cfg(test)]
 pub(crate) mod test_support;

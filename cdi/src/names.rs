@@ -10,28 +10,78 @@ use std::fmt;
 /// Longest vendor (a DNS name).
 pub const MAX_VENDOR_LEN: usize = 253;
 
+/// Why a vendor, class, kind, device name or qualified name is not one (the message quotes the
+/// value as given; callers cap what they echo).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NameError {
+    #[error("{what} is empty")]
+    Empty { what: &'static str },
+    #[error("{what} {value:?} must start with {first}")]
+    BadStart {
+        what: &'static str,
+        value: String,
+        first: &'static str,
+    },
+    #[error("{what} {value:?} contains {bad:?}; allowed: {allowed}")]
+    BadChar {
+        what: &'static str,
+        value: String,
+        bad: char,
+        allowed: &'static str,
+    },
+    #[error("{what} {value:?} must end with a letter or digit")]
+    BadEnd { what: &'static str, value: String },
+    /// The value itself is left out: it is long, and callers name their input already.
+    #[error("vendor is longer than {MAX_VENDOR_LEN} characters ({len})")]
+    VendorTooLong { len: usize },
+    #[error("kind {kind:?} is not of the form vendor/class (missing '/')")]
+    NotAKind { kind: String },
+    #[error("missing '=' between kind and device name")]
+    NoEquals,
+    #[error(
+        "{input:?} is not a qualified CDI device name (vendor/class=name, e.g. nvidia.com/gpu=0)"
+    )]
+    NotQualified { input: String },
+    /// [`QualifiedName::parse`]: the reason, after the input it is about.
+    #[error("{input:?}: {reason}")]
+    InName {
+        input: String,
+        reason: Box<NameError>,
+    },
+}
+
 fn check(
-    what: &str,
+    what: &'static str,
     s: &str,
     first: fn(char) -> bool,
     inner: fn(char) -> bool,
-    first_desc: &str,
-    inner_desc: &str,
-) -> Result<(), String> {
+    first_desc: &'static str,
+    inner_desc: &'static str,
+) -> Result<(), NameError> {
     let mut chars = s.chars();
     let Some(c0) = chars.next() else {
-        return Err(format!("{what} is empty"));
+        return Err(NameError::Empty { what });
     };
     if !first(c0) {
-        return Err(format!("{what} {s:?} must start with {first_desc}"));
+        return Err(NameError::BadStart {
+            what,
+            value: s.into(),
+            first: first_desc,
+        });
     }
     if let Some(bad) = s.chars().find(|&c| !inner(c)) {
-        return Err(format!(
-            "{what} {s:?} contains {bad:?}; allowed: {inner_desc}"
-        ));
+        return Err(NameError::BadChar {
+            what,
+            value: s.into(),
+            bad,
+            allowed: inner_desc,
+        });
     }
     if s.len() > 1 && !s.ends_with(|c: char| c.is_ascii_alphanumeric()) {
-        return Err(format!("{what} {s:?} must end with a letter or digit"));
+        return Err(NameError::BadEnd {
+            what,
+            value: s.into(),
+        });
     }
     Ok(())
 }
@@ -41,7 +91,7 @@ fn vendor_inner(c: char) -> bool {
 }
 
 /// Checks a vendor (`nvidia.com`).
-pub fn validate_vendor(vendor: &str) -> Result<(), String> {
+pub fn validate_vendor(vendor: &str) -> Result<(), NameError> {
     check(
         "vendor",
         vendor,
@@ -51,17 +101,13 @@ pub fn validate_vendor(vendor: &str) -> Result<(), String> {
         "letters, digits, '_', '.', '-'",
     )?;
     if vendor.len() > MAX_VENDOR_LEN {
-        // The value itself is left out: it is long, and callers name their input already.
-        return Err(format!(
-            "vendor is longer than {MAX_VENDOR_LEN} characters ({})",
-            vendor.len()
-        ));
+        return Err(NameError::VendorTooLong { len: vendor.len() });
     }
     Ok(())
 }
 
 /// Checks a class (`gpu`). A dot is allowed (but needs cdiVersion 0.6.0).
-pub fn validate_class(class: &str) -> Result<(), String> {
+pub fn validate_class(class: &str) -> Result<(), NameError> {
     check(
         "class",
         class,
@@ -73,7 +119,7 @@ pub fn validate_class(class: &str) -> Result<(), String> {
 }
 
 /// Checks a device name (`0`, `0:1`, `GPU-…`, `all`).
-pub fn validate_device_name(name: &str) -> Result<(), String> {
+pub fn validate_device_name(name: &str) -> Result<(), NameError> {
     check(
         "device name",
         name,
@@ -85,11 +131,9 @@ pub fn validate_device_name(name: &str) -> Result<(), String> {
 }
 
 /// Splits a kind `vendor/class` at the first `/` and checks both parts.
-pub fn parse_kind(kind: &str) -> Result<(&str, &str), String> {
+pub fn parse_kind(kind: &str) -> Result<(&str, &str), NameError> {
     let Some((vendor, class)) = kind.split_once('/') else {
-        return Err(format!(
-            "kind {kind:?} is not of the form vendor/class (missing '/')"
-        ));
+        return Err(NameError::NotAKind { kind: kind.into() });
     };
     validate_vendor(vendor)?;
     validate_class(class)?;
@@ -107,20 +151,21 @@ pub struct QualifiedName {
 impl QualifiedName {
     /// Parses `vendor/class=name`: split at the first `=`, then the kind at the first `/`. The
     /// error names the input.
-    pub fn parse(s: &str) -> Result<QualifiedName, String> {
+    pub fn parse(s: &str) -> Result<QualifiedName, NameError> {
         if !s.contains('=') {
-            return Err(format!(
-                "{s:?} is not a qualified CDI device name (vendor/class=name, e.g. nvidia.com/gpu=0)"
-            ));
+            return Err(NameError::NotQualified { input: s.into() });
         }
-        Self::parse_reason(s).map_err(|e| format!("{s:?}: {e}"))
+        Self::parse_reason(s).map_err(|e| NameError::InName {
+            input: s.into(),
+            reason: Box::new(e),
+        })
     }
 
     /// Like [`QualifiedName::parse`], but the error is only the reason (`vendor is empty`), for
     /// callers whose own error already names the input and the expected form.
-    pub fn parse_reason(s: &str) -> Result<QualifiedName, String> {
+    pub fn parse_reason(s: &str) -> Result<QualifiedName, NameError> {
         let Some((kind, name)) = s.split_once('=') else {
-            return Err("missing '=' between kind and device name".into());
+            return Err(NameError::NoEquals);
         };
         let (vendor, class) = parse_kind(kind)?;
         validate_device_name(name)?;
@@ -225,17 +270,19 @@ mod tests {
             ("nvidia.com/gpu=0:", "must end with a letter or digit"),
             ("nvidia.com/gpu=a\u{0}b", "contains '\\0'"),
         ] {
-            let reason = QualifiedName::parse_reason(input).unwrap_err();
+            let reason = QualifiedName::parse_reason(input).unwrap_err().to_string();
             assert!(reason.contains(needle), "{input:?}: {reason}");
-            let named = QualifiedName::parse(input).unwrap_err();
+            let named = QualifiedName::parse(input).unwrap_err().to_string();
             assert!(named.starts_with(&format!("{input:?}")), "{named}");
         }
         let long = format!("{}/gpu=0", "a".repeat(254));
         assert!(QualifiedName::parse_reason(&long)
             .unwrap_err()
+            .to_string()
             .contains("longer than 253"));
         assert!(QualifiedName::parse("gpu0")
             .unwrap_err()
+            .to_string()
             .contains("vendor/class=name, e.g. nvidia.com/gpu=0"));
     }
 }

@@ -16,7 +16,6 @@ use gpuhook_node::devnodes::{
 };
 use gpuhook_node::{Capability, DeviceRef, Inventory, NodeState};
 
-use crate::edits::path_str;
 use crate::spec::DeviceNode;
 use crate::CdiError;
 
@@ -142,6 +141,16 @@ pub fn control_nodes(
         )?);
     }
     Ok(out)
+}
+
+/// `p` as a spec's path string; a path that is not UTF-8 cannot be described.
+pub(crate) fn path_str(p: &Path) -> Result<String, CdiError> {
+    p.to_str()
+        .map(str::to_owned)
+        .ok_or_else(|| CdiError::InvalidOption {
+            option: "inventory",
+            message: format!("path {} is not UTF-8", p.display()),
+        })
 }
 
 #[cfg(test)]

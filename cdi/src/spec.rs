@@ -262,7 +262,7 @@ mod tests {
         let missing = dir.path().join("none.json");
         let err = read_spec_file(&missing).unwrap_err();
         assert!(
-            matches!(&err, CdiError::Io { op: "read", source, .. } if source.kind() == std::io::ErrorKind::NotFound),
+            matches!(&err, CdiError::Io { op: "read", error, .. } if error.kind() == std::io::ErrorKind::NotFound),
             "{err}"
         );
         std::fs::write(&missing, b"{}").unwrap();

@@ -12,10 +12,10 @@
 //! output, and is left untouched.
 
 use std::fs;
-use std::io::{ErrorKind, Write};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::path::Path;
+
+use gpuhook_fs::{AtomicWriter, NotOurs, Outcome, Step, WriteError};
+use gpuhook_node::bounded::MAX_CDI_SPEC_BYTES;
 
 use crate::edits::GPUHOOK_PROGRAM;
 use crate::spec::{Format, Spec};
@@ -38,10 +38,22 @@ pub fn default_file_name(kind: &str, format: Format) -> String {
     format!("{}.{}", kind.replace('/', "-"), format.as_str())
 }
 
+/// Why a spec file is not gpuhook's to overwrite (see [`is_ours`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Foreign {
+    #[error("it holds kind {found:?}, not {expected:?}")]
+    OtherKind { found: String, expected: String },
+    #[error("it has a hook running {program} (not written by gpuhook)")]
+    OtherHook { program: String },
+}
+
 /// Why `existing` is not ours to overwrite with a spec of `kind`, or `Ok` when it is.
-pub fn is_ours(existing: &Spec, kind: &str) -> Result<(), String> {
+pub fn is_ours(existing: &Spec, kind: &str) -> Result<(), Foreign> {
     if existing.kind != kind {
-        return Err(format!("it holds kind {:?}, not {kind:?}", existing.kind));
+        return Err(Foreign::OtherKind {
+            found: existing.kind.clone(),
+            expected: kind.into(),
+        });
     }
     let edits = std::iter::once(&existing.container_edits)
         .chain(existing.devices.iter().map(|d| &d.container_edits));
@@ -49,10 +61,9 @@ pub fn is_ours(existing: &Spec, kind: &str) -> Result<(), String> {
         let by_path = Path::new(&hook.path).file_name() == Some(GPUHOOK_PROGRAM.as_ref());
         let by_arg = hook.args.first().map(String::as_str) == Some(GPUHOOK_PROGRAM);
         if !(by_path || by_arg) {
-            return Err(format!(
-                "it has a hook running {} (not written by gpuhook)",
-                hook.path
-            ));
+            return Err(Foreign::OtherHook {
+                program: hook.path.clone(),
+            });
         }
     }
     Ok(())
@@ -83,93 +94,64 @@ fn write_checked(
 ) -> Result<WriteOutcome, CdiError> {
     validate::validate_model(spec).map_err(|errors| CdiError::Invalid { errors })?;
     let bytes = spec.to_bytes(format)?;
-    let Some(file_name) = path.file_name() else {
+    if path.file_name().is_none() {
         return Err(CdiError::InvalidOption {
             option: "output",
             message: format!("{} does not name a file", path.display()),
         });
-    };
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    fs::create_dir_all(&dir).map_err(|source| CdiError::OutputDirNotWritable {
-        dir: dir.clone(),
-        source,
-    })?;
-    match fs::symlink_metadata(path) {
-        Err(e) if e.kind() == ErrorKind::NotFound => {}
-        Err(e) => return Err(CdiError::io("inspect", path, e)),
-        Ok(meta) if !meta.file_type().is_file() => {
-            return Err(CdiError::NotOurs {
-                path: path.into(),
-                reason: "it is not a regular file".into(),
-            })
-        }
-        Ok(meta) => {
-            let old = crate::read_spec_file(path)?;
-            if old == bytes {
-                if meta.permissions().mode() & 0o7777 != SPEC_FILE_MODE {
-                    fs::set_permissions(path, fs::Permissions::from_mode(SPEC_FILE_MODE))
-                        .map_err(|e| CdiError::io("chmod", path, e))?;
-                }
-                return Ok(WriteOutcome::Unchanged);
-            }
-            let fmt = Format::from_path(path).unwrap_or_else(|| Format::sniff(&old));
-            let existing = Spec::from_slice(&old, Some(fmt)).map_err(|e| CdiError::NotOurs {
-                path: path.into(),
-                reason: format!("it is not a valid CDI spec ({e})"),
-            })?;
-            if check_owner {
-                is_ours(&existing, &spec.kind).map_err(|reason| CdiError::NotOurs {
-                    path: path.into(),
-                    reason,
-                })?;
-            }
-        }
     }
-    write_atomic(&dir, file_name.as_ref(), &bytes)?;
-    Ok(WriteOutcome::Written)
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    fs::create_dir_all(dir).map_err(|error| CdiError::OutputDirNotWritable {
+        dir: dir.to_path_buf(),
+        error,
+    })?;
+    // Even a take-over replaces only a CDI spec, never some other file.
+    let check = |old: &[u8]| {
+        let fmt = Format::from_path(path).unwrap_or_else(|| Format::sniff(old));
+        let existing = Spec::from_slice(old, Some(fmt))
+            .map_err(|e| NotOurs::new(format!("it is not a valid CDI spec ({e})")))?;
+        if check_owner {
+            is_ours(&existing, &spec.kind).map_err(|e| NotOurs::new(e.to_string()))?;
+        }
+        Ok(())
+    };
+    let outcome = AtomicWriter::new(SPEC_FILE_MODE)
+        .skip_unchanged()
+        .owner_check(&check, MAX_CDI_SPEC_BYTES)
+        .write(path, &bytes)
+        .map_err(from_write_error)?;
+    Ok(match outcome {
+        Outcome::Written => WriteOutcome::Written,
+        Outcome::Unchanged => WriteOutcome::Unchanged,
+    })
 }
 
-/// Temp file in `dir` + fsync + rename to `dir/name` + fsync of `dir`.
-pub(crate) fn write_atomic(dir: &Path, name: &Path, bytes: &[u8]) -> Result<(), CdiError> {
-    static COUNTER: AtomicU32 = AtomicU32::new(0);
-    let tmp = dir.join(format!(
-        ".{}.tmp-{}-{}",
-        name.display(),
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
-    let mut file = fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(SPEC_FILE_MODE)
-        .open(&tmp)
-        .map_err(|source| CdiError::OutputDirNotWritable {
-            dir: dir.into(),
-            source,
-        })?;
-    let target = dir.join(name);
-    let result = (|| {
-        // The umask may have removed bits from the create mode.
-        file.set_permissions(fs::Permissions::from_mode(SPEC_FILE_MODE))
-            .map_err(|e| CdiError::io("chmod", &tmp, e))?;
-        file.write_all(bytes)
-            .map_err(|e| CdiError::io("write", &tmp, e))?;
-        file.sync_all()
-            .map_err(|e| CdiError::io("fsync", &tmp, e))?;
-        fs::rename(&tmp, &target).map_err(|e| CdiError::io("rename into place", &target, e))
-    })();
-    if let Err(e) = result {
-        let _ = fs::remove_file(&tmp);
-        return Err(e);
+/// The writer's error as the [`CdiError`] `gpuhook cdi generate` has always reported.
+fn from_write_error(e: WriteError) -> CdiError {
+    match e {
+        WriteError::NotRegular { path, .. } => CdiError::NotOurs {
+            path,
+            reason: "it is not a regular file".into(),
+        },
+        WriteError::NotOurs { path, reason } => CdiError::NotOurs {
+            path,
+            reason: reason.reason,
+        },
+        WriteError::TooLarge { path, limit } => CdiError::TooLarge { path, limit },
+        WriteError::Io {
+            step: Step::CreateTemp,
+            path,
+            error,
+        } => CdiError::OutputDirNotWritable { dir: path, error },
+        WriteError::Io { step, path, error } => CdiError::io(step.as_str(), path, error),
+        WriteError::NoFileName { path } => CdiError::InvalidOption {
+            option: "output",
+            message: format!("{} does not name a file", path.display()),
+        },
     }
-    // Make the rename durable; the file itself is complete either way.
-    if let Err(e) = fs::File::open(dir).and_then(|d| d.sync_all()) {
-        tracing::warn!(dir = %dir.display(), error = %e, "cannot fsync spec directory");
-    }
-    Ok(())
 }
 
 #[cfg(test)]

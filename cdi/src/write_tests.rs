@@ -155,14 +155,29 @@ fn invalid_spec_is_not_written() {
 }
 
 #[test]
-fn failed_rename_leaves_no_temp_file() {
+fn a_symlink_at_the_output_is_refused_and_its_target_untouched() {
+    // The rename-failure path (temp file removed) is tested in gpuhook-fs, which writes specs.
     let dir = tempfile::tempdir().unwrap();
-    // A non-empty directory at the target makes rename fail after the temp file is written.
-    let target = dir.path().join("busy");
-    fs::create_dir(&target).unwrap();
-    fs::write(target.join("keep"), b"x").unwrap();
-    let err = write_atomic(dir.path(), Path::new("busy"), b"data").unwrap_err();
-    assert!(err.to_string().contains("rename"), "{err}");
+    let victim = dir.path().join("victim");
+    fs::write(&victim, b"x").unwrap();
+    let link = dir.path().join("nvidia.com-gpu.json");
+    std::os::unix::fs::symlink(&victim, &link).unwrap();
+    for replacing in [false, true] {
+        let err = if replacing {
+            write_spec_replacing(&spec("A=1"), &link, Format::Json)
+        } else {
+            write_spec(&spec("A=1"), &link, Format::Json)
+        }
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("it is not a regular file"),
+            "{err}"
+        );
+    }
+    assert_eq!(fs::read(&victim).unwrap(), b"x");
+    assert!(fs::symlink_metadata(&link)
+        .unwrap()
+        .file_type()
+        .is_symlink());
     assert!(leftovers(dir.path()).is_empty());
-    assert!(target.join("keep").exists());
 }

@@ -171,7 +171,7 @@ fn readlink_fd(fd: BorrowedFd<'_>) -> io::Result<PathBuf> {
     if n < 0 {
         return Err(io::Error::last_os_error());
     }
-    buf.truncate(n as usize);
+    buf.truncate(n.unsigned_abs());
     Ok(PathBuf::from(
         <std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(buf),
     ))

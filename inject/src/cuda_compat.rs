@@ -48,7 +48,7 @@ fn in_root(root: &Path, op: &'static str, path: &Path, source: std::io::Error) -
         op,
         root: root.to_path_buf(),
         path: path.to_path_buf(),
-        source,
+        error: source,
     }
 }
 
@@ -128,20 +128,21 @@ pub fn use_compat(file_name: &str, host_driver_version: &str) -> bool {
 pub fn read_compat_note(
     root: &ContainerRoot<PathrsSyscalls>,
     path: &Path,
-) -> std::result::Result<Option<elf::CompatNote>, String> {
-    let path = normalize_container_path(path).map_err(|e| e.to_string())?;
-    let fd = open_in_root(root.root_fd(), &path, true).map_err(|e| e.to_string())?;
-    let stat = nix::sys::stat::fstat(fd.as_raw_fd()).map_err(|e| e.to_string())?;
+) -> std::result::Result<Option<elf::CompatNote>, elf::NoteError> {
+    let open = |e: &dyn std::fmt::Display| elf::NoteError::Open(e.to_string());
+    let path = normalize_container_path(path).map_err(|e| open(&e))?;
+    let fd = open_in_root(root.root_fd(), &path, true).map_err(|e| open(&e))?;
+    let stat = nix::sys::stat::fstat(fd.as_raw_fd()).map_err(|e| open(&e))?;
     if stat.st_mode & libc::S_IFMT != libc::S_IFREG {
-        return Err("not a regular file".into());
+        return Err(elf::NoteError::NotRegular);
     }
     // Reopen the O_PATH descriptor for reading (the same inode; no new path walk).
     let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
         .open(format!("/proc/self/fd/{}", fd.as_raw_fd()))
-        .map_err(|e| e.to_string())?;
-    let size = u64::try_from(stat.st_size).map_err(|_| "negative size".to_string())?;
+        .map_err(|e| open(&e))?;
+    let size = u64::try_from(stat.st_size).map_err(|_| open(&"negative size"))?;
     elf::read_note(&file, size)
 }
 
@@ -175,7 +176,7 @@ pub fn compat_dir(
     let path = Path::new(CUDA_COMPAT_DIR).join(&lib.name);
     let note = read_compat_note(root, &path).unwrap_or_else(|reason| {
         // As NVIDIA's hook: a note that cannot be read is a warning, and the major rule decides.
-        tracing::warn!(path = %path.display(), reason = %gpuhook_node::bounded::preview(&reason), "cannot read the CUDA compat ELF note; comparing major versions");
+        tracing::warn!(path = %path.display(), reason = %gpuhook_node::bounded::preview(&reason.to_string()), "cannot read the CUDA compat ELF note; comparing major versions");
         None
     });
     let compat_version = lib.name.trim_start_matches("libcuda.so.");

@@ -17,6 +17,10 @@
 
 use std::io;
 
+#[path = "cuda_compat_elf_error.rs"]
+mod error;
+pub use error::NoteError;
+
 /// Name of the note section.
 pub const NOTE_SECTION: &str = ".note.cuda.fwd_compatibility";
 /// Owner name of the note.
@@ -67,25 +71,24 @@ fn read_exact(
     offset: u64,
     len: u64,
     limit: u64,
-    what: &str,
-) -> Result<Vec<u8>, String> {
+    what: &'static str,
+) -> Result<Vec<u8>, NoteError> {
+    let too_large = NoteError::TooLarge { what, len, limit };
     if len > limit {
-        return Err(format!(
-            "{what} is {len} bytes, more than the limit of {limit}"
-        ));
+        return Err(too_large);
     }
     if offset.checked_add(len).is_none_or(|end| end > size) {
-        return Err(format!("{what} lies outside the file"));
+        return Err(NoteError::OutsideFile { what });
     }
-    let mut buf = vec![0; usize::try_from(len).map_err(|_| format!("{what} too large"))?];
+    let mut buf = vec![0; usize::try_from(len).map_err(|_| too_large)?];
     let mut done = 0;
     while done < buf.len() {
         let at = offset + u64::try_from(done).unwrap_or(u64::MAX);
         match f.read_at(&mut buf[done..], at) {
-            Ok(0) => return Err(format!("{what}: unexpected end of file")),
+            Ok(0) => return Err(NoteError::Truncated { what }),
             Ok(n) => done += n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(format!("{what}: {e}")),
+            Err(error) => return Err(NoteError::Io { what, error }),
         }
     }
     Ok(buf)
@@ -144,53 +147,12 @@ struct Section {
 
 /// Reads the note of an ELF file of `size` bytes. `Ok(None)`: no such note (or not NVIDIA's);
 /// `Err`: the file is not a readable ELF or the note is malformed (callers fall back).
-pub fn read_note(f: &(impl ReadAt + ?Sized), size: u64) -> Result<Option<CompatNote>, String> {
+pub fn read_note(f: &(impl ReadAt + ?Sized), size: u64) -> Result<Option<CompatNote>, NoteError> {
     let hdr = read_exact(f, size, 0, 64.min(size), 64, "ELF header")?;
-    if hdr.len() < 52 || hdr[..4] != *b"\x7fELF" {
-        return Err("not an ELF file".into());
-    }
-    let x = match (hdr[4], hdr[5]) {
-        (c @ (1 | 2), d @ (1 | 2)) => Fields {
-            is64: c == 2,
-            big: d == 2,
-        },
-        _ => return Err("unknown ELF class or byte order".into()),
-    };
-    if x.is64 && hdr.len() < 64 {
-        return Err("truncated ELF header".into());
-    }
-    let (shoff, entsize, shnum, shstrndx) = if x.is64 {
-        (
-            x.u64(&hdr, 0x28),
-            x.u16(&hdr, 0x3a),
-            x.u16(&hdr, 0x3c),
-            x.u16(&hdr, 0x3e),
-        )
-    } else {
-        (
-            x.u32(&hdr, 0x20),
-            x.u16(&hdr, 0x2e),
-            x.u16(&hdr, 0x30),
-            x.u16(&hdr, 0x32),
-        )
-    };
-    let min_entsize = if x.is64 { 64 } else { 40 };
-    if shnum == 0 || shnum > MAX_SECTIONS || shstrndx >= shnum || entsize < min_entsize {
-        return Err(format!(
-            "unsupported section table ({shnum} sections, entry size {entsize})"
-        ));
-    }
-    let table = read_exact(
-        f,
-        size,
-        shoff,
-        shnum * entsize,
-        MAX_SECTIONS * 256,
-        "section headers",
-    )?;
+    let (x, table) = read_section_table(f, size, &hdr)?;
     let section = |i: u64| {
-        let at = usize::try_from(i * entsize).unwrap_or(usize::MAX);
-        let b = &table[at..];
+        let at = usize::try_from(i * table.entsize).unwrap_or(usize::MAX);
+        let b = &table.bytes[at..];
         Section {
             name: x.u32(b, 0),
             kind: x.u32(b, 4),
@@ -199,7 +161,7 @@ pub fn read_note(f: &(impl ReadAt + ?Sized), size: u64) -> Result<Option<CompatN
             align: x.word(b, 0x30, 0x20),
         }
     };
-    let strtab = section(shstrndx);
+    let strtab = section(table.shstrndx);
     let names = read_exact(
         f,
         size,
@@ -213,7 +175,7 @@ pub fn read_note(f: &(impl ReadAt + ?Sized), size: u64) -> Result<Option<CompatN
         let end = names[start..].iter().position(|&c| c == 0)? + start;
         Some(&names[start..end])
     };
-    let Some(note) = (0..shnum)
+    let Some(note) = (0..table.shnum)
         .map(section)
         .find(|s| s.kind == u64::from(SHT_NOTE) && name_of(s) == Some(NOTE_SECTION.as_bytes()))
     else {
@@ -228,6 +190,72 @@ pub fn read_note(f: &(impl ReadAt + ?Sized), size: u64) -> Result<Option<CompatN
         "CUDA compat note",
     )?;
     parse_note(&data, note.align, &x)
+}
+
+/// The section header table, as read from the file.
+struct SectionTable {
+    bytes: Vec<u8>,
+    entsize: u64,
+    shnum: u64,
+    shstrndx: u64,
+}
+
+/// The file's class and byte order from the ELF header `hdr`, and its section header table.
+fn read_section_table(
+    f: &(impl ReadAt + ?Sized),
+    size: u64,
+    hdr: &[u8],
+) -> Result<(Fields, SectionTable), NoteError> {
+    if hdr.len() < 52 || hdr[..4] != *b"\x7fELF" {
+        return Err(NoteError::NotElf);
+    }
+    let x = match (hdr[4], hdr[5]) {
+        (c @ (1 | 2), d @ (1 | 2)) => Fields {
+            is64: c == 2,
+            big: d == 2,
+        },
+        _ => return Err(NoteError::UnknownClass),
+    };
+    if x.is64 && hdr.len() < 64 {
+        return Err(NoteError::TruncatedHeader);
+    }
+    let (shoff, entsize, shnum, shstrndx) = if x.is64 {
+        (
+            x.u64(hdr, 0x28),
+            x.u16(hdr, 0x3a),
+            x.u16(hdr, 0x3c),
+            x.u16(hdr, 0x3e),
+        )
+    } else {
+        (
+            x.u32(hdr, 0x20),
+            x.u16(hdr, 0x2e),
+            x.u16(hdr, 0x30),
+            x.u16(hdr, 0x32),
+        )
+    };
+    let min_entsize = if x.is64 { 64 } else { 40 };
+    if shnum == 0 || shnum > MAX_SECTIONS || shstrndx >= shnum || entsize < min_entsize {
+        return Err(NoteError::SectionTable {
+            sections: shnum,
+            entry_size: entsize,
+        });
+    }
+    let bytes = read_exact(
+        f,
+        size,
+        shoff,
+        shnum * entsize,
+        MAX_SECTIONS * 256,
+        "section headers",
+    )?;
+    let table = SectionTable {
+        bytes,
+        entsize,
+        shnum,
+        shstrndx,
+    };
+    Ok((x, table))
 }
 
 /// NVIDIA's `alignUp(size, addralign)` (0 when `addralign` is 0, as its unsigned arithmetic).
@@ -249,9 +277,9 @@ fn trim(data: &[u8], from: usize, n: usize) -> &[u8] {
     &s[start..end.max(start)]
 }
 
-fn parse_note(data: &[u8], align: u64, x: &Fields) -> Result<Option<CompatNote>, String> {
+fn parse_note(data: &[u8], align: u64, x: &Fields) -> Result<Option<CompatNote>, NoteError> {
     if data.len() < 12 {
-        return Err("note shorter than its header".into());
+        return Err(NoteError::ShortNote);
     }
     let (namesz, descsz) = (x.u32(data, 0), x.u32(data, 4));
     if namesz == 0 || descsz == 0 {
@@ -264,7 +292,7 @@ fn parse_note(data: &[u8], align: u64, x: &Fields) -> Result<Option<CompatNote>,
     let desc_len = usize::try_from(descsz).unwrap_or(usize::MAX);
     let desc = trim(data, 12usize.saturating_add(name_len), desc_len);
     let doc: serde_json::Value =
-        serde_json::from_slice(desc).map_err(|e| format!("note is not JSON: {e}"))?;
+        serde_json::from_slice(desc).map_err(|error| NoteError::NotJson { error })?;
     // Go's encoding/json matches field names case-insensitively.
     let field = |name: &str| {
         doc.as_object()?
@@ -275,15 +303,30 @@ fn parse_note(data: &[u8], align: u64, x: &Fields) -> Result<Option<CompatNote>,
     let cuda_version = match field("CUDA Version") {
         None | Some(serde_json::Value::Null) => String::new(),
         Some(serde_json::Value::String(s)) => s.clone(),
-        Some(_) => return Err("note: `CUDA Version` is not a string".into()),
+        Some(_) => {
+            return Err(NoteError::BadField {
+                field: "CUDA Version",
+                problem: "is not a string",
+            })
+        }
     };
     let drivers = match field("Driver") {
         None | Some(serde_json::Value::Null) => Vec::new(),
         Some(serde_json::Value::Array(a)) => a
             .iter()
-            .map(|v| v.as_u64().ok_or("note: `Driver` holds a non-integer"))
+            .map(|v| {
+                v.as_u64().ok_or(NoteError::BadField {
+                    field: "Driver",
+                    problem: "holds a non-integer",
+                })
+            })
             .collect::<Result<_, _>>()?,
-        Some(_) => return Err("note: `Driver` is not a list".into()),
+        Some(_) => {
+            return Err(NoteError::BadField {
+                field: "Driver",
+                problem: "is not a list",
+            })
+        }
     };
     Ok(Some(CompatNote {
         cuda_version,

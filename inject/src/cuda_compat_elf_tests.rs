@@ -86,8 +86,8 @@ pub(crate) fn build(
 /// The note of NVIDIA's 575.57.08 compat libcuda (its `cuda-elf-header_test.go` expectation).
 pub(crate) const NOTE_575: &str = r#"{"Format":1,"CUDA Version":"12.9","Driver":[535,550,560,565,570,575],"Device":[1,2,7,8,9,10,11,12,13,14]}"#;
 
-fn note(bytes: &[u8]) -> Result<Option<CompatNote>, String> {
-    read_note(bytes, bytes.len() as u64)
+fn note(bytes: &[u8]) -> Result<Option<CompatNote>, NoteError> {
+    read_note(bytes, u64::try_from(bytes.len()).unwrap())
 }
 
 #[test]
@@ -133,10 +133,10 @@ fn malformed_files_are_errors_and_reads_stay_bounded() {
     let mut huge = elf.clone();
     huge[0x3c] = 0xff; // e_shnum 0x..ff: past the section limit or the file
     huge[0x3d] = 0xff;
-    assert!(note(&huge).unwrap_err().contains("section"));
+    assert!(note(&huge).unwrap_err().to_string().contains("section"));
     // A note section claiming gigabytes is refused from its header, before any read.
     let big_note = build(true, false, NOTE_OWNER, &"x".repeat(70_000), 4, 0);
-    assert!(note(&big_note).unwrap_err().contains("limit"));
+    assert!(note(&big_note).unwrap_err().to_string().contains("limit"));
     let bad_json = build(true, false, NOTE_OWNER, "{\"Driver\": \"570\"}", 4, 0);
     assert!(note(&bad_json).is_err());
 }

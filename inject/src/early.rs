@@ -84,9 +84,9 @@ impl PendingSetup {
 
 fn namespace_error(step: &'static str, source: Option<std::io::Error>) -> InjectError {
     InjectError::MountNamespace {
-        pid: std::process::id() as i32,
+        pid: i32::try_from(std::process::id()).unwrap_or(-1),
         step,
-        source: source.unwrap_or_else(|| std::io::Error::other("failed")),
+        error: source.unwrap_or_else(|| std::io::Error::other("failed")),
     }
 }
 

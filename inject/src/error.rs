@@ -5,31 +5,32 @@
 use std::path::PathBuf;
 
 /// Errors from injecting into a container root.
+///
+/// An I/O cause is part of its variant's message (field `error`, deliberately not a `#[source]`):
+/// callers print errors with `to_string()` (hook logs) or as an `anyhow` chain (`{:#}`, the CLI),
+/// and either way the cause appears once.
 #[derive(Debug, thiserror::Error)]
 pub enum InjectError {
     /// The container root itself could not be opened.
-    #[error("cannot open container root {path}: {source}")]
+    #[error("cannot open container root {path}: {error}")]
     OpenRoot {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// A path inside the container root could not be resolved or created (pathrs / openat2).
-    #[error("{op} {path} inside container root {root}: {source}")]
+    #[error("{op} {path} inside container root {root}: {error}")]
     InRoot {
         op: &'static str,
         root: PathBuf,
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// A host-side or generic I/O operation failed.
-    #[error("{op} {path}: {source}")]
+    #[error("{op} {path}: {error}")]
     Io {
         op: &'static str,
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// Something already exists at the destination with the wrong type.
     #[error(
@@ -56,21 +57,19 @@ pub enum InjectError {
         minor: u32,
     },
     /// A mount step failed.
-    #[error("bind mount {src} -> {dst} failed at {step}: {source}")]
+    #[error("bind mount {src} -> {dst} failed at {step}: {error}")]
     Mount {
         src: PathBuf,
         dst: PathBuf,
         step: &'static str,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// Entering another process' mount namespace failed.
-    #[error("cannot enter the mount namespace of pid {pid} ({step}): {source}")]
+    #[error("cannot enter the mount namespace of pid {pid} ({step}): {error}")]
     MountNamespace {
         pid: i32,
         step: &'static str,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// The sandboxed ldconfig could not run or failed.
     #[error("ldconfig {binary} for rootfs {rootfs}: {reason}")]
@@ -83,13 +82,12 @@ pub enum InjectError {
     #[error("device cgroup of pid {pid}: {reason}")]
     Cgroup { pid: i32, reason: String },
     /// A bpf(2) command failed.
-    #[error("bpf {op} on {path}: {source}{log}")]
+    #[error("bpf {op} on {path}: {error}{log}")]
     Bpf {
         op: &'static str,
         path: PathBuf,
         log: String,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// Invalid OCI state or bundle configuration.
     #[error("invalid OCI {what}: {reason}")]

@@ -107,7 +107,7 @@ pub fn disable_device_node_modification_in(
     let host = std::fs::read_to_string(host_params).map_err(|source| InjectError::Io {
         op: "read host driver params",
         path: host_params.to_path_buf(),
-        source,
+        error: source,
     })?;
     let contents = params_without_device_modification(&host);
     let tmp = scratch_dir.join(format!(
@@ -128,7 +128,7 @@ pub fn disable_device_node_modification_in(
         return Err(InjectError::Io {
             op: "write params copy",
             path: tmp,
-            source,
+            error: source,
         });
     }
     let opts = MountOptions {
@@ -163,7 +163,7 @@ pub fn discover_dev_char_nodes(dev_root: &Path) -> Result<Vec<DevCharNode>> {
                 return Err(InjectError::Io {
                     op: "read dir",
                     path: dir.to_path_buf(),
-                    source,
+                    error: source,
                 })
             }
         };

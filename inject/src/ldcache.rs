@@ -124,8 +124,10 @@ pub fn check_static_elf(file: &File, path: &Path) -> Result<()> {
     if head[4] != 2 || head[5] != 1 {
         return Err(bad("only 64-bit little-endian ELF is supported".into()));
     }
-    let u16_at = |o: usize| u16::from_le_bytes([head[o], head[o + 1]]) as usize;
-    let phoff = u64::from_le_bytes(head[32..40].try_into().expect("8 bytes")) as usize;
+    let u16_at = |o: usize| usize::from(u16::from_le_bytes([head[o], head[o + 1]]));
+    let phoff = u64::from_le_bytes(head[32..40].try_into().expect("8 bytes"));
+    // Beyond usize: past the 1 MiB bound below as well.
+    let phoff = usize::try_from(phoff).unwrap_or(usize::MAX);
     let (phentsize, phnum) = (u16_at(54), u16_at(56));
     let end = phoff.saturating_add(phnum.saturating_mul(phentsize));
     let head = if end > head.len() && end <= 1 << 20 {
@@ -270,8 +272,8 @@ pub fn start_ldcache_update(
         container_uid = opts.uid,
         "ld.so.conf drop-in written; starting ldconfig as the owner of /etc"
     );
-    let process =
-        spawn_sandboxed(root.root_fd(), root.path(), &exe, &args, limits).map_err(ldcfg_err)?;
+    let process = spawn_sandboxed(root.root_fd(), root.path(), &exe, &args, limits)
+        .map_err(|e| ldcfg_err(e.to_string()))?;
     Ok(PendingLdcache {
         process,
         rootfs: rootfs.to_path_buf(),
@@ -312,10 +314,10 @@ impl PendingLdcache {
             binary,
             folders,
         } = self;
-        process.wait().map_err(|reason| InjectError::Ldconfig {
+        process.wait().map_err(|e| InjectError::Ldconfig {
             binary: binary.clone(),
             rootfs: rootfs.clone(),
-            reason,
+            reason: e.to_string(),
         })?;
         tracing::info!(rootfs = %rootfs.display(), binary = %binary.display(), ?folders, "ldcache updated");
         Ok(())

@@ -30,7 +30,7 @@ where
     let ns = File::open(&ns_path).map_err(|source| InjectError::MountNamespace {
         pid,
         step: "open /proc/<pid>/ns/mnt",
-        source,
+        error: source,
     })?;
     std::thread::scope(|scope| {
         let handle = std::thread::Builder::new()
@@ -41,7 +41,7 @@ where
                     return Err(InjectError::MountNamespace {
                         pid,
                         step: "unshare(CLONE_FS)",
-                        source: std::io::Error::last_os_error(),
+                        error: std::io::Error::last_os_error(),
                     });
                 }
                 // SAFETY: setns with a live namespace fd; this thread no longer shares its
@@ -50,7 +50,7 @@ where
                     return Err(InjectError::MountNamespace {
                         pid,
                         step: "setns(CLONE_NEWNS)",
-                        source: std::io::Error::last_os_error(),
+                        error: std::io::Error::last_os_error(),
                     });
                 }
                 drop(ns);
@@ -59,12 +59,12 @@ where
             .map_err(|source| InjectError::MountNamespace {
                 pid,
                 step: "spawn thread",
-                source,
+                error: source,
             })?;
         handle.join().map_err(|_| InjectError::MountNamespace {
             pid,
             step: "injection thread panicked",
-            source: std::io::Error::other("panic"),
+            error: std::io::Error::other("panic"),
         })?
     })
 }

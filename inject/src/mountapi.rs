@@ -50,7 +50,7 @@ pub(crate) fn clone_tree(src: BorrowedFd<'_>, recursive: bool) -> io::Result<Own
         return Err(io::Error::last_os_error());
     }
     // SAFETY: the kernel returned a new file descriptor that nobody else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+    Ok(unsafe { OwnedFd::from_raw_fd(i32::try_from(fd).expect("the kernel returns an int fd")) })
 }
 
 /// Apply `opts` (and make it private) on a detached mount tree before it is attached.

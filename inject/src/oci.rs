@@ -128,7 +128,7 @@ impl BundleConfig {
         let bytes = std::fs::read(&path).map_err(|source| InjectError::Io {
             op: "read bundle config",
             path: path.clone(),
-            source,
+            error: source,
         })?;
         Self::parse(bundle, &bytes)
     }

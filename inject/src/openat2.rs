@@ -52,7 +52,8 @@ pub(crate) fn open_in_root(root: BorrowedFd<'_>, path: &Path, follow: bool) -> i
         flags |= libc::O_NOFOLLOW;
     }
     let how = OpenHow {
-        flags: flags as u64,
+        // open_how.flags holds the open(2) flag bits of the int.
+        flags: u64::from(flags.cast_unsigned()),
         mode: 0,
         resolve: RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS,
     };
@@ -70,7 +71,11 @@ pub(crate) fn open_in_root(root: BorrowedFd<'_>, path: &Path, follow: bool) -> i
         };
         if fd >= 0 {
             // SAFETY: a fresh descriptor owned by nobody else.
-            return Ok(unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) });
+            return Ok(unsafe {
+                OwnedFd::from_raw_fd(
+                    libc::c_int::try_from(fd).expect("the kernel returns an int fd"),
+                )
+            });
         }
         let err = io::Error::last_os_error();
         if err.raw_os_error() != Some(libc::EAGAIN) {

@@ -45,15 +45,15 @@ impl PathrsSyscalls {
             .canonicalize()
             .map_err(|source| InjectError::OpenRoot {
                 path: rootfs.to_path_buf(),
-                source,
+                error: source,
             })?;
         let root = Root::open(&canonical).map_err(|e| InjectError::OpenRoot {
             path: canonical.clone(),
-            source: pathrs_io(e),
+            error: pathrs_io(e),
         })?;
         let (root_owner, _) = owner_of(root.as_fd()).map_err(|source| InjectError::OpenRoot {
             path: canonical.clone(),
-            source,
+            error: source,
         })?;
         Ok(PathrsSyscalls {
             root,
@@ -72,7 +72,7 @@ impl PathrsSyscalls {
             op,
             root: self.root_path.clone(),
             path: path.to_path_buf(),
-            source,
+            error: source,
         }
     }
 
@@ -177,7 +177,7 @@ impl Syscalls for PathrsSyscalls {
                 return Err(InjectError::Io {
                     op: "stat host path",
                     path: path.to_path_buf(),
-                    source,
+                    error: source,
                 })
             }
         };
@@ -346,7 +346,7 @@ impl Syscalls for PathrsSyscalls {
             src: host_src.to_path_buf(),
             dst: self.root_path.join(dst.strip_prefix("/").unwrap_or(dst)),
             step,
-            source,
+            error: source,
         };
         let src = open_host_path(host_src).map_err(|e| merr("open source", e))?;
         let src_is_dir =

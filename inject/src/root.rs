@@ -192,7 +192,7 @@ impl<S: Syscalls> ContainerRoot<S> {
             None => Err(InjectError::Io {
                 op: "bind mount source",
                 path: host_src.to_path_buf(),
-                source: std::io::Error::from_raw_os_error(libc::ENOENT),
+                error: std::io::Error::from_raw_os_error(libc::ENOENT),
             }),
             Some(EntryKind::Directory) => {
                 self.ensure_dir_norm(&dst, 0o755)?;

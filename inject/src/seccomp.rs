@@ -31,6 +31,13 @@ const AUDIT_ARCH: Option<u32> = Some(0xC000_00B7);
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 const AUDIT_ARCH: Option<u32> = None;
 
+/// The syscall numbers the filter compares, as `seccomp_data.nr` holds them (a `u32`): small and
+/// non-negative on every architecture, so the conversion is exact.
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+const NR_FSYNC: u32 = libc::SYS_fsync as u32;
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+const NR_FDATASYNC: u32 = libc::SYS_fdatasync as u32;
+
 const fn insn(code: u16, jt: u8, jf: u8, k: u32) -> libc::sock_filter {
     libc::sock_filter { code, jt, jf, k }
 }
@@ -50,8 +57,8 @@ impl NoSyncFilter {
                 // Another ABI: allow (jump to 5).
                 insn(JEQ_K, 0, 3, arch),
                 insn(LD_ABS_W, 0, 0, NR_OFFSET),
-                insn(JEQ_K, 2, 0, libc::SYS_fsync as u32),
-                insn(JEQ_K, 1, 0, libc::SYS_fdatasync as u32),
+                insn(JEQ_K, 2, 0, NR_FSYNC),
+                insn(JEQ_K, 1, 0, NR_FDATASYNC),
                 insn(RET_K, 0, 0, SECCOMP_RET_ALLOW),
                 insn(RET_K, 0, 0, SECCOMP_RET_SUCCESS),
             ],
@@ -62,7 +69,8 @@ impl NoSyncFilter {
     /// Async-signal-safe (one syscall): used between fork and exec.
     pub(crate) fn install(&self) -> libc::c_int {
         let prog = libc::sock_fprog {
-            len: self.insns.len() as u16,
+            // Seven instructions; no allocation or panic here (runs between fork and exec).
+            len: u16::try_from(self.insns.len()).unwrap_or(0),
             filter: self.insns.as_ptr() as *mut libc::sock_filter,
         };
         // SAFETY: PR_SET_SECCOMP with a valid sock_fprog whose filter points at `self.insns`,

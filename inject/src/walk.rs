@@ -81,7 +81,7 @@ impl<S: Syscalls> ContainerRoot<S> {
                                  kernel's limit; fix the image)",
                             root: self.path().to_path_buf(),
                             path: path.to_path_buf(),
-                            source: std::io::Error::from_raw_os_error(libc::ELOOP),
+                            error: std::io::Error::from_raw_os_error(libc::ELOOP),
                         });
                     }
                     if target.is_absolute() {
@@ -139,7 +139,7 @@ mod tests {
         let root = ContainerRoot::with_syscalls(link_tree(60));
         let err = root.walk_dirs(Path::new("/a0/lib")).unwrap_err();
         match &err {
-            InjectError::InRoot { source, .. } => {
+            InjectError::InRoot { error: source, .. } => {
                 assert_eq!(source.raw_os_error(), Some(libc::ELOOP), "{err}")
             }
             other => panic!("expected ELOOP, got {other}"),

@@ -2,6 +2,9 @@
 //! program on a cgroup under the unified hierarchy. The proof is the errno of opening a mknod'ed
 //! 195:N node without a driver: ENXIO when the cgroup allows it, EPERM when it denies it.
 
+// A test crate: a failed unwrap is the test failing, with its location.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::io::{Read, Write};
@@ -74,7 +77,7 @@ fn v1_devices_allow_grants_exactly_the_injected_minor() {
     std::fs::write(cg.0.join("devices.deny"), "a").unwrap();
     let child = spawn_opener(&opener, &[&n0, &n1]);
     std::fs::write(cg.0.join("cgroup.procs"), child.id().to_string()).unwrap();
-    let pid = child.id() as i32;
+    let pid = i32::try_from(child.id()).expect("a pid fits in i32");
     let changed = allow_devices(pid, &[], &[DeviceRule::allow_char(195, 0)]).unwrap();
     assert_eq!(changed, DeviceCgroup::V1(cg.0.clone()));
     let list = std::fs::read_to_string(cg.0.join("devices.list")).unwrap();
@@ -123,7 +126,10 @@ fn v2_bpf_program_replaces_runtime_program() {
     ];
     let child = spawn_opener(&opener, &[&n0, &n1, Path::new("/dev/null")]);
     std::fs::write(cg.0.join("cgroup.procs"), child.id().to_string()).unwrap();
-    let ctl = V2Devices::new(child.id() as i32, cg.0.clone());
+    let ctl = V2Devices::new(
+        i32::try_from(child.id()).expect("a pid fits in i32"),
+        cg.0.clone(),
+    );
     ctl.apply(&[], &base).unwrap();
     let (before, _) = ctl.attached_programs().unwrap();
     assert_eq!(before.len(), 1);

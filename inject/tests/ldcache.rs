@@ -3,6 +3,9 @@
 //! owner of /etc without capabilities, empty env, masked /proc) — checked with a static fake
 //! ldconfig.
 
+// A test crate: a failed unwrap is the test failing, with its location.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::os::unix::fs::symlink;

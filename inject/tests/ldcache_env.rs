@@ -1,6 +1,9 @@
 //! CVE-2025-23266: even with LD_PRELOAD / LD_LIBRARY_PATH in *our* environment, the sandboxed
 //! ldconfig gets an empty one. Its own test binary because it sets process-wide env vars.
 
+// A test crate: a failed unwrap is the test failing, with its location.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use gpuhook_inject::ldcache::{update_ldcache_with, LdcacheOptions};

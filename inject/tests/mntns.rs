@@ -1,5 +1,8 @@
 //! `in_mount_namespace_of`: mounts made inside show up in the target's namespace only.
 
+// A test crate: a failed unwrap is the test failing, with its location.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::path::Path;
@@ -25,7 +28,7 @@ fn mounts_land_in_the_target_namespace_not_the_host() {
         .stdin(Stdio::null())
         .spawn()
         .unwrap();
-    let pid = child.id() as i32;
+    let pid = i32::try_from(child.id()).expect("a pid fits in i32");
     // Wait until unshare has exec'd sleep (its namespace differs from ours).
     let ours = std::fs::read_link("/proc/self/ns/mnt").unwrap();
     for _ in 0..200 {

@@ -4,6 +4,9 @@
 //! container's `/etc`, so a non-root container gets its cache (see the `owner` and `ldcache`
 //! module docs for the rule).
 
+// A test crate: a failed unwrap is the test failing, with its location.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};

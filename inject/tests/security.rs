@@ -2,6 +2,9 @@
 //! make us create or mount anything outside its rootfs (CVE-2024-0132, CVE-2024-0134,
 //! CVE-2025-23359).
 
+// A test crate: a failed unwrap is the test failing, with its location.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::os::unix::fs::symlink;

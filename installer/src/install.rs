@@ -3,7 +3,6 @@
 
 use std::ffi::OsString;
 use std::fs;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -78,8 +77,9 @@ fn install_steps(
             state.add_file(&dest);
         }
         // A new file renamed over the old one: a running gpuhook keeps its (old) inode.
-        gpuhook_runtime::atomic::write_atomic(&dest, bytes, 0o755)
-            .and_then(|()| fs::set_permissions(&dest, fs::Permissions::from_mode(0o755)))
+        gpuhook_fs::AtomicWriter::new(0o755)
+            .keep_owner()
+            .write(&dest, bytes)
             .with_context(|| format!("cannot install {}", dest.display()))?;
         tracing::info!(path = %dest.display(), "installed");
     }

@@ -13,6 +13,7 @@ use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+use gpuhook_fs::AtomicWriter;
 use serde::{Deserialize, Serialize};
 
 /// File name of the state record, in the install directory.
@@ -87,8 +88,9 @@ impl State {
     /// Writes the record atomically.
     pub fn save(&self, path: &Path) -> anyhow::Result<()> {
         let json = serde_json::to_vec_pretty(self).context("cannot encode the installer state")?;
-        gpuhook_runtime::atomic::write_atomic(path, &json, 0o600)
-            .with_context(|| format!("cannot write {}", path.display()))
+        let writer = AtomicWriter::new(0o600).keep_mode().keep_owner();
+        writer.write(path, &json)?;
+        Ok(())
     }
 
     /// Adds a directory the install created (once).
@@ -142,7 +144,9 @@ impl State {
             );
         }
         for c in &self.changed_files {
-            gpuhook_runtime::atomic::write_atomic(&c.path, &c.before, 0o644)
+            let writer = AtomicWriter::new(0o644).keep_mode().keep_owner();
+            writer
+                .write(&c.path, &c.before)
                 .with_context(|| format!("cannot restore {}", c.path.display()))?;
             tracing::info!(path = %c.path.display(), "restored");
         }

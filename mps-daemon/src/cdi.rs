@@ -175,24 +175,23 @@ pub fn remove_spec(path: &Path) -> Result<bool, CdiError> {
             return Err(CdiError::Io {
                 op: "read",
                 path: path.into(),
-                source,
+                error: source,
             })
         }
     };
     let ours = Spec::from_slice(&bytes, Some(Format::Json))
-        .map(|s| gpuhook_cdi::is_ours(&s, CDI_KIND))
         .map_err(|e| e.to_string())
-        .and_then(|r| r);
+        .and_then(|s| gpuhook_cdi::is_ours(&s, CDI_KIND).map_err(|e| e.to_string()));
     if let Err(reason) = ours {
         return Err(CdiError::NotOurs {
             path: path.into(),
             reason,
         });
     }
-    std::fs::remove_file(path).map_err(|source| CdiError::Io {
+    std::fs::remove_file(path).map_err(|error| CdiError::Io {
         op: "remove",
         path: path.into(),
-        source,
+        error,
     })?;
     Ok(true)
 }

@@ -116,7 +116,7 @@ impl DaemonProc {
         }
         let id = Identity::of(pid).ok_or_else(|| started(format!("pid {pid} vanished")))?;
         let record = record_path(layout);
-        if let Err(e) = layout::write_atomic(&record, id.to_record().as_bytes()) {
+        if let Err(e) = gpuhook_fs::write_atomic(&record, id.to_record().as_bytes(), 0o644) {
             tracing::warn!(error = %e, "cannot record the control daemon's identity");
         }
         Ok(DaemonProc { child, id, record })

@@ -18,8 +18,8 @@
 //! remove exactly those.
 
 use std::fs;
-use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::io;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 /// Paths of one GPU.
@@ -108,28 +108,6 @@ impl CreatedDirs {
     }
 }
 
-/// Writes `data` to `path` through a temp file in the same directory and a rename, so readers
-/// see either the old or the new content, never a partial file.
-pub fn write_atomic(path: &Path, data: &[u8]) -> io::Result<()> {
-    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
-    let tmp = path.with_file_name(format!(".{name}.tmp.{}", std::process::id()));
-    let res = (|| {
-        let mut f = fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o644)
-            .open(&tmp)?;
-        f.write_all(data)?;
-        f.sync_all()?;
-        fs::rename(&tmp, path)
-    })();
-    if res.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    res.map_err(|e| io::Error::new(e.kind(), format!("cannot write {}: {e}", path.display())))
-}
-
 /// Runs a blocking file-system or driver call on the blocking pool, bounded by `timeout`: a
 /// slow disk, a huge directory a tenant filled, or a hung driver call must not stall the
 /// supervisor (the call itself cannot be cancelled; it finishes on its own thread).
@@ -192,13 +170,10 @@ mod tests {
     }
 
     #[test]
-    fn atomic_write_replaces_and_leaves_no_temp() {
+    fn clean_dir_empties_the_directory() {
         let t = tempfile::tempdir().unwrap();
-        let p = t.path().join("ready");
-        write_atomic(&p, b"one").unwrap();
-        write_atomic(&p, b"two").unwrap();
-        assert_eq!(fs::read(&p).unwrap(), b"two");
-        assert_eq!(fs::read_dir(t.path()).unwrap().count(), 1);
+        fs::write(t.path().join("ready"), b"two").unwrap();
+        fs::create_dir(t.path().join("sub")).unwrap();
         clean_dir(t.path()).unwrap();
         assert_eq!(fs::read_dir(t.path()).unwrap().count(), 0);
     }

@@ -348,7 +348,7 @@ pub async fn write_loop(
                 let p = path.clone();
                 let write =
                     crate::layout::blocking("writing the status file", WRITE_TIMEOUT, move || {
-                        crate::layout::write_atomic(&p, &data).map_err(|e| e.to_string())
+                        gpuhook_fs::write_atomic(&p, &data, 0o644).map_err(|e| e.to_string())
                     });
                 if let Err(e) = write.await {
                     tracing::warn!(error = %e, "cannot write status file");

@@ -283,7 +283,8 @@ impl GpuSupervisor {
         });
         let path = self.layout.ready.clone();
         layout::blocking("writing the ready file", to, move || {
-            layout::write_atomic(&path, ready.to_string().as_bytes()).map_err(|e| e.to_string())
+            gpuhook_fs::write_atomic(&path, ready.to_string().as_bytes(), 0o644)
+                .map_err(|e| e.to_string())
         })
         .await?;
         self.board.update(&self.plan.uuid, |s| {

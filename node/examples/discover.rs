@@ -32,12 +32,12 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             })
             .collect();
         times.sort_by(f64::total_cmp);
-        let pct = |p: f64| times[((times.len() - 1) as f64 * p) as usize];
+        let pct = |percent: usize| times[(times.len() - 1) * percent / 100];
         eprintln!(
             "discover() over {iterations} runs: p50 {:.3} ms, p90 {:.3} ms, max {:.3} ms ({} GPUs)",
-            pct(0.5),
-            pct(0.9),
-            pct(1.0),
+            pct(50),
+            pct(90),
+            pct(100),
             d.inventory.gpus.len()
         );
     }

@@ -34,11 +34,10 @@ pub const MAX_PREVIEW_CHARS: usize = 200;
 /// Why a bounded read failed.
 #[derive(Debug, thiserror::Error)]
 pub enum BoundedReadError {
-    #[error("cannot read {}: {source}", path.display())]
+    #[error("cannot read {}: {error}", path.display())]
     Io {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("{} is larger than the limit of {limit} bytes; refusing to read it", path.display())]
     TooLarge { path: PathBuf, limit: u64 },
@@ -48,7 +47,7 @@ impl BoundedReadError {
     /// The I/O error kind, when it is one (e.g. to treat a missing file as defaults).
     pub fn io_kind(&self) -> Option<std::io::ErrorKind> {
         match self {
-            BoundedReadError::Io { source, .. } => Some(source.kind()),
+            BoundedReadError::Io { error, .. } => Some(error.kind()),
             BoundedReadError::TooLarge { .. } => None,
         }
     }
@@ -56,9 +55,9 @@ impl BoundedReadError {
 
 /// Reads all of `path`, refusing a file larger than `limit` bytes.
 pub fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>, BoundedReadError> {
-    let io = |source| BoundedReadError::Io {
+    let io = |error| BoundedReadError::Io {
         path: path.to_path_buf(),
-        source,
+        error,
     };
     let too_large = || BoundedReadError::TooLarge {
         path: path.to_path_buf(),
@@ -88,7 +87,7 @@ pub fn read_bounded_string(path: &Path, limit: u64) -> Result<String, BoundedRea
     let bytes = read_bounded(path, limit)?;
     String::from_utf8(bytes).map_err(|e| BoundedReadError::Io {
         path: path.to_path_buf(),
-        source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
+        error: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
     })
 }
 

@@ -6,10 +6,9 @@
 //! cheap staleness check: the driver version the kernel module reports now must still be the
 //! cached one. Writes are atomic (temp file + rename) so a reader never sees half a file.
 
-use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+
+use gpuhook_fs::{AtomicWriter, Outcome};
 
 use crate::error::NodeError;
 use crate::inventory::{Inventory, INVENTORY_FORMAT_VERSION};
@@ -41,57 +40,27 @@ impl Inventory {
     /// Writes the inventory as JSON to `path` atomically, mode 0644.
     pub fn save_json(&self, path: &Path) -> Result<(), NodeError> {
         let json = self.to_json_bytes(path)?;
-        self.write_json_bytes(path, &json)
+        Self::write_json_bytes(path, &json, AtomicWriter::new(0o644)).map(|_| ())
     }
 
     /// The file's bytes: pretty JSON and a final newline.
     fn to_json_bytes(&self, path: &Path) -> Result<Vec<u8>, NodeError> {
         let mut json = serde_json::to_vec_pretty(self).map_err(|e| NodeError::InventoryWrite {
             path: path.to_path_buf(),
-            source: std::io::Error::other(e),
+            error: std::io::Error::other(e),
         })?;
         json.push(b'\n');
         Ok(json)
     }
 
-    fn write_json_bytes(&self, path: &Path, json: &[u8]) -> Result<(), NodeError> {
-        let werr = |source| NodeError::InventoryWrite {
-            path: path.to_path_buf(),
-            source,
-        };
-        let dir = path
-            .parent()
-            .filter(|d| !d.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        static SEQ: AtomicU64 = AtomicU64::new(0);
-        let seq = SEQ.fetch_add(1, Ordering::Relaxed);
-        let tmp = dir.join(format!(".{name}.tmp.{}.{seq}", std::process::id()));
-        let result = (|| {
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(0o644)
-                .open(&tmp)?;
-            // The mode given to open() is filtered by the umask; make it exact.
-            f.set_permissions(std::fs::Permissions::from_mode(0o644))?;
-            f.write_all(json)?;
-            f.sync_all()?;
-            std::fs::rename(&tmp, path)?;
-            // Persist the rename; not all filesystems support fsync on a directory.
-            if let Ok(d) = std::fs::File::open(dir) {
-                let _ = d.sync_all();
-            }
-            Ok(())
-        })();
-        if result.is_err() {
-            let _ = std::fs::remove_file(&tmp);
-        }
-        result.map_err(werr)
+    fn write_json_bytes(path: &Path, json: &[u8], writer: AtomicWriter) -> Result<bool, NodeError> {
+        let outcome = writer
+            .write(path, json)
+            .map_err(|e| NodeError::InventoryWrite {
+                path: path.to_path_buf(),
+                error: e.into_io(),
+            })?;
+        Ok(outcome == Outcome::Written)
     }
 
     /// Reads an inventory saved by [`Inventory::save_json`], checking its format version.
@@ -121,13 +90,7 @@ impl Inventory {
     /// wrote. Comparing bytes spares `cdi generate` parsing the old cache on every run.
     pub fn save_json_if_changed(&self, path: &Path) -> Result<bool, NodeError> {
         let json = self.to_json_bytes(path)?;
-        let same = crate::bounded::read_bounded(path, crate::bounded::MAX_INVENTORY_BYTES)
-            .is_ok_and(|old| old == json);
-        if same {
-            return Ok(false);
-        }
-        self.write_json_bytes(path, &json)?;
-        Ok(true)
+        Self::write_json_bytes(path, &json, AtomicWriter::new(0o644).skip_unchanged())
     }
 
     /// Compares the cached inventory with the node as it is now.
@@ -158,7 +121,7 @@ pub fn node_driver_version(driver_root: &Path) -> Option<String> {
 pub fn load_fresh(path: &Path, driver_root: &Path) -> Result<Option<Inventory>, NodeError> {
     let inv = match Inventory::load_json(path) {
         Ok(inv) => inv,
-        Err(NodeError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+        Err(NodeError::Io { error, .. }) if error.kind() == std::io::ErrorKind::NotFound => {
             return Ok(None)
         }
         Err(e) => return Err(e),
@@ -241,6 +204,7 @@ mod tests {
         inv.save_json(&path).unwrap();
         inv.save_json(&path).unwrap();
         assert_eq!(Inventory::load_json(&path).unwrap(), inv);
+        use std::os::unix::fs::PermissionsExt;
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o644);
         let leftovers: Vec<_> = std::fs::read_dir(path.parent().unwrap())

@@ -11,8 +11,7 @@
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
 
-use serde::{Deserialize, Serialize};
-
+pub use crate::inventory::DevNode;
 use crate::inventory::{join_under, Gpu, MigControlCaps};
 
 /// `/dev/nvidiactl`.
@@ -34,19 +33,6 @@ pub fn cap_node_path(minor: u32) -> String {
 /// Container path of a GPU node.
 pub fn gpu_node_path(minor: u32) -> String {
     format!("/dev/nvidia{minor}")
-}
-
-/// One character device node found under the dev root.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct DevNode {
-    /// Container path (`/dev/nvidia0`); the host path is `dev_root` + this.
-    pub path: String,
-    pub major: u32,
-    pub minor: u32,
-    /// Permission bits (`0o666`, `0o444`), without the file type.
-    pub mode: u32,
-    pub uid: u32,
-    pub gid: u32,
 }
 
 /// `lstat` of `dev_root` + `path`, when it is a character device.

@@ -139,7 +139,7 @@ pub fn discover(opts: &DiscoverOptions) -> Result<Discovery, NodeError> {
 fn load_ld_cache(path: &Path, warnings: &mut Vec<String>) -> Result<Option<LdCache>, NodeError> {
     match LdCache::load(path) {
         Ok(c) => Ok(Some(c)),
-        Err(NodeError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+        Err(NodeError::Io { error, .. }) if error.kind() == std::io::ErrorKind::NotFound => {
             warnings.push(format!(
                 "{} does not exist: searched {} for libraries instead",
                 path.display(),

@@ -6,9 +6,11 @@
 
 use std::path::PathBuf;
 
-use crate::ldcache::LdCacheError;
-
 /// Errors returned by discovery, NVML and the inventory cache.
+///
+/// A cause (an I/O error, a parse error) is part of its variant's message, in a field named
+/// `error` and deliberately not a `#[source]`: callers print errors with `to_string()` (logs) or
+/// as an `anyhow` chain (`{:#}`, the CLI), and either way the cause appears once.
 #[derive(Debug, thiserror::Error)]
 pub enum NodeError {
     /// Neither the kernel module's `/proc` files nor a `libcuda` were found under the root.
@@ -30,11 +32,10 @@ pub enum NodeError {
     },
 
     /// A file could not be read.
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}: {error}")]
     Io {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
 
     /// A file is larger than any real one of its kind.
@@ -45,14 +46,10 @@ pub enum NodeError {
 
     /// `ld.so.cache` is truncated, corrupt or of an unknown format.
     #[error(
-        "ld.so.cache {path} is unusable: {source}; regenerate it with `ldconfig` (for a driver root \
+        "ld.so.cache {path} is unusable: {error}; regenerate it with `ldconfig` (for a driver root \
          other than /: `ldconfig -r <driver-root>`)"
     )]
-    LdCache {
-        path: PathBuf,
-        #[source]
-        source: LdCacheError,
-    },
+    LdCache { path: PathBuf, error: LdCacheError },
 
     /// A `/proc` file of the driver has content we cannot parse.
     #[error(
@@ -101,12 +98,39 @@ pub enum NodeError {
     InventoryCache { path: PathBuf, reason: String },
 
     /// Writing the inventory cache failed.
-    #[error("cannot write inventory cache {path}: {source}; check that its directory exists and is writable")]
+    #[error("cannot write inventory cache {path}: {error}; check that its directory exists and is writable")]
     InventoryWrite {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
+}
+
+/// Why a cache could not be parsed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LdCacheError {
+    #[error("the file is empty")]
+    Empty,
+    #[error("unknown magic {found:?} (expected \"glibc-ld.so.cache1.1\" or \"ld.so-1.7.0\")")]
+    UnknownMagic { found: String },
+    #[error("unsupported new-format version {found:?} (expected \"1.1\")")]
+    UnsupportedVersion { found: String },
+    #[error("truncated: {what} needs bytes {offset}..{end} but the file has {len}")]
+    Truncated {
+        what: &'static str,
+        offset: usize,
+        end: usize,
+        len: usize,
+    },
+    #[error("entry {index}: string offset {offset} points outside the file ({len} bytes)")]
+    StringOutOfBounds {
+        index: usize,
+        offset: usize,
+        len: usize,
+    },
+    #[error("entry {index}: string at offset {offset} is not NUL-terminated")]
+    Unterminated { index: usize, offset: usize },
+    #[error("the cache was written for {0} byte order, not this host's")]
+    WrongEndian(&'static str),
 }
 
 fn fmt_target(target: &Option<String>) -> String {
@@ -120,17 +144,17 @@ impl From<crate::bounded::BoundedReadError> for NodeError {
     fn from(e: crate::bounded::BoundedReadError) -> Self {
         use crate::bounded::BoundedReadError as B;
         match e {
-            B::Io { path, source } => NodeError::Io { path, source },
+            B::Io { path, error } => NodeError::Io { path, error },
             B::TooLarge { path, limit } => NodeError::TooLarge { path, limit },
         }
     }
 }
 
 impl NodeError {
-    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+    pub(crate) fn io(path: impl Into<PathBuf>, error: std::io::Error) -> Self {
         NodeError::Io {
             path: path.into(),
-            source,
+            error,
         }
     }
 }

@@ -43,11 +43,10 @@ const MAX_CAP_DEPTH: usize = 5;
 pub enum FingerprintError {
     #[error(transparent)]
     Read(#[from] BoundedReadError),
-    #[error("cannot list {}: {source}", path.display())]
+    #[error("cannot list {}: {error}", path.display())]
     List {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("{} has more than {limit} entries; refusing to fingerprint a driver root this large", path.display())]
     TooMany { path: PathBuf, limit: usize },
@@ -180,7 +179,7 @@ impl Fingerprint {
                     self.entries.insert(child, Vec::new());
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(source) => return Err(FingerprintError::List { path, source }),
+                Err(error) => return Err(FingerprintError::List { path, error }),
             }
         }
         Ok(())
@@ -202,9 +201,9 @@ pub fn parse_mig_access_path(rel: &str) -> Option<(u32, u32, Option<u32>)> {
 
 /// Sorted names in `dir` (at most [`MAX_DIR_ENTRIES`]); a missing directory is empty.
 fn list_dir(dir: &Path) -> Result<Vec<String>, FingerprintError> {
-    let list = |source| FingerprintError::List {
+    let list = |error| FingerprintError::List {
         path: dir.to_path_buf(),
-        source,
+        error,
     };
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,

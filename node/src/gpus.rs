@@ -131,7 +131,7 @@ pub fn gpus_from_procfs(proc: &ProcFs) -> Result<Vec<Gpu>, NodeError> {
         .into_iter()
         .enumerate()
         .map(|(i, g)| Gpu {
-            index: i as u32,
+            index: u32::try_from(i).unwrap_or(u32::MAX),
             minor: g.minor,
             uuid: g.uuid,
             pci_bus_id: g.pci_bus_id,

@@ -210,14 +210,14 @@ pub struct DriverFiles {
     /// by path. `None` in an inventory not made by discovery (or saved by an older gpuhook): the
     /// nodes' existence and modes are then unknown.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub device_nodes: Option<Vec<crate::devnodes::DevNode>>,
+    pub device_nodes: Option<Vec<DevNode>>,
 }
 
 /// What an inventory knows about one device node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NodeState<'a> {
     /// It exists on the node, with this mode and owner.
-    Present(&'a crate::devnodes::DevNode),
+    Present(&'a DevNode),
     /// Discovery looked and it does not exist.
     Absent,
     /// The inventory does not say (not made by discovery).
@@ -259,6 +259,19 @@ pub fn join_under(root: &Path, path: &Path) -> PathBuf {
     } else {
         root.join(rel)
     }
+}
+
+/// One character device node found under the dev root.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct DevNode {
+    /// Container path (`/dev/nvidia0`); the host path is `dev_root` + this.
+    pub path: String,
+    pub major: u32,
+    pub minor: u32,
+    /// Permission bits (`0o666`, `0o444`), without the file type.
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
 }
 
 #[cfg(test)]

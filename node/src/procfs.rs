@@ -239,7 +239,7 @@ impl ProcFs {
         let path = self.path(p);
         match read_bounded_string(&path, MAX_PROC_BYTES).map_err(NodeError::from) {
             Ok(s) => Ok(Some(s)),
-            Err(NodeError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+            Err(NodeError::Io { error, .. }) if error.kind() == std::io::ErrorKind::NotFound => {
                 Ok(None)
             }
             Err(e) => Err(e),

@@ -12,7 +12,6 @@
 //! config in place (comments and unrelated settings kept), for each config version.
 
 pub mod argv;
-pub mod atomic;
 pub mod configure;
 pub mod exec;
 pub mod legacy;

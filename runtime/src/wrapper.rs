@@ -18,7 +18,8 @@ use serde_json::Value;
 use crate::argv::{self, Intercept};
 use crate::exec::{find_runtime, ExecPlan};
 use crate::takeover::{run_beside, EarlyWork, HookTakeover, Outcome};
-use crate::{atomic, legacy, reinject, runclog};
+use crate::{legacy, reinject, runclog};
+use gpuhook_fs::AtomicWriter;
 
 /// Error type of the caller's callbacks.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -297,13 +298,17 @@ pub fn edit_bundle_with(
         path: path.clone(),
         source: e.into(),
     })?;
-    // Atomic, not durable: see `atomic::write_atomic_with`.
-    atomic::write_atomic_with(&path, &out, 0o644, false).map_err(|source| {
-        RuntimeError::WriteSpec {
+    // Atomic, not durable: see `gpuhook_fs::AtomicWriter::durable`.
+    let writer = AtomicWriter::new(0o644)
+        .keep_mode()
+        .keep_owner()
+        .durable(false);
+    writer
+        .write(&path, &out)
+        .map_err(|e| RuntimeError::WriteSpec {
             path: path.clone(),
-            source,
-        }
-    })?;
+            source: e.into_io(),
+        })?;
     if let Some(names) = injection.cdi_names() {
         let devices = preview_list(names, MAX_NAMES_SHOWN);
         tracing::info!(bundle = %bundle.display(), devices = %devices, "injected CDI devices");

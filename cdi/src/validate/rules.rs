@@ -176,7 +176,7 @@ pub(super) fn check(spec: &Spec) -> Vec<ValidationError> {
         }
     }
     if let Err(e) = parse_kind(&spec.kind) {
-        errs.add("kind", e);
+        errs.add("kind", e.to_string());
     }
     check_annotations(&mut errs, "annotations", &spec.annotations);
     if spec.devices.is_empty() {
@@ -186,7 +186,7 @@ pub(super) fn check(spec: &Spec) -> Vec<ValidationError> {
     for (i, d) in spec.devices.iter().enumerate() {
         let p = format!("devices[{i}]");
         if let Err(e) = validate_device_name(&d.name) {
-            errs.add(format!("{p}.name"), e);
+            errs.add(format!("{p}.name"), e.to_string());
         } else if !names.insert(d.name.as_str()) {
             errs.add(
                 format!("{p}.name"),

@@ -170,12 +170,21 @@ pub struct GenerateArgs {
     pub nvidia: NvidiaFlags,
 }
 
-fn vendor(s: &str) -> Result<String, String> {
-    validate_vendor(s).map(|()| s.to_string())
+/// A `--vendor`/`--class` value that is not a CDI name part; the message is gpuhook-cdi's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidNamePart(String);
+
+fn vendor(s: &str) -> Result<String, InvalidNamePart> {
+    validate_vendor(s)
+        .map(|()| s.to_string())
+        .map_err(|e| InvalidNamePart(e.to_string()))
 }
 
-fn class(s: &str) -> Result<String, String> {
-    validate_class(s).map(|()| s.to_string())
+fn class(s: &str) -> Result<String, InvalidNamePart> {
+    validate_class(s)
+        .map(|()| s.to_string())
+        .map_err(|e| InvalidNamePart(e.to_string()))
 }
 
 /// Arguments of `gpuhook cdi list`.

@@ -56,7 +56,7 @@ pub fn read_bundle_config(bundle: &Path) -> Result<BundleJson, PrestartError> {
             "larger than {} MiB; refusing to parse it",
             MAX_CONFIG_BYTES >> 20
         )),
-        BoundedReadError::Io { source, .. } => err(source.to_string()),
+        BoundedReadError::Io { error, .. } => err(error.to_string()),
     })?;
     let value: Value = serde_json::from_slice(&bytes).map_err(|e| err(e.to_string()))?;
     if !value.is_object() {

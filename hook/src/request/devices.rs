@@ -189,7 +189,7 @@ pub fn parse_id(id: &str, origin: RequestSource) -> Result<DeviceId, RequestErro
             .map_err(|reason| RequestError::InvalidCdiName {
                 name: preview(id),
                 origin,
-                reason,
+                reason: reason.to_string(),
             });
     }
     if id.bytes().all(|b| b.is_ascii_digit()) {
@@ -245,7 +245,7 @@ pub fn parse_id(id: &str, origin: RequestSource) -> Result<DeviceId, RequestErro
             return Ok(DeviceId::MigIndex { gpu, mig });
         }
     }
-    validate_device_name(id).map_err(invalid)?;
+    validate_device_name(id).map_err(|e| invalid(e.to_string()))?;
     Ok(DeviceId::Name(id.to_string()))
 }
 

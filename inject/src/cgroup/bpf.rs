@@ -78,17 +78,18 @@ pub fn build_device_program(rules: &[DeviceRule]) -> Vec<BpfInsn> {
         }
         if let Some(major) = rule.major {
             jumps.push(block.len());
-            block.push(insn(JMP_JNE_K, 4, 0, 0, major as i32));
+            // The immediate is the u32 major reinterpreted: the program compares 32-bit values.
+            block.push(insn(JMP_JNE_K, 4, 0, 0, major.cast_signed()));
         }
         if let Some(minor) = rule.minor {
             jumps.push(block.len());
-            block.push(insn(JMP_JNE_K, 5, 0, 0, minor as i32));
+            block.push(insn(JMP_JNE_K, 5, 0, 0, minor.cast_signed()));
         }
         block.push(insn(ALU64_MOV_K, 0, 0, 0, i32::from(rule.allow)));
         block.push(insn(JMP_EXIT, 0, 0, 0, 0));
         let len = block.len();
         for j in &jumps {
-            block[*j].off = (len - j - 1) as i16;
+            block[*j].off = i16::try_from(len - j - 1).expect("a rule is a few instructions");
         }
         prog.extend(block);
         if jumps.is_empty() {
@@ -104,6 +105,14 @@ pub fn build_device_program(rules: &[DeviceRule]) -> Vec<BpfInsn> {
 /// Interpret a program built by [`build_device_program`] (only the opcodes it emits) for one
 /// access; lets the unit tests check the semantics, not just the bytes.
 #[cfg(test)]
+// It emulates the BPF machine's 32-bit ALU and sign-extended immediates: truncating and
+// reinterpreting casts are its semantics.
+#[allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap,
+    clippy::cast_lossless
+)]
 pub(crate) fn interpret(prog: &[BpfInsn], kind: i32, access: u32, major: u32, minor: u32) -> u64 {
     let ctx = [((access << 16) | kind as u32), major, minor];
     let mut r = [0u64; 11];
@@ -193,7 +202,7 @@ mod tests {
         let p = build_device_program(&rules);
         assert_eq!(interpret(&p, C, RW, 1, 3), 1);
         assert_eq!(
-            interpret(&p, C, Access::MKNOD as u32, 1, 3),
+            interpret(&p, C, u32::from(Access::MKNOD), 1, 3),
             0,
             "m not granted"
         );

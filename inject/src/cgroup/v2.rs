@@ -82,7 +82,7 @@ fn bpf<T>(cmd: libc::c_long, attr: &mut T) -> io::Result<i64> {
             libc::SYS_bpf,
             cmd,
             attr as *mut T,
-            std::mem::size_of::<T>() as libc::c_uint,
+            libc::c_uint::try_from(std::mem::size_of::<T>()).expect("bpf attrs are small"),
         )
     };
     if rc < 0 {
@@ -94,7 +94,7 @@ fn bpf<T>(cmd: libc::c_long, attr: &mut T) -> io::Result<i64> {
 
 fn owned(fd: i64) -> OwnedFd {
     // SAFETY: bpf returned a new descriptor owned by nobody else.
-    unsafe { OwnedFd::from_raw_fd(fd as i32) }
+    unsafe { OwnedFd::from_raw_fd(i32::try_from(fd).expect("the kernel returns an int fd")) }
 }
 
 /// Load a device program; on failure the verifier log is part of the error.
@@ -105,11 +105,11 @@ pub(crate) fn load_program(insns: &[BpfInsn], path: &Path) -> Result<OwnedFd> {
     name[..7].copy_from_slice(b"gpuhook");
     let mut attr = ProgLoadAttr {
         prog_type: BPF_PROG_TYPE_CGROUP_DEVICE,
-        insn_cnt: insns.len() as u32,
+        insn_cnt: u32::try_from(insns.len()).expect("a device program is far below 4G insns"),
         insns: insns.as_ptr() as u64,
         license: license.as_ptr() as u64,
         log_level: 1,
-        log_size: log.len() as u32,
+        log_size: u32::try_from(log.len()).expect("64 KiB"),
         log_buf: log.as_mut_ptr() as u64,
         prog_name: name,
         expected_attach_type: BPF_CGROUP_DEVICE,
@@ -126,16 +126,14 @@ pub(crate) fn load_program(insns: &[BpfInsn], path: &Path) -> Result<OwnedFd> {
             } else {
                 format!("; verifier: {text}")
             },
-            source,
+            error: source,
         }
     })
 }
 
 /// Whether this kernel lets us load a cgroup device program (probe for tests and diagnostics).
-pub fn bpf_device_programs_supported() -> std::result::Result<(), String> {
-    load_program(&build_device_program(&[]), Path::new("(probe)"))
-        .map(drop)
-        .map_err(|e| e.to_string())
+pub fn bpf_device_programs_supported() -> Result<()> {
+    load_program(&build_device_program(&[]), Path::new("(probe)")).map(drop)
 }
 
 /// A cgroup2 directory whose device access is governed by eBPF.
@@ -156,7 +154,7 @@ impl V2Devices {
             op,
             path: self.dir.clone(),
             log: String::new(),
-            source,
+            error: source,
         }
     }
 
@@ -174,14 +172,14 @@ impl V2Devices {
         let cg = self.open_dir()?;
         let mut ids = vec![0u32; MAX_PROGS];
         let mut q = QueryAttr {
-            target_fd: cg.as_raw_fd() as u32,
+            target_fd: cg.as_raw_fd().cast_unsigned(),
             attach_type: BPF_CGROUP_DEVICE,
             prog_ids: ids.as_mut_ptr() as u64,
-            prog_cnt: MAX_PROGS as u32,
+            prog_cnt: u32::try_from(MAX_PROGS).expect("a small constant"),
             ..Default::default()
         };
         bpf(BPF_PROG_QUERY, &mut q).map_err(|e| self.bpf_err("BPF_PROG_QUERY", e))?;
-        ids.truncate(q.prog_cnt as usize);
+        ids.truncate(usize::try_from(q.prog_cnt).unwrap_or(MAX_PROGS));
         Ok((ids, q.attach_flags))
     }
 
@@ -202,8 +200,8 @@ impl V2Devices {
             })
             .collect::<Result<_>>()?;
         let mut attach = AttachAttr {
-            target_fd: cg.as_raw_fd() as u32,
-            attach_bpf_fd: prog.as_raw_fd() as u32,
+            target_fd: cg.as_raw_fd().cast_unsigned(),
+            attach_bpf_fd: prog.as_raw_fd().cast_unsigned(),
             attach_type: BPF_CGROUP_DEVICE,
             attach_flags: BPF_F_ALLOW_MULTI,
             replace_bpf_fd: 0,
@@ -216,7 +214,7 @@ impl V2Devices {
         }
         if old.len() == 1 {
             attach.attach_flags |= BPF_F_REPLACE;
-            attach.replace_bpf_fd = old[0].as_raw_fd() as u32;
+            attach.replace_bpf_fd = old[0].as_raw_fd().cast_unsigned();
             bpf(BPF_PROG_ATTACH, &mut attach)
                 .map_err(|e| self.bpf_err("BPF_PROG_ATTACH(REPLACE)", e))?;
             return Ok(());
@@ -224,8 +222,8 @@ impl V2Devices {
         bpf(BPF_PROG_ATTACH, &mut attach).map_err(|e| self.bpf_err("BPF_PROG_ATTACH", e))?;
         for fd in &old {
             let mut detach = AttachAttr {
-                target_fd: cg.as_raw_fd() as u32,
-                attach_bpf_fd: fd.as_raw_fd() as u32,
+                target_fd: cg.as_raw_fd().cast_unsigned(),
+                attach_bpf_fd: fd.as_raw_fd().cast_unsigned(),
                 attach_type: BPF_CGROUP_DEVICE,
                 ..Default::default()
             };
@@ -254,8 +252,8 @@ mod tests {
         let prog = load_program(&build_device_program(rules), cg).unwrap();
         let dir = std::fs::File::open(cg).unwrap();
         let mut a = AttachAttr {
-            target_fd: dir.as_raw_fd() as u32,
-            attach_bpf_fd: prog.as_raw_fd() as u32,
+            target_fd: dir.as_raw_fd().cast_unsigned(),
+            attach_bpf_fd: prog.as_raw_fd().cast_unsigned(),
             attach_type: BPF_CGROUP_DEVICE,
             attach_flags: flags,
             replace_bpf_fd: 0,

@@ -30,8 +30,11 @@ use std::time::Duration;
 
 use crate::seccomp::NoSyncFilter;
 
+mod confine;
+mod error;
 mod process;
 
+pub(crate) use error::SandboxError;
 pub(crate) use process::Sandboxed;
 
 /// Limits for the sandboxed process.
@@ -141,167 +144,7 @@ impl Plan {
             libc::_exit(128 + libc::WTERMSIG(status))
         }
     }
-
-    /// pid 1 of the new pid namespace: confine and exec.
-    fn grandchild(&self) -> ! {
-        let l = self.limits;
-        // SAFETY: only async-signal-safe syscalls; every pointer comes from the prepared plan.
-        unsafe {
-            check(
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL),
-                b"prctl(PDEATHSIG)",
-            );
-            check(
-                libc::mount(
-                    std::ptr::null(),
-                    c"/".as_ptr(),
-                    std::ptr::null(),
-                    libc::MS_REC | libc::MS_PRIVATE,
-                    std::ptr::null(),
-                ),
-                b"make mounts private",
-            );
-            // The root fd belongs to the *old* mount namespace: mounting below it would fail
-            // (EINVAL). Reach the rootfs by its trusted host path in the new namespace and check
-            // it is the very directory the fd refers to.
-            check(libc::chdir(self.root_path.as_ptr()), b"chdir(rootfs)");
-            let mut st: libc::stat = std::mem::zeroed();
-            check(libc::stat(c".".as_ptr(), &mut st), b"stat(rootfs)");
-            if st.st_dev != self.root_dev || st.st_ino != self.root_ino {
-                fail(b"rootfs path no longer refers to the opened root");
-            }
-            self.pivot_into_cwd();
-            for dir in self.masks {
-                let mut st: libc::stat = std::mem::zeroed();
-                let p = dir.as_ptr().cast();
-                if libc::lstat(p, &mut st) == 0 && st.st_mode & libc::S_IFMT == libc::S_IFDIR {
-                    check(
-                        libc::mount(
-                            self.tmpfs.as_ptr().cast(),
-                            p,
-                            self.tmpfs.as_ptr().cast(),
-                            libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-                            c"mode=0555".as_ptr().cast(),
-                        ),
-                        b"mount read-only tmpfs",
-                    );
-                }
-            }
-            let lim = |res, v: u64| {
-                let r = libc::rlimit {
-                    rlim_cur: v,
-                    rlim_max: v,
-                };
-                check(libc::setrlimit(res, &r), b"setrlimit");
-            };
-            lim(libc::RLIMIT_CPU, l.cpu_seconds);
-            lim(libc::RLIMIT_AS, 1 << 30);
-            lim(libc::RLIMIT_NOFILE, 1024);
-            lim(libc::RLIMIT_FSIZE, 256 << 20);
-            lim(libc::RLIMIT_CORE, 0);
-            check(
-                libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0),
-                b"no_new_privs",
-            );
-            for cap in 0..=self.last_cap {
-                libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0);
-            }
-            libc::prctl(
-                libc::PR_CAP_AMBIENT,
-                libc::PR_CAP_AMBIENT_CLEAR_ALL,
-                0,
-                0,
-                0,
-            );
-            // uid 0 gets no capabilities back at exec, whatever the file says (needs
-            // CAP_SETPCAP, so before the capabilities go).
-            check(
-                libc::prctl(
-                    libc::PR_SET_SECUREBITS,
-                    SECBIT_NOROOT | SECBIT_NOROOT_LOCKED,
-                    0,
-                    0,
-                    0,
-                ),
-                b"securebits(NOROOT)",
-            );
-            check(libc::setgroups(0, std::ptr::null()), b"setgroups");
-            check(libc::setresgid(l.gid, l.gid, l.gid), b"setresgid");
-            check(libc::setresuid(l.uid, l.uid, l.uid), b"setresuid");
-            // Drop every capability (matters when the container user is root).
-            let header = [0x2008_0522u32, 0u32];
-            let data = [0u32; 6];
-            check(
-                libc::syscall(libc::SYS_capset, header.as_ptr(), data.as_ptr()) as libc::c_int,
-                b"capset",
-            );
-            // No descriptor of ours (the root fd, other threads' non-CLOEXEC fds) survives exec.
-            check(
-                libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 4u32) as libc::c_int,
-                b"close_range(CLOEXEC)",
-            );
-            // Best effort: without it ldconfig merely fsyncs its cache.
-            if let Some(filter) = &self.no_sync {
-                filter.install();
-            }
-            libc::syscall(
-                libc::SYS_execveat,
-                self.exe_fd,
-                c"".as_ptr(),
-                self.argv.as_ptr(),
-                self.envp.as_ptr(),
-                libc::AT_EMPTY_PATH,
-            );
-            fail(b"execveat(host ldconfig)")
-        }
-    }
 }
-
-impl Plan {
-    /// Makes the current directory (the rootfs, checked) the root of the mount namespace:
-    /// bind-mounted onto itself with its submounts (pivot_root needs a mount point; the driver
-    /// libraries mounted below it must stay visible), `pivot_root(".", ".")`, then the old root,
-    /// stacked on top, detached. Unlike chroot, nothing of the host's tree stays reachable.
-    ///
-    /// Runs in the forked grandchild, with CAP_SYS_ADMIN, before the capabilities are dropped.
-    fn pivot_into_cwd(&self) {
-        // SAFETY: only async-signal-safe syscalls on NUL-terminated static strings and the
-        // prepared plan; `st` is a valid out pointer.
-        unsafe {
-            check(
-                libc::mount(
-                    c".".as_ptr(),
-                    c".".as_ptr(),
-                    std::ptr::null(),
-                    libc::MS_BIND | libc::MS_REC,
-                    std::ptr::null(),
-                ),
-                b"bind-mount the rootfs onto itself",
-            );
-            // Enter the new mount (the cwd still refers to the one below it) and check it is still
-            // the directory the root fd refers to.
-            check(libc::chdir(self.root_path.as_ptr()), b"chdir(rootfs mount)");
-            let mut st: libc::stat = std::mem::zeroed();
-            check(libc::stat(c".".as_ptr(), &mut st), b"stat(rootfs mount)");
-            if st.st_dev != self.root_dev || st.st_ino != self.root_ino {
-                fail(b"rootfs path no longer refers to the opened root");
-            }
-            check(
-                libc::syscall(libc::SYS_pivot_root, c".".as_ptr(), c".".as_ptr()) as libc::c_int,
-                b"pivot_root",
-            );
-            check(
-                libc::umount2(c".".as_ptr(), libc::MNT_DETACH),
-                b"detach the old root",
-            );
-            check(libc::chdir(c"/".as_ptr()), b"chdir(/)");
-        }
-    }
-}
-
-/// `SECBIT_NOROOT` and its lock from `<linux/securebits.h>`.
-const SECBIT_NOROOT: libc::c_ulong = 1 << 0;
-const SECBIT_NOROOT_LOCKED: libc::c_ulong = 1 << 1;
 
 fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0; 2];
@@ -338,7 +181,7 @@ pub(crate) fn spawn_sandboxed(
     exe: &File,
     args: &[CString],
     limits: Limits,
-) -> Result<Sandboxed, String> {
+) -> Result<Sandboxed, SandboxError> {
     let last_cap = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
         .ok()
         .and_then(|s| s.trim().parse().ok())
@@ -349,10 +192,13 @@ pub(crate) fn spawn_sandboxed(
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: `root` is a live fd and `st` a valid out pointer.
     if unsafe { libc::fstat(root.as_raw_fd(), &mut st) } < 0 {
-        return Err(format!("fstat root: {}", std::io::Error::last_os_error()));
+        return Err(SandboxError::setup(
+            "fstat root",
+            std::io::Error::last_os_error(),
+        ));
     }
     let root_path = CString::new(root_path.as_os_str().as_encoded_bytes())
-        .map_err(|_| "rootfs path contains NUL".to_string())?;
+        .map_err(|_| SandboxError::NulInRootPath)?;
     let plan = Plan {
         root_path,
         root_dev: st.st_dev,
@@ -366,16 +212,16 @@ pub(crate) fn spawn_sandboxed(
         last_cap,
         no_sync: NoSyncFilter::new(),
     };
-    let (out_r, out_w) = pipe().map_err(|e| format!("pipe: {e}"))?;
-    let (err_r, err_w) = pipe().map_err(|e| format!("pipe: {e}"))?;
-    let devnull = File::open("/dev/null").map_err(|e| format!("open /dev/null: {e}"))?;
+    let (out_r, out_w) = pipe().map_err(|e| SandboxError::setup("pipe", e))?;
+    let (err_r, err_w) = pipe().map_err(|e| SandboxError::setup("pipe", e))?;
+    let devnull = File::open("/dev/null").map_err(|e| SandboxError::setup("open /dev/null", e))?;
     // SAFETY: the child only performs async-signal-safe syscalls on data prepared above (see
     // `Plan`) and never returns: it execs ldconfig or _exits. We do not use `Command` because its
     // spawn() blocks until the child execs, and our intermediate never does (it waits for the
     // grandchild), which would defeat the timeout.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
-        return Err(format!("fork: {}", std::io::Error::last_os_error()));
+        return Err(SandboxError::setup("fork", std::io::Error::last_os_error()));
     }
     if pid == 0 {
         // SAFETY: dup2 onto the standard descriptors (async-signal-safe) in the new child.

@@ -1,6 +1,7 @@
 //! The parent's side of a sandboxed process: waiting for it (woken by a pidfd at its exit,
 //! killed after the timeout) and killing it when dropped unwaited.
 
+use super::SandboxError;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
@@ -11,8 +12,9 @@ fn pidfd_open(pid: libc::pid_t) -> Option<OwnedFd> {
     if fd < 0 {
         return None;
     }
+    let fd = RawFd::try_from(fd).ok()?;
     // SAFETY: the descriptor is fresh and owned by nobody else.
-    Some(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+    Some(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// Block until `fd` is readable or `timeout` passes (the caller then checks which).
@@ -22,7 +24,7 @@ fn wait_readable(fd: &OwnedFd, timeout: Duration) {
         events: libc::POLLIN,
         revents: 0,
     };
-    let ms = timeout.as_millis().clamp(1, i32::MAX as u128) as libc::c_int;
+    let ms = libc::c_int::try_from(timeout.as_millis().max(1)).unwrap_or(libc::c_int::MAX);
     // SAFETY: one valid pollfd; EINTR or a timeout just returns to the caller's loop.
     unsafe { libc::poll(&mut pfd, 1, ms) };
 }
@@ -94,7 +96,7 @@ impl Sandboxed {
 
     /// Waits for the process (killing it after the timeout); `Err` names how it failed, with its
     /// output.
-    pub(crate) fn wait(mut self) -> Result<(), String> {
+    pub(crate) fn wait(mut self) -> Result<(), SandboxError> {
         let status = self.reap()?;
         let stdout = self
             .out
@@ -117,15 +119,15 @@ impl Sandboxed {
         } else {
             format!("killed by signal {}", libc::WTERMSIG(status))
         };
-        Err(format!(
-            "{how}; stderr: {}; stdout: {}",
-            String::from_utf8_lossy(&stderr).trim(),
-            String::from_utf8_lossy(&stdout).trim()
-        ))
+        Err(SandboxError::Failed {
+            how,
+            stderr: String::from_utf8_lossy(&stderr).trim().to_string(),
+            stdout: String::from_utf8_lossy(&stdout).trim().to_string(),
+        })
     }
 
     /// The wait status; without a pidfd, polls often at first, then backs off to 10 ms.
-    fn reap(&mut self) -> Result<libc::c_int, String> {
+    fn reap(&mut self) -> Result<libc::c_int, SandboxError> {
         let (pid, start, timeout) = (self.pid, self.start, self.timeout);
         let mut backoff = Duration::from_micros(100);
         let status = loop {
@@ -142,7 +144,7 @@ impl Sandboxed {
                 }
                 // ECHILD: reaped elsewhere (SIGCHLD ignored); nothing left to kill or reap.
                 self.reaped = e.raw_os_error() == Some(libc::ECHILD);
-                return Err(format!("waitpid: {e}"));
+                return Err(SandboxError::Wait { error: e });
             }
             let elapsed = start.elapsed();
             if elapsed > timeout {
@@ -152,9 +154,7 @@ impl Sandboxed {
                     libc::waitpid(pid, &mut status, 0);
                 }
                 self.reaped = true;
-                return Err(format!(
-                    "timed out after {timeout:?}; killed (a huge or hostile library directory?)"
-                ));
+                return Err(SandboxError::TimedOut { timeout });
             }
             match &self.exit_fd {
                 Some(fd) => wait_readable(fd, timeout - elapsed),
@@ -166,7 +166,7 @@ impl Sandboxed {
         };
         self.reaped = true;
         tracing::debug!(
-            elapsed_us = start.elapsed().as_micros() as u64,
+            elapsed_us = u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX),
             "sandboxed process exited"
         );
         Ok(status)

@@ -17,6 +17,7 @@
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+pub use crate::error::LdCacheError;
 use crate::error::NodeError;
 
 #[cfg(test)]
@@ -52,34 +53,6 @@ pub const FLAG_AARCH64_LIB64: u32 = 0x0a00;
 pub const FLAG_POWERPC_LIB64: u32 = 0x0500;
 /// `hwcap` bit telling that the low 32 bits index a `glibc-hwcaps` subdirectory.
 pub const HWCAP_EXTENSION: u64 = 1 << 62;
-
-/// Why a cache could not be parsed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum LdCacheError {
-    #[error("the file is empty")]
-    Empty,
-    #[error("unknown magic {found:?} (expected \"glibc-ld.so.cache1.1\" or \"ld.so-1.7.0\")")]
-    UnknownMagic { found: String },
-    #[error("unsupported new-format version {found:?} (expected \"1.1\")")]
-    UnsupportedVersion { found: String },
-    #[error("truncated: {what} needs bytes {offset}..{end} but the file has {len}")]
-    Truncated {
-        what: &'static str,
-        offset: usize,
-        end: usize,
-        len: usize,
-    },
-    #[error("entry {index}: string offset {offset} points outside the file ({len} bytes)")]
-    StringOutOfBounds {
-        index: usize,
-        offset: usize,
-        len: usize,
-    },
-    #[error("entry {index}: string at offset {offset} is not NUL-terminated")]
-    Unterminated { index: usize, offset: usize },
-    #[error("the cache was written for {0} byte order, not this host's")]
-    WrongEndian(&'static str),
-}
 
 /// Layout of a parsed cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -165,9 +138,9 @@ impl LdCache {
     /// Reads and parses a cache file (one read).
     pub fn load(path: &Path) -> Result<LdCache, NodeError> {
         let data = crate::bounded::read_bounded(path, crate::bounded::MAX_LD_CACHE_BYTES)?;
-        LdCache::parse(&data).map_err(|source| NodeError::LdCache {
+        LdCache::parse(&data).map_err(|error| NodeError::LdCache {
             path: path.to_path_buf(),
-            source,
+            error,
         })
     }
 

@@ -49,7 +49,7 @@ impl NvmlLocation {
         let cache_path = crate::inventory::join_under(driver_root, Path::new("/etc/ld.so.cache"));
         let cache = match LdCache::load(&cache_path) {
             Ok(c) => Some(c),
-            Err(NodeError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+            Err(NodeError::Io { error, .. }) if error.kind() == std::io::ErrorKind::NotFound => {
                 None
             }
             Err(e) => return Err(e),

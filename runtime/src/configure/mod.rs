@@ -349,12 +349,15 @@ pub fn configure(
                 })?;
                 c.backup = Some(backup);
             }
-            crate::atomic::write_atomic(&c.path, c.after.as_bytes(), 0o644).map_err(|source| {
-                ConfigureError::Write {
+            let writer = gpuhook_fs::AtomicWriter::new(0o644)
+                .keep_mode()
+                .keep_owner();
+            writer
+                .write(&c.path, c.after.as_bytes())
+                .map_err(|e| ConfigureError::Write {
                     path: c.path.clone(),
-                    source,
-                }
-            })?;
+                    source: e.into_io(),
+                })?;
         }
     }
     Ok(ConfigureOutcome::Changed {

@@ -13,7 +13,7 @@
 
 use std::path::{Path, PathBuf};
 
-use gpuhook_cdi::{is_ours, read_spec_file, Format, Spec};
+use gpuhook_cdi::{is_ours, read_spec_file, CdiError, Format, Spec};
 
 /// What happened to one spec file of ours.
 #[derive(Debug, PartialEq, Eq)]
@@ -23,11 +23,22 @@ pub(super) enum Stale {
     Kept(PathBuf, String),
 }
 
+/// Why a spec file is not one gpuhook may remove.
+#[derive(Debug, thiserror::Error)]
+enum NotOurs {
+    /// Unreadable or not a spec: gpuhook-cdi's error names the file and the problem.
+    #[error(transparent)]
+    Unreadable(#[from] CdiError),
+    /// A spec of another tool or kind (gpuhook-cdi's `is_ours` says which).
+    #[error("{0}")]
+    Foreign(String),
+}
+
 /// Whether `path` holds a spec gpuhook wrote for `kind` (`Err`: why not).
-fn ours(path: &Path, kind: &str) -> Result<(), String> {
-    let bytes = read_spec_file(path).map_err(|e| e.to_string())?;
-    let spec = Spec::from_slice(&bytes, Format::from_path(path)).map_err(|e| e.to_string())?;
-    is_ours(&spec, kind)
+fn ours(path: &Path, kind: &str) -> Result<(), NotOurs> {
+    let bytes = read_spec_file(path)?;
+    let spec = Spec::from_slice(&bytes, Format::from_path(path))?;
+    is_ours(&spec, kind).map_err(|why| NotOurs::Foreign(why.to_string()))
 }
 
 /// Removes gpuhook's spec of `kind` at `out`, and with `whole_dir` (the default file name in a
@@ -57,7 +68,7 @@ pub(super) fn remove_stale(out: &Path, kind: &str, whole_dir: bool) -> Vec<Stale
                 Err(e) => out_list.push(Stale::Kept(path, format!("cannot remove it: {e}"))),
             },
             // Only the output path itself is worth a word; other tools' files are their business.
-            Err(why) if i == 0 => out_list.push(Stale::Kept(path, why)),
+            Err(why) if i == 0 => out_list.push(Stale::Kept(path, why.to_string())),
             Err(_) => {}
         }
     }

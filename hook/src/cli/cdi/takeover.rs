@@ -66,7 +66,7 @@ pub(super) fn rivals_in(dir: &Path, spec: &Spec, skip: &Path) -> Vec<Rival> {
             .filter(|n| ours.contains(n))
             .collect();
         if !shared.is_empty() {
-            let foreign = is_ours(&other, &spec.kind).err();
+            let foreign = is_ours(&other, &spec.kind).err().map(|e| e.to_string());
             out.push(Rival {
                 path,
                 foreign,
