@@ -1,7 +1,7 @@
 //! The `gpuhook` command line: argument definitions and dispatch.
 //!
 //! It lives in the library (not the binary) so that argument parsing is unit-tested and the
-//! binary stays a three-line `main`. This is the one place in the crate that uses `anyhow`: it is
+//! binary is only its process start-up ([`status`] is its whole work). This is the one place in the crate that uses `anyhow`: it is
 //! the process boundary, where library errors become one line on stderr and an exit status.
 
 pub mod app_profile;
