@@ -68,14 +68,19 @@ pub fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>, BoundedReadError
     if size > limit {
         return Err(too_large());
     }
-    read_bounded_from(file, limit)
+    // Room for the whole file and the byte that tells its end: one read, not a doubling series.
+    let room = usize::try_from(size.saturating_add(1)).unwrap_or(0);
+    read_into(file, limit, Vec::with_capacity(room))
         .map_err(io)?
         .ok_or_else(too_large)
 }
 
 /// Reads `reader` to its end, at most `limit` bytes; `Ok(None)` when it has more.
 pub fn read_bounded_from(reader: impl Read, limit: u64) -> std::io::Result<Option<Vec<u8>>> {
-    let mut buf = Vec::new();
+    read_into(reader, limit, Vec::new())
+}
+
+fn read_into(reader: impl Read, limit: u64, mut buf: Vec<u8>) -> std::io::Result<Option<Vec<u8>>> {
     reader.take(limit.saturating_add(1)).read_to_end(&mut buf)?;
     Ok(u64::try_from(buf.len())
         .is_ok_and(|n| n <= limit)
@@ -172,6 +177,17 @@ mod tests {
         assert_eq!(missing.io_kind(), Some(std::io::ErrorKind::NotFound));
         std::fs::write(&p, [0xff, 0xfe]).unwrap();
         assert!(read_bounded_string(&p, 10).is_err());
+    }
+
+    #[test]
+    fn a_file_is_read_into_one_buffer_of_its_size() {
+        // Sized from the file's length (and the byte that shows its end), not grown by doubling
+        // with a read per step: discovery reads files of tens of KiB on every `cdi generate`.
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("mig-minors");
+        std::fs::write(&p, vec![b'x'; 25_000]).unwrap();
+        let buf = read_bounded(&p, MAX_PROC_BYTES).unwrap();
+        assert_eq!((buf.len(), buf.capacity()), (25_000, 25_001));
     }
 
     #[test]

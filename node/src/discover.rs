@@ -8,16 +8,20 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::bounded::{read_bounded_string, MAX_PROC_BYTES};
 use crate::devnodes::{discover_nodes, NVIDIACTL};
 use crate::error::NodeError;
 use crate::files::discover_files;
 use crate::gpus::{gpus_from_nvml, gpus_from_procfs};
 use crate::inventory::{
-    join_under, DeviceMajors, DiscoverySource, Inventory, INVENTORY_FORMAT_VERSION, NVIDIA_MAJOR,
+    join_under, DeviceMajors, DiscoverySource, Gpu, Inventory, MigControlCaps,
+    INVENTORY_FORMAT_VERSION, NVIDIA_MAJOR,
 };
 use crate::ldcache::{LdCache, LibClass};
 use crate::nvml::{Nvml, NvmlLocation, STANDARD_LIB_DIRS};
-use crate::procfs::{is_version, ProcFs, PROC_VERSION};
+#[cfg(doc)]
+use crate::procfs::MigMinors;
+use crate::procfs::{is_version, ProcFs, PROC_MIG_MINORS, PROC_VERSION};
 use crate::rootfs::RootResolver;
 
 /// The driver root's dynamic linker cache.
@@ -71,19 +75,7 @@ pub fn discover(opts: &DiscoverOptions) -> Result<Discovery, NodeError> {
     let proc = ProcFs::new(root);
 
     let cache_path = join_under(root, Path::new(LD_SO_CACHE));
-    let cache = match LdCache::load(&cache_path) {
-        Ok(c) => Some(c),
-        Err(NodeError::Io { error, .. }) if error.kind() == std::io::ErrorKind::NotFound => {
-            warnings.push(format!(
-                "{} does not exist: searched {} for libraries instead",
-                cache_path.display(),
-                STANDARD_LIB_DIRS.join(", ")
-            ));
-            None
-        }
-        Err(e) => return Err(e),
-    };
-
+    let cache = load_ld_cache(&cache_path, &mut warnings)?;
     let libcuda = find_native_lib(&mut resolver, cache.as_ref(), "libcuda.so.1");
     if !proc.has_driver() && libcuda.is_none() {
         return Err(NodeError::NoDriver {
@@ -97,21 +89,7 @@ pub fn discover(opts: &DiscoverOptions) -> Result<Discovery, NodeError> {
         });
     }
 
-    let location = match &opts.nvml_lib {
-        Some(p) => Ok(NvmlLocation::explicit(p)),
-        None => NvmlLocation::find(&mut resolver, cache.as_ref()),
-    };
-    let nvml = match location.and_then(|l| Nvml::load(&l)) {
-        Ok(n) => Some(n),
-        Err(e) => {
-            warnings.push(format!(
-                "NVML unavailable ({e}); full GPUs are taken from /proc/driver/nvidia/gpus, MIG devices \
-                 need NVML and are not listed"
-            ));
-            None
-        }
-    };
-
+    let nvml = load_nvml(opts, &mut resolver, cache.as_ref(), &mut warnings);
     let driver_version =
         driver_version(nvml.as_ref(), &mut resolver, cache.as_ref(), libcuda, &proc)?;
     let cuda_driver_version = nvml.as_ref().and_then(|n| {
@@ -119,51 +97,10 @@ pub fn discover(opts: &DiscoverOptions) -> Result<Discovery, NodeError> {
             .map_err(|e| warnings.push(format!("CUDA driver version unknown: {e}")))
             .ok()
     });
-
-    let majors = match proc.majors()? {
-        Some(m) => m,
-        None => {
-            warnings.push(format!(
-                "{} has no `nvidia` character device: assuming major {NVIDIA_MAJOR}; nvidia-uvm and \
-                 nvidia-caps majors unknown",
-                proc.path("/proc/devices").display()
-            ));
-            DeviceMajors {
-                nvidia: NVIDIA_MAJOR,
-                nvidia_uvm: None,
-                nvidia_caps: None,
-                nvidia_caps_imex_channels: None,
-            }
-        }
-    };
-
-    let (gpus, source) = match &nvml {
-        Some(n) => match gpus_from_nvml(n, &proc, &mut warnings) {
-            Ok(g) => (g, DiscoverySource::Nvml),
-            Err(e) => {
-                warnings.push(format!(
-                    "listing GPUs with NVML failed ({e}); using /proc/driver/nvidia/gpus"
-                ));
-                (gpus_from_procfs(&proc)?, DiscoverySource::Procfs)
-            }
-        },
-        None => (gpus_from_procfs(&proc)?, DiscoverySource::Procfs),
-    };
+    let majors = majors(&proc, &mut warnings)?;
+    let (gpus, source) = list_gpus(nvml.as_ref(), &proc, &mut warnings)?;
     drop(nvml);
-
-    let mig_caps = match proc.mig_minors()?.and_then(|m| m.control()) {
-        Some(c) => Some(c),
-        None => match (
-            proc.capability_minor("mig/config")?,
-            proc.capability_minor("mig/monitor")?,
-        ) {
-            (Some(config_minor), Some(monitor_minor)) => Some(crate::inventory::MigControlCaps {
-                config_minor,
-                monitor_minor,
-            }),
-            _ => None,
-        },
-    };
+    let mig_caps = mig_control_caps(&proc)?;
 
     let mut files = discover_files(
         &mut resolver,
@@ -171,7 +108,6 @@ pub fn discover(opts: &DiscoverOptions) -> Result<Discovery, NodeError> {
         &driver_version,
         &mut warnings,
     );
-
     let ctl = join_under(&dev_root, Path::new(NVIDIACTL));
     if std::fs::symlink_metadata(&ctl).is_err() {
         warnings.push(format!(
@@ -196,6 +132,139 @@ pub fn discover(opts: &DiscoverOptions) -> Result<Discovery, NodeError> {
         },
         warnings,
     })
+}
+
+/// The driver root's `ld.so.cache`; a missing one is a warning (the standard folders are
+/// searched instead), a broken one an error.
+fn load_ld_cache(path: &Path, warnings: &mut Vec<String>) -> Result<Option<LdCache>, NodeError> {
+    match LdCache::load(path) {
+        Ok(c) => Ok(Some(c)),
+        Err(NodeError::Io { error, .. }) if error.kind() == std::io::ErrorKind::NotFound => {
+            warnings.push(format!(
+                "{} does not exist: searched {} for libraries instead",
+                path.display(),
+                STANDARD_LIB_DIRS.join(", ")
+            ));
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// NVML from `--nvml-lib` or the driver root; unusable NVML is a warning.
+fn load_nvml(
+    opts: &DiscoverOptions,
+    resolver: &mut RootResolver,
+    cache: Option<&LdCache>,
+    warnings: &mut Vec<String>,
+) -> Option<Nvml> {
+    let location = match &opts.nvml_lib {
+        Some(p) => Ok(NvmlLocation::explicit(p)),
+        None => NvmlLocation::find(resolver, cache),
+    };
+    match location.and_then(|l| Nvml::load(&l)) {
+        Ok(n) => Some(n),
+        Err(e) => {
+            warnings.push(format!(
+                "NVML unavailable ({e}); full GPUs are taken from /proc/driver/nvidia/gpus, MIG devices \
+                 need NVML and are not listed"
+            ));
+            None
+        }
+    }
+}
+
+/// Majors from `/proc/devices`, else the fixed `nvidia` major with a warning.
+fn majors(proc: &ProcFs, warnings: &mut Vec<String>) -> Result<DeviceMajors, NodeError> {
+    if let Some(m) = proc.majors()? {
+        return Ok(m);
+    }
+    warnings.push(format!(
+        "{} has no `nvidia` character device: assuming major {NVIDIA_MAJOR}; nvidia-uvm and \
+         nvidia-caps majors unknown",
+        proc.path("/proc/devices").display()
+    ));
+    Ok(DeviceMajors {
+        nvidia: NVIDIA_MAJOR,
+        nvidia_uvm: None,
+        nvidia_caps: None,
+        nvidia_caps_imex_channels: None,
+    })
+}
+
+/// GPUs (and MIG devices) from NVML, else full GPUs from `/proc`.
+fn list_gpus(
+    nvml: Option<&Nvml>,
+    proc: &ProcFs,
+    warnings: &mut Vec<String>,
+) -> Result<(Vec<Gpu>, DiscoverySource), NodeError> {
+    let Some(n) = nvml else {
+        return Ok((gpus_from_procfs(proc)?, DiscoverySource::Procfs));
+    };
+    match gpus_from_nvml(n, proc, warnings) {
+        Ok(g) => Ok((g, DiscoverySource::Nvml)),
+        Err(e) => {
+            warnings.push(format!(
+                "listing GPUs with NVML failed ({e}); using /proc/driver/nvidia/gpus"
+            ));
+            Ok((gpus_from_procfs(proc)?, DiscoverySource::Procfs))
+        }
+    }
+}
+
+/// The MIG `config` and `monitor` capability minors: from `mig-minors`, else from the
+/// capability files.
+fn mig_control_caps(proc: &ProcFs) -> Result<Option<MigControlCaps>, NodeError> {
+    let path = proc.path(PROC_MIG_MINORS);
+    let listed = match read_bounded_string(&path, MAX_PROC_BYTES) {
+        Ok(text) => control_minors(&text),
+        Err(e) if e.io_kind() == Some(std::io::ErrorKind::NotFound) => None,
+        Err(e) => return Err(e.into()),
+    };
+    if listed.is_some() {
+        return Ok(listed);
+    }
+    Ok(
+        match (
+            proc.capability_minor("mig/config")?,
+            proc.capability_minor("mig/monitor")?,
+        ) {
+            (Some(config_minor), Some(monitor_minor)) => Some(MigControlCaps {
+                config_minor,
+                monitor_minor,
+            }),
+            _ => None,
+        },
+    )
+}
+
+/// [`MigMinors::control`] of `mig-minors` text without parsing the whole file: the driver lists
+/// `config` and `monitor` first, ahead of a thousand GPU-instance lines (8 GPUs, MIG or not) that
+/// cost more to parse than the rest of discovery. Same rules as [`MigMinors::parse`]: a line is
+/// two words, a minor that is not a number is skipped, the first line of a name wins.
+fn control_minors(text: &str) -> Option<MigControlCaps> {
+    let (mut config, mut monitor) = (None, None);
+    for line in text.lines() {
+        let mut words = line.split_ascii_whitespace();
+        let (Some(name), Some(minor), None) = (words.next(), words.next(), words.next()) else {
+            continue;
+        };
+        let slot = match name {
+            "config" => &mut config,
+            "monitor" => &mut monitor,
+            _ => continue,
+        };
+        if slot.is_none() {
+            *slot = minor.parse::<u32>().ok();
+        }
+        if let (Some(config_minor), Some(monitor_minor)) = (config, monitor) {
+            return Some(MigControlCaps {
+                config_minor,
+                monitor_minor,
+            });
+        }
+    }
+    None
 }
 
 /// In-root real path of a native library, through the cache or the standard folders.

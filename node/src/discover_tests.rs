@@ -3,6 +3,7 @@ use std::process::Command;
 use super::*;
 use crate::inventory::{Capability, Gpu, MigControlCaps, MigDevice};
 use crate::nvml::ComputeMode;
+use crate::procfs::PROC_CAPABILITIES;
 use crate::testutil::{can_ldconfig, FakeRoot};
 
 const V: &str = "570.158.01";
@@ -341,4 +342,54 @@ fn proc_only_node_uses_proc_version_and_warns() {
     ] {
         assert!(all.contains(needle), "missing {needle:?} in {all}");
     }
+}
+
+#[test]
+fn control_minors_reads_mig_minors_as_the_full_parser_does() {
+    // The driver's layout (config, monitor, then the GPU instances) and the odd cases: a later
+    // line of a name, a bad minor, three words, CRLF, another order, one of the two missing.
+    let mut driver = String::from("config 1\nmonitor 2\n");
+    for (gpu, gi) in (0..8).flat_map(|g| (0..15).map(move |i| (g, i))) {
+        let minor = 3 + gpu * 135 + gi * 9;
+        driver.push_str(&format!("gpu{gpu}/gi{gi}/access {minor}\n"));
+    }
+    for text in [
+        driver.as_str(),
+        "config 1\nconfig 7\nmonitor 2\n",
+        "config x\nconfig 7\nmonitor 2 extra\nmonitor 9\n",
+        "gpu0/gi0/access 3\r\nmonitor 12\r\nconfig 11\r\n",
+        "  config\t5  \n monitor 6\n",
+        "config 1\ngpu0/gi0/access 3\n",
+        "config 99999999999\nmonitor 2\n",
+        "",
+    ] {
+        assert_eq!(
+            control_minors(text),
+            crate::procfs::MigMinors::parse(text).control(),
+            "{text:?}"
+        );
+    }
+    let minors = control_minors(&driver).map(|c| (c.config_minor, c.monitor_minor));
+    assert_eq!(minors, Some((1, 2)));
+}
+
+#[test]
+fn mig_control_caps_fall_back_to_the_capability_files() {
+    let root = FakeRoot::new();
+    let proc = ProcFs::new(root.root());
+    assert_eq!(mig_control_caps(&proc).unwrap(), None);
+    let caps = |config_minor, monitor_minor| MigControlCaps {
+        config_minor,
+        monitor_minor,
+    };
+    for (name, minor) in [("config", 1), ("monitor", 2)] {
+        let text = format!("DeviceFileMinor: {minor}\nDeviceFileMode: 256\n");
+        root.write(&format!("{PROC_CAPABILITIES}/mig/{name}"), &text);
+    }
+    assert_eq!(mig_control_caps(&proc).unwrap(), Some(caps(1, 2)));
+    // mig-minors without the two names: still the capability files; with them, mig-minors.
+    root.write(PROC_MIG_MINORS, "gpu0/gi0/access 3\n");
+    assert_eq!(mig_control_caps(&proc).unwrap(), Some(caps(1, 2)));
+    root.write(PROC_MIG_MINORS, "config 7\nmonitor 8\n");
+    assert_eq!(mig_control_caps(&proc).unwrap(), Some(caps(7, 8)));
 }

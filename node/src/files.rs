@@ -16,60 +16,30 @@ use crate::ldcache::{LdCache, LibClass};
 use crate::nvml::STANDARD_LIB_DIRS;
 use crate::rootfs::RootResolver;
 
+#[path = "files_resolve.rs"]
+mod resolve;
+use resolve::LibResolver;
+
 /// Library name prefixes (cache keys start with these) by capability.
+#[rustfmt::skip]
 pub const LIBRARIES: &[(Capability, &[&str])] = &[
-    (
-        Capability::Utility,
-        &["libnvidia-ml.so", "libnvidia-cfg.so", "libnvidia-nscq.so"],
-    ),
-    (
-        Capability::Compute,
-        &[
-            "libcuda.so",
-            "libcudadebugger.so",
-            "libnvidia-opencl.so",
-            "libnvidia-gpucomp.so",
-            "libnvidia-ptxjitcompiler.so",
-            "libnvidia-fatbinaryloader.so",
-            "libnvidia-allocator.so",
-            "libnvidia-compiler.so",
-            "libnvidia-pkcs11.so",
-            "libnvidia-pkcs11-openssl3.so",
-            "libnvidia-nvvm.so",
-        ],
-    ),
-    (
-        Capability::Video,
-        &[
-            "libvdpau_nvidia.so",
-            "libnvidia-encode.so",
-            "libnvidia-opticalflow.so",
-            "libnvcuvid.so",
-        ],
-    ),
-    (
-        Capability::Graphics,
-        &[
-            "libnvidia-eglcore.so",
-            "libnvidia-glcore.so",
-            "libnvidia-tls.so",
-            "libnvidia-glsi.so",
-            "libnvidia-fbc.so",
-            "libnvidia-ifr.so",
-            "libnvidia-rtcore.so",
-            "libnvoptix.so",
-            "libGLX_nvidia.so",
-            "libEGL_nvidia.so",
-            "libGLESv2_nvidia.so",
-            "libGLESv1_CM_nvidia.so",
-            "libnvidia-glvkspirv.so",
-            "libnvidia-cbl.so",
-            "libnvidia-egl-gbm.so",
-            "libnvidia-egl-wayland.so",
-            "libnvidia-egl-wayland2.so",
-            "libnvidia-vulkan-producer.so",
-        ],
-    ),
+    (Capability::Utility, &["libnvidia-ml.so", "libnvidia-cfg.so", "libnvidia-nscq.so"]),
+    (Capability::Compute, &[
+        "libcuda.so", "libcudadebugger.so", "libnvidia-opencl.so", "libnvidia-gpucomp.so",
+        "libnvidia-ptxjitcompiler.so", "libnvidia-fatbinaryloader.so", "libnvidia-allocator.so",
+        "libnvidia-compiler.so", "libnvidia-pkcs11.so", "libnvidia-pkcs11-openssl3.so",
+        "libnvidia-nvvm.so",
+    ]),
+    (Capability::Video, &[
+        "libvdpau_nvidia.so", "libnvidia-encode.so", "libnvidia-opticalflow.so", "libnvcuvid.so",
+    ]),
+    (Capability::Graphics, &[
+        "libnvidia-eglcore.so", "libnvidia-glcore.so", "libnvidia-tls.so", "libnvidia-glsi.so",
+        "libnvidia-fbc.so", "libnvidia-ifr.so", "libnvidia-rtcore.so", "libnvoptix.so",
+        "libGLX_nvidia.so", "libEGL_nvidia.so", "libGLESv2_nvidia.so", "libGLESv1_CM_nvidia.so",
+        "libnvidia-glvkspirv.so", "libnvidia-cbl.so", "libnvidia-egl-gbm.so",
+        "libnvidia-egl-wayland.so", "libnvidia-egl-wayland2.so", "libnvidia-vulkan-producer.so",
+    ]),
     (Capability::Ngx, &["libnvidia-ngx.so"]),
 ];
 
@@ -100,24 +70,13 @@ pub const IPC: &[(Capability, &str)] = &[
 ];
 
 /// Graphics / OpenCL config files mounted when they exist (paths the loaders look at).
+#[rustfmt::skip]
 pub const CONFIG_FILES: &[(Capability, &str)] = &[
-    (
-        Capability::Graphics,
-        "/usr/share/glvnd/egl_vendor.d/10_nvidia.json",
-    ),
+    (Capability::Graphics, "/usr/share/glvnd/egl_vendor.d/10_nvidia.json"),
     (Capability::Graphics, "/etc/vulkan/icd.d/nvidia_icd.json"),
-    (
-        Capability::Graphics,
-        "/usr/share/vulkan/icd.d/nvidia_icd.json",
-    ),
-    (
-        Capability::Graphics,
-        "/etc/vulkan/implicit_layer.d/nvidia_layers.json",
-    ),
-    (
-        Capability::Graphics,
-        "/usr/share/vulkan/implicit_layer.d/nvidia_layers.json",
-    ),
+    (Capability::Graphics, "/usr/share/vulkan/icd.d/nvidia_icd.json"),
+    (Capability::Graphics, "/etc/vulkan/implicit_layer.d/nvidia_layers.json"),
+    (Capability::Graphics, "/usr/share/vulkan/implicit_layer.d/nvidia_layers.json"),
     (Capability::Compute, "/etc/OpenCL/vendors/nvidia.icd"),
 ];
 
@@ -233,14 +192,16 @@ fn find_libraries(
     let mut found: BTreeMap<PathBuf, (Capability, Option<String>)> = BTreeMap::new();
     // Like the dynamic linker, the first entry of a key wins (a copy in another folder is shadowed).
     let mut keys_seen = HashSet::new();
-    for (key, path) in candidates(resolver, cache, class) {
+    let candidates = candidates(resolver, cache, class);
+    let mut libs = LibResolver::new(resolver);
+    for (key, path) in candidates {
         let Some((cap, prefix)) = classify(&key) else {
             continue;
         };
         if !keys_seen.insert(key.clone()) {
             continue;
         }
-        let real = match resolver.resolve(&path) {
+        let real = match libs.resolve(&path) {
             Ok(real) => real,
             Err(e) => {
                 warnings.push(format!(

@@ -1,12 +1,13 @@
 //! The `gpuhook` command line: argument definitions and dispatch.
 //!
 //! It lives in the library (not the binary) so that argument parsing is unit-tested and the
-//! binary stays a three-line `main`. This is the one place in the crate that uses `anyhow`: it is
+//! binary is only its process start-up ([`status`] is its whole work). This is the one place in the crate that uses `anyhow`: it is
 //! the process boundary, where library errors become one line on stderr and an exit status.
 
 pub mod app_profile;
 mod cdi;
 mod doctor;
+mod fast_path;
 mod hook;
 mod prestart;
 mod runtime;
@@ -19,6 +20,7 @@ use clap::{Parser, Subcommand};
 
 pub use cdi::{CdiCommand, GenerateArgs, ListArgs, NameStrategy, SpecFormat, ValidateArgs};
 pub use doctor::DoctorArgs;
+pub use fast_path::{cdi_generate_fast_path, prestart_fast_path};
 pub use hook::{
     CreateSymlinksArgs, DisableDeviceNodeModificationArgs, HookCommand, LinkSpec, SetupArgs,
     UpdateLdcacheArgs,
@@ -93,48 +95,24 @@ pub enum Command {
     Version,
 }
 
-/// Runs the command line; the binary's whole `main`.
+/// Runs the command line: the binary's whole `main` ([`status`] as an exit code).
 pub fn main() -> ExitCode {
-    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    let cli = prestart_fast_path(&argv).unwrap_or_else(|| Cli::parse_from(&argv));
-    match run(cli) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("gpuhook: error: {}", one_line(&e));
-            ExitCode::from(EXIT_FAILURE)
-        }
-    }
+    ExitCode::from(status())
 }
 
-/// The argv a runtime passes to the prestart hook on *every* container start (`gpuhook prestart`
-/// or `gpuhook prestart --config FILE`), parsed without building clap's whole command tree: the
-/// hook's cost is paid by every container, GPU or not. Anything else (help, other flags) returns
-/// `None` and goes through clap. `--config` after `prestart` becomes the top-level config, which
-/// is what `prestart --config` means (that file's settings, logging included).
-pub fn prestart_fast_path(argv: &[std::ffi::OsString]) -> Option<Cli> {
-    let config = match argv.get(1..)? {
-        [cmd] if cmd == "prestart" => None,
-        [cmd, flag, file] if cmd == "prestart" && flag == "--config" && !file.is_empty() => {
-            Some(PathBuf::from(file))
+/// Runs the command line; returns the exit status (usage errors exit from clap, with 2).
+pub fn status() -> u8 {
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let cli = prestart_fast_path(&argv)
+        .or_else(|| cdi_generate_fast_path(&argv, |name| std::env::var_os(name)))
+        .unwrap_or_else(|| Cli::parse_from(&argv));
+    match run(cli) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("gpuhook: error: {}", one_line(&e));
+            EXIT_FAILURE
         }
-        _ => return None,
-    };
-    // The env var is the top-level --config's default, as with clap.
-    let config = config.or_else(|| {
-        std::env::var_os(CONFIG_ENV)
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-    });
-    Some(Cli {
-        config,
-        log_level: None,
-        log_file: None,
-        log_format: LogFormat::from_env(),
-        command: Command::Prestart(PrestartArgs {
-            state: None,
-            config: None,
-        }),
-    })
+    }
 }
 
 /// The error and its causes on one line (`outer: inner: root`).

@@ -90,15 +90,8 @@ fn gpuhook_path(given: Option<&PathBuf>) -> anyhow::Result<PathBuf> {
 }
 
 fn cache_path<'a>(args: &'a GenerateArgs, config: &'a Config) -> Option<&'a Path> {
-    if args.no_inventory_cache {
-        None
-    } else {
-        Some(
-            args.inventory_cache
-                .as_deref()
-                .unwrap_or(&config.inventory_cache),
-        )
-    }
+    let path = args.inventory_cache.as_deref();
+    (!args.no_inventory_cache).then(|| path.unwrap_or(&config.inventory_cache))
 }
 
 /// Saves the inventory for the prestart hook; a failure is a warning (the spec is what matters).
@@ -128,16 +121,7 @@ fn micros(d: Duration) -> u64 {
 
 pub(super) fn run(args: &GenerateArgs, config: &Config) -> anyhow::Result<()> {
     let start = Instant::now();
-    let driver_root = canonical_dir(
-        "driver root",
-        args.driver_root.as_deref().unwrap_or(&config.driver_root),
-    )?;
-    let dev_root = args
-        .dev_root
-        .as_deref()
-        .or(config.dev_root.as_deref())
-        .map(|d| canonical_dir("dev root", d))
-        .transpose()?;
+    let (driver_root, dev_root) = roots(args, config)?;
     let flags = args.nvidia.resolve()?;
     let class = args.class.clone().unwrap_or_else(|| {
         flags
@@ -206,6 +190,16 @@ pub(super) fn run(args: &GenerateArgs, config: &Config) -> anyhow::Result<()> {
         spec.cdi_version
     );
     Ok(())
+}
+
+/// The driver root and the dev root (when one is set), canonical.
+fn roots(args: &GenerateArgs, config: &Config) -> anyhow::Result<(PathBuf, Option<PathBuf>)> {
+    let driver_root = args.driver_root.as_deref().unwrap_or(&config.driver_root);
+    let dev_root = args.dev_root.as_deref().or(config.dev_root.as_deref());
+    Ok((
+        canonical_dir("driver root", driver_root)?,
+        dev_root.map(|d| canonical_dir("dev root", d)).transpose()?,
+    ))
 }
 
 /// No device on the node: gpuhook's old spec at `output` goes, the inventory cache follows
