@@ -19,8 +19,8 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::files::classify;
 use crate::inventory::{Capability, ContainerSymlink, DriverFile, DriverLibrary};
+use crate::library_names::classify;
 use crate::rootfs::RootResolver;
 
 /// Libraries that carry their own version, not the driver's.

@@ -17,6 +17,7 @@ pub mod fingerprint;
 pub mod gpus;
 pub mod inventory;
 pub mod ldcache;
+pub mod library_names;
 pub mod nvml;
 pub mod procfs;
 pub mod rootfs;
