@@ -127,8 +127,7 @@ pub struct NvmlMemoryV2 {
 }
 
 /// `NVML_STRUCT_VERSION(Memory, 2)` = `sizeof(nvmlMemory_v2_t) | (2 << 24)`.
-pub const NVML_MEMORY_V2_VERSION: c_uint =
-    crate::ffi_mig::struct_version(std::mem::size_of::<NvmlMemoryV2>(), 2);
+pub const NVML_MEMORY_V2_VERSION: c_uint = struct_version(std::mem::size_of::<NvmlMemoryV2>(), 2);
 
 /// `nvmlEventType*` bits (`nvml.h`, "Event Types").
 pub const EVENT_SINGLE_BIT_ECC: u64 = 0x1;
@@ -204,6 +203,13 @@ pub fn error_string(code: NvmlReturn) -> &'static [u8] {
         29 => b"Invalid state\0",
         _ => b"Unknown Error\0",
     }
+}
+
+/// `NVML_STRUCT_VERSION(name, ver)` = `sizeof(struct) | ver << 24`.
+// Struct sizes are far below 2^24, so the truncating cast is exact (a `const fn` cannot try_from).
+#[allow(clippy::cast_possible_truncation)]
+pub const fn struct_version(size: usize, ver: c_uint) -> c_uint {
+    size as c_uint | (ver << 24)
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 
 use std::os::raw::{c_char, c_uint, c_ulonglong};
 
-use crate::ffi::NvmlDevice;
+use crate::ffi::{struct_version, NvmlDevice};
 
 /// `NVML_DEVICE_NAME_V2_BUFFER_SIZE`.
 pub const NAME_V2: usize = 96;
@@ -157,13 +157,6 @@ pub struct NvmlComputeInstanceInfo {
     pub id: c_uint,
     pub profile_id: c_uint,
     pub placement: NvmlPlacement,
-}
-
-/// `NVML_STRUCT_VERSION(name, ver)` = `sizeof(struct) | ver << 24`.
-// Struct sizes are far below 2^24, so the truncating cast is exact (a `const fn` cannot try_from).
-#[allow(clippy::cast_possible_truncation)]
-pub const fn struct_version(size: usize, ver: c_uint) -> c_uint {
-    size as c_uint | (ver << 24)
 }
 
 /// `nvmlGpuInstanceProfileInfo_v2`.
