@@ -41,6 +41,7 @@ pub use extras::{
     FEATURE_GATES,
 };
 pub use oci::{CDI_ANNOTATION_PREFIX, DEVICE_LIST_MOUNT_ROOT};
+pub use provenance::glob_match;
 pub use require::{
     compare_versions, is_truthy, legacy_cuda_constraint, parse_expression, parse_version,
     Constraint, Factor, Op, Property, Requirements, Term, Value as RequirementValue,

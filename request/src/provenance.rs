@@ -46,9 +46,23 @@ const MAX_SANDBOX_ID: usize = 128;
 
 /// Whether `name` (a qualified CDI name) matches an allow-list entry (`*` and `?` globs).
 pub fn allowed(patterns: &[String], name: &str) -> bool {
-    patterns
-        .iter()
-        .any(|p| gpuhook_runtime::configure::glob_match(p, name.trim()))
+    patterns.iter().any(|p| glob_match(p, name.trim()))
+}
+
+/// Go `filepath.Match`-style matching of `*` and `?` within one path segment.
+pub fn glob_match(pattern: &str, path: &str) -> bool {
+    let (p, s): (Vec<char>, Vec<char>) = (pattern.chars().collect(), path.chars().collect());
+    fn go(p: &[char], s: &[char]) -> bool {
+        match p.first() {
+            None => s.is_empty(),
+            Some('*') => (0..=s.len())
+                .take_while(|&i| i == 0 || s[i - 1] != '/')
+                .any(|i| go(&p[1..], &s[i..])),
+            Some('?') => s.first().is_some_and(|c| *c != '/') && go(&p[1..], &s[1..]),
+            Some(c) => s.first() == Some(c) && go(&p[1..], &s[1..]),
+        }
+    }
+    go(&p, &s)
 }
 
 fn cdi_entries(config: &Value) -> Vec<(&str, &str)> {

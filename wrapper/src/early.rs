@@ -5,7 +5,7 @@
 //! ldconfig is on the critical path of every GPU container start. Done here, the links are made
 //! and ldconfig starts before runc does, and runc creates the container while ldconfig runs
 //! (`gpuhook_inject::start_early_setup`; the wrapper core waits for both, see
-//! `gpuhook_runtime::takeover`).
+//! `crate::takeover`).
 //!
 //! The hook's effect must stay exactly the same, so the wrapper only takes it over when it can
 //! see everything the hook would see:
@@ -25,14 +25,14 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::{BoxError, EarlyWork, HookTakeover};
 use clap::Parser;
 use gpuhook_inject::{EarlyBind, EarlySetup, LdcacheOptions, PendingSetup};
-use gpuhook_runtime::{BoxError, EarlyWork, HookTakeover};
 use serde_json::Value;
 
 use super::node::NodeState;
-use crate::cli::SetupArgs;
-use crate::config::Config;
+use gpuhook::cli::SetupArgs;
+use gpuhook::config::Config;
 
 /// The hook phases that run before (or as part of) ours and could change the root.
 const EARLIER_HOOKS: &[&str] = &["prestart", "createRuntime", "createContainer"];
@@ -267,7 +267,7 @@ impl HookTakeover for EarlySetupTakeover<'_> {
         };
         // The steps that write into the image: CUDA compat before the early ldconfig reads its
         // linker config, the application profile from the nodes runc will create.
-        match crate::cli::app_profile::early_steps(&plan.rootfs, &setup, spec) {
+        match gpuhook::cli::app_profile::early_steps(&plan.rootfs, &setup, spec) {
             Ok(Some(compat)) if !plan.folders.is_empty() => plan.folders.insert(0, compat),
             Ok(_) => {}
             Err(e) => {

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use serde_json::{json, Value};
 
 use super::{binds, EarlySetupTakeover};
-use crate::config::Config;
-use crate::wrapper::NodeState;
+use crate::NodeState;
+use gpuhook::config::Config;
 
 struct Fixture {
     tmp: tempfile::TempDir,
@@ -203,7 +203,7 @@ fn early_setup_off_leaves_the_spec_alone() {
     let t = EarlySetupTakeover::new(&f.config, &node);
     let mut spec = f.spec(json!({"createContainer": [f.setup_hook(&[])]}));
     let before = spec.clone();
-    use gpuhook_runtime::HookTakeover;
+    use crate::HookTakeover;
     assert!(t
         .take_over(Path::new("/bundle"), Some("c1"), &mut spec)
         .is_none());
@@ -214,9 +214,9 @@ fn early_setup_off_leaves_the_spec_alone() {
 /// default level (it used to be a debug line nobody saw).
 #[test]
 fn a_hook_left_to_runc_is_a_decision_line_with_the_reason() {
-    use gpuhook_runtime::HookTakeover;
+    use crate::HookTakeover;
 
-    use crate::logging::{self, LogFormat, LogSettings};
+    use gpuhook::logging::{self, LogFormat, LogSettings};
     let f = Fixture::new();
     let log = f.tmp.path().join("log.json");
     let gpuhook = f.gpuhook();

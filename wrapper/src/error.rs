@@ -7,7 +7,7 @@ use gpuhook_node::bounded::{preview_list, BoundedReadError};
 use thiserror::Error;
 
 use crate::argv::ArgvError;
-use crate::wrapper::{BoxError, MAX_NAMES_SHOWN};
+use crate::run::{BoxError, MAX_NAMES_SHOWN};
 
 /// Why the wrapper could not start the container.
 #[derive(Debug, Error)]

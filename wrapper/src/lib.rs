@@ -25,27 +25,40 @@
 //! the wrapper beside `runc create` instead of inside it, when it can be done the same way
 //! ([`early`], `[runtime] early-setup = true`, the default).
 
+pub mod argv;
 mod early;
+pub mod error;
+pub mod exec;
+pub mod legacy;
 mod logs;
 mod node;
+pub mod reinject;
 mod request;
+pub mod run;
+pub mod runclog;
+pub mod takeover;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-use gpuhook_runtime::{
-    parse_argv, report_error, Extensions, GenerateMissing, Intercept, EXIT_FAILURE,
-};
-
+pub use argv::{parse as parse_argv, ArgvError, Intercept, RuncArgs};
 pub use early::EarlySetupTakeover;
+pub use error::RuntimeError;
+pub use exec::{find_runtime, ExecPlan};
+pub use legacy::remove_legacy_hooks;
 pub use node::NodeState;
 pub use request::WrapperRequest;
+pub use run::{
+    edit_bundle, main_with, prepare, report_error, BoxError, DeviceRequest, Edited, Extensions,
+    GenerateMissing, Injection, Prepared, RuntimeConfig, EXIT_FAILURE, MAX_NAMES_SHOWN,
+};
+pub use takeover::{EarlyWork, HookTakeover};
 
-use crate::config::{Config, CONFIG_ENV};
+use gpuhook::config::{Config, CONFIG_ENV};
 
 /// The wrapper's settings from gpuhook's config.
-pub fn runtime_config(config: &Config) -> gpuhook_runtime::RuntimeConfig {
-    gpuhook_runtime::RuntimeConfig {
+pub fn runtime_config(config: &Config) -> crate::RuntimeConfig {
+    crate::RuntimeConfig {
         runtimes: config.runtime.runtimes.iter().map(PathBuf::from).collect(),
         spec_dirs: config.cdi_spec_dirs.clone(),
         path_env: None,
@@ -95,7 +108,7 @@ pub fn main() -> ! {
         generate: Some(&node as &dyn GenerateMissing),
         takeover: Some(&takeover),
     };
-    gpuhook_runtime::main_with(&argv, &runtime_config(&config), &request, &ext)
+    crate::main_with(&argv, &runtime_config(&config), &request, &ext)
 }
 
 #[cfg(test)]

@@ -13,13 +13,13 @@
 use std::cell::OnceCell;
 use std::path::PathBuf;
 
+use crate::{BoxError, GenerateMissing};
 use gpuhook_cdi::{ContainerEdits, Device, EditOptions, GenerateOptions, Registry, Spec};
 use gpuhook_node::Inventory;
-use gpuhook_runtime::{BoxError, GenerateMissing};
 
-use crate::config::{Config, CONFIG_ENV};
-use crate::prestart::inventory::load_inventory;
-use crate::request::{parse_id, resolve_id, validate_device_name, RequestError, RequestSource};
+use gpuhook::config::{Config, CONFIG_ENV};
+use gpuhook::prestart::inventory::load_inventory;
+use gpuhook_request::{parse_id, resolve_id, validate_device_name, RequestError, RequestSource};
 
 /// Name of the gpuhook binary the generated hooks run, installed beside gpuhook-runtime.
 pub const GPUHOOK_BINARY: &str = "gpuhook";
@@ -177,7 +177,7 @@ impl GenerateMissing for NodeState<'_> {
             });
         }
         tracing::info!(
-            missing = %gpuhook_node::bounded::preview_list(missing, gpuhook_runtime::MAX_NAMES_SHOWN),
+            missing = %gpuhook_node::bounded::preview_list(missing, crate::MAX_NAMES_SHOWN),
             "no spec file defines these devices; using a spec generated in memory"
         );
         Ok(vec![spec])

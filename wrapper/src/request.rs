@@ -1,9 +1,9 @@
 //! What the wrapper injects into a container, from its (untrusted) OCI spec.
 //!
-//! - Not a GPU container ([`crate::request::is_gpu_container`] false and no `cdi.k8s.io/*`
+//! - Not a GPU container ([`gpuhook_request::is_gpu_container`] false and no `cdi.k8s.io/*`
 //!   annotation): nothing, decided from `config.json` alone without discovery.
 //! - `cdi` mode: CDI names. `cdi.k8s.io/*` annotations (container annotations; a pod's own only
-//!   for allow-listed devices, see [`crate::request::provenance`]) give fully qualified names,
+//!   for allow-listed devices, see [`gpuhook_request::provenance`]) give fully qualified names,
 //!   used as they are, *of any kind* (containerd 1.6 has no CDI: the wrapper is the only CDI consumer, as the
 //!   CRI plugin would be on 1.7+). Ids from `NVIDIA_VISIBLE_DEVICES` (or the volume-mount list)
 //!   become `nvidia.com/gpu=<id>`; a fully qualified name there is kept as it is.
@@ -15,7 +15,7 @@
 //! - `legacy` mode: the `gpuhook prestart` hook.
 //!
 //! In cdi and jit-cdi modes the MIG config/monitor and IMEX channel nodes are added beside the
-//! devices ([`crate::prestart::extras`]); the feature gates NVIDIA_GDS, ... are refused by the
+//! devices ([`gpuhook::prestart::extras`]); the feature gates NVIDIA_GDS, ... are refused by the
 //! request parser in every mode.
 //!
 //! `NVIDIA_REQUIRE_*` constraints are checked against the node's inventory in every mode, when
@@ -23,15 +23,15 @@
 
 use std::path::Path;
 
+use crate::{BoxError, DeviceRequest, Injection};
 use gpuhook_cdi::{ContainerEdits, DeviceNode, Hook};
-use gpuhook_runtime::{BoxError, DeviceRequest, Injection};
 use serde_json::Value;
 
 use super::node::NodeState;
-use crate::config::{Config, RuntimeMode, CONFIG_ENV};
-use crate::logging::{Decision, Outcome};
-use crate::prestart::extras::{extra_nodes, Extras};
-use crate::request::{
+use gpuhook::config::{Config, RuntimeMode, CONFIG_ENV};
+use gpuhook::logging::{Decision, Outcome};
+use gpuhook::prestart::extras::{extra_nodes, Extras};
+use gpuhook_request::{
     self, resolve_selection, ContainerRequest, ParseOutcome, QualifiedName, RequestPolicy,
     RequestSource,
 };
@@ -47,13 +47,13 @@ pub struct WrapperRequest<'a> {
 }
 
 /// Every name of every `cdi.k8s.io/*` annotation the policy admits (a pod annotation only when
-/// allow-listed, see [`crate::request::provenance`]), by annotation key, validated, each once.
+/// allow-listed, see [`gpuhook_request::provenance`]), by annotation key, validated, each once.
 pub fn annotation_names(
     spec: &Value,
     policy: &RequestPolicy,
 ) -> Result<Vec<QualifiedName>, BoxError> {
     let mut out: Vec<QualifiedName> = Vec::new();
-    for q in request::annotation_names(spec, policy)? {
+    for q in gpuhook_request::annotation_names(spec, policy)? {
         if !out.contains(&q) {
             out.push(q);
         }
@@ -118,7 +118,7 @@ impl<'a> WrapperRequest<'a> {
         if !env.iter().any(|e| e.starts_with(&format!("{CONFIG_ENV}="))) {
             env.push(format!(
                 "{CONFIG_ENV}={}",
-                crate::config::DEFAULT_CONFIG_PATH
+                gpuhook::config::DEFAULT_CONFIG_PATH
             ));
         }
         Ok(ContainerEdits {
@@ -153,10 +153,10 @@ impl<'a> WrapperRequest<'a> {
         policy: &RequestPolicy,
     ) -> Result<(Option<Injection>, String), BoxError> {
         let annotations = annotation_names(spec, policy)?;
-        if !request::is_gpu_container(spec, policy) && annotations.is_empty() {
+        if !gpuhook_request::is_gpu_container(spec, policy) && annotations.is_empty() {
             return Ok((None, why_not_gpu(spec, policy).into()));
         }
-        let req = match request::parse(spec, policy)? {
+        let req = match gpuhook_request::parse(spec, policy)? {
             ParseOutcome::Gpu(r) => r,
             ParseOutcome::NotGpu(reason) if annotations.is_empty() => {
                 return Ok((None, not_gpu_reason(reason).into()))
@@ -215,18 +215,18 @@ fn why_not_gpu(spec: &Value, policy: &RequestPolicy) -> &'static str {
         e.as_str()
             .is_some_and(|e| e.starts_with("NVIDIA_VISIBLE_DEVICES="))
     });
-    match sets_visible.then(|| request::parse(spec, policy)) {
+    match sets_visible.then(|| gpuhook_request::parse(spec, policy)) {
         Some(Ok(ParseOutcome::NotGpu(reason))) => not_gpu_reason(reason),
         _ => "no GPU requested",
     }
 }
 
 /// Why a container gets no GPU, for the decision line.
-fn not_gpu_reason(reason: request::NotGpuReason) -> &'static str {
+fn not_gpu_reason(reason: gpuhook_request::NotGpuReason) -> &'static str {
     match reason {
-        request::NotGpuReason::NoRequest => "no GPU requested",
-        request::NotGpuReason::Void => "the device list is `void`",
-        request::NotGpuReason::EnvVarNotAccepted => {
+        gpuhook_request::NotGpuReason::NoRequest => "no GPU requested",
+        gpuhook_request::NotGpuReason::Void => "the device list is `void`",
+        gpuhook_request::NotGpuReason::EnvVarNotAccepted => {
             "NVIDIA_VISIBLE_DEVICES of an unprivileged container ignored \
              (accept-nvidia-visible-devices-envvar-when-unprivileged = false)"
         }
@@ -253,11 +253,9 @@ impl DeviceRequest for WrapperRequest<'_> {
             }
             Ok((Some(injection), source)) => {
                 let devices = match injection.cdi_names() {
-                    Some(names) => gpuhook_node::bounded::preview_joined(
-                        names,
-                        gpuhook_runtime::MAX_NAMES_SHOWN,
-                        ",",
-                    ),
+                    Some(names) => {
+                        gpuhook_node::bounded::preview_joined(names, crate::MAX_NAMES_SHOWN, ",")
+                    }
                     None => format!("{:?} edits", self.config.runtime.mode),
                 };
                 let mut d = Decision::new(COMMAND, Outcome::Inject);

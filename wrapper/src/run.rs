@@ -18,7 +18,8 @@ use serde_json::Value;
 use crate::argv::{self, Intercept};
 use crate::exec::{find_runtime, ExecPlan};
 use crate::takeover::{run_beside, EarlyWork, HookTakeover, Outcome};
-use crate::{atomic, legacy, reinject, runclog};
+use crate::{legacy, reinject, runclog};
+use gpuhook_runtime::atomic;
 
 /// Error type of the caller's callbacks.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -126,7 +127,7 @@ impl Default for RuntimeConfig {
     }
 }
 
-pub use crate::wrapper_error::RuntimeError;
+pub use crate::error::RuntimeError;
 
 /// Registers in-memory specs in `registry` (after the spec dirs, so a file always wins).
 fn add_generated(registry: &mut Registry, specs: Vec<Spec>) {
@@ -489,5 +490,5 @@ pub fn main_with(
 }
 
 #[cfg(test)]
-#[path = "wrapper_tests.rs"]
+#[path = "run_tests.rs"]
 mod tests;

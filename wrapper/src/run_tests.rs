@@ -383,7 +383,7 @@ fn spawn_child(f: &Fixture, argv: &[OsString]) -> std::process::Output {
     });
     Command::new(std::env::current_exe().unwrap())
         .args([
-            "wrapper::tests::exec_child",
+            "run::tests::exec_child",
             "--exact",
             "--nocapture",
             "--test-threads=1",

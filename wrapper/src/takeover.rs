@@ -24,7 +24,7 @@ use serde_json::Value;
 
 use crate::argv::RuncArgs;
 use crate::exec::ExecPlan;
-use crate::wrapper::BoxError;
+use crate::run::BoxError;
 
 /// Work started before the runtime; [`EarlyWork::wait`] says whether it succeeded. Dropping it
 /// without waiting must stop it.
@@ -120,7 +120,7 @@ pub fn run_beside(
         None => "no container id to delete".to_string(),
     };
     Ok(Outcome {
-        exit_code: crate::wrapper::EXIT_FAILURE,
+        exit_code: crate::run::EXIT_FAILURE,
         error: Some(format!("container setup failed: {error}; {cleanup}")),
     })
 }
@@ -240,7 +240,7 @@ mod tests {
     #[test]
     fn failed_work_deletes_the_created_container() {
         let (out, log, calls) = run(0, Err("ldconfig exited with 1".into()));
-        assert_eq!(out.exit_code, crate::wrapper::EXIT_FAILURE);
+        assert_eq!(out.exit_code, crate::run::EXIT_FAILURE);
         assert_eq!(
             out.error.as_deref(),
             Some("container setup failed: ldconfig exited with 1; the container was deleted")

@@ -32,7 +32,7 @@ use gpuhook_inject::cgroup::{locate_device_cgroup, DeviceCgroup, V1Devices, V2De
 use gpuhook_inject::{BundleConfig, DeviceController};
 use gpuhook_node::bounded::{preview, preview_joined};
 use gpuhook_node::DeviceRef;
-use gpuhook_runtime::MAX_NAMES_SHOWN;
+use gpuhook_request::limits::MAX_NAMES_SHOWN;
 
 pub use apply::{Applied, Target};
 pub use error::PrestartError;

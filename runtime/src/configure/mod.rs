@@ -304,7 +304,7 @@ pub fn plan(opts: &ConfigureOptions) -> Result<Plan, ConfigureError> {
 }
 
 fn backup_path(path: &Path) -> PathBuf {
-    let stamp: String = crate::runclog::rfc3339(std::time::SystemTime::now())
+    let stamp: String = crate::timestamp::rfc3339(std::time::SystemTime::now())
         .chars()
         .filter(|c| !matches!(c, '-' | ':'))
         .collect();
