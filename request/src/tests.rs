@@ -42,7 +42,7 @@ pub(super) fn parse_with(c: &Value, policy: &RequestPolicy) -> Result<ParseOutco
     outcome
 }
 
-fn gpu(c: &Value, policy: &RequestPolicy) -> ContainerRequest {
+fn gpu(c: &Value, policy: &RequestPolicy) -> GpuRequest {
     match parse_with(c, policy).unwrap() {
         ParseOutcome::Gpu(r) => r,
         other => panic!("{c}: {other:?}"),

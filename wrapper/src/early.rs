@@ -25,7 +25,9 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::{BoxError, EarlyWork, HookTakeover};
+use gpuhook_inject::InjectError;
+
+use crate::takeover::{EarlyWork, HookTakeover};
 use clap::Parser;
 use gpuhook_inject::{EarlyBind, EarlySetup, LdcacheOptions, PendingSetup};
 use serde_json::Value;
@@ -58,7 +60,7 @@ struct SetupCommand {
 struct Running(PendingSetup);
 
 impl EarlyWork for Running {
-    fn wait(self: Box<Self>) -> Result<(), BoxError> {
+    fn wait(self: Box<Self>) -> Result<(), InjectError> {
         let rootfs = self.0.rootfs().to_path_buf();
         self.0.wait()?;
         tracing::info!(rootfs = %rootfs.display(), "hook setup done by the wrapper");

@@ -203,7 +203,7 @@ fn early_setup_off_leaves_the_spec_alone() {
     let t = EarlySetupTakeover::new(&f.config, &node);
     let mut spec = f.spec(json!({"createContainer": [f.setup_hook(&[])]}));
     let before = spec.clone();
-    use crate::HookTakeover;
+    use crate::takeover::HookTakeover;
     assert!(t
         .take_over(Path::new("/bundle"), Some("c1"), &mut spec)
         .is_none());
@@ -214,7 +214,7 @@ fn early_setup_off_leaves_the_spec_alone() {
 /// default level (it used to be a debug line nobody saw).
 #[test]
 fn a_hook_left_to_runc_is_a_decision_line_with_the_reason() {
-    use crate::HookTakeover;
+    use crate::takeover::HookTakeover;
 
     use gpuhook::logging::{self, LogFormat, LogSettings};
     let f = Fixture::new();

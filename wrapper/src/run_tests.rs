@@ -5,6 +5,9 @@ use std::process::Command;
 use serde_json::json;
 
 use super::*;
+use crate::entry::{main_with, prepare, report_error};
+use crate::error::EXIT_FAILURE;
+use gpuhook_request::RequestError;
 
 const SPEC: &str = r#"{
   "cdiVersion": "0.5.0",
@@ -104,7 +107,7 @@ fn create_argv(f: &Fixture) -> Vec<OsString> {
 }
 
 /// Request: the devices in NVIDIA_VISIBLE_DEVICES as `nvidia.com/gpu=<id>`.
-fn env_request(spec: &Value) -> Result<Vec<String>, BoxError> {
+fn env_request(spec: &Value) -> Result<Vec<String>, InjectionError> {
     let env = spec["process"]["env"]
         .as_array()
         .cloned()
@@ -183,7 +186,7 @@ fn non_gpu_container_is_not_rewritten() {
     let p = f.bundle.join("config.json");
     let before = fs::read(&p).unwrap();
     let ino = fs::metadata(&p).unwrap().ino();
-    let none = |_: &Value| -> Result<Vec<String>, BoxError> { Ok(vec![]) };
+    let none = |_: &Value| -> Result<Vec<String>, InjectionError> { Ok(vec![]) };
     let plan = prepare(&create_argv(&f), &f.config, &none, None).unwrap();
     assert_eq!(plan.program, f.runc);
     assert_eq!(fs::read(&p).unwrap(), before);
@@ -211,11 +214,18 @@ fn request_errors_and_bad_specs_leave_config_untouched() {
     let f = fixture();
     let p = f.bundle.join("config.json");
     let before = fs::read(&p).unwrap();
-    let failing =
-        |_: &Value| -> Result<Vec<String>, BoxError> { Err("bad NVIDIA_VISIBLE_DEVICES".into()) };
+    let failing = |_: &Value| -> Result<Vec<String>, InjectionError> {
+        Err(RequestError::InvalidValue {
+            variable: "NVIDIA_VISIBLE_DEVICES".into(),
+            reason: "bad".into(),
+        }
+        .into())
+    };
     let err = prepare(&create_argv(&f), &f.config, &failing, None).unwrap_err();
     assert!(matches!(err, RuntimeError::Request { .. }));
-    assert!(err.to_string().contains("bad NVIDIA_VISIBLE_DEVICES"));
+    assert!(err
+        .to_string()
+        .contains("invalid NVIDIA_VISIBLE_DEVICES: bad"));
     assert_eq!(fs::read(&p).unwrap(), before);
 
     fs::write(&p, b"{not json").unwrap();
@@ -229,17 +239,17 @@ fn request_errors_and_bad_specs_leave_config_untouched() {
     }))
     .unwrap();
     fs::write(&p, &before).unwrap();
-    let req = |_: &Value| -> Result<Option<Injection>, BoxError> {
+    let req = |_: &Value| -> Result<Option<Injection>, InjectionError> {
         Ok(Some(Injection::Edits(Box::new(edits.clone()))))
     };
     struct R<F>(F);
-    impl<F: Fn(&Value) -> Result<Option<Injection>, BoxError>> DeviceRequest for R<F> {
+    impl<F: Fn(&Value) -> Result<Option<Injection>, InjectionError>> DeviceRequest for R<F> {
         fn injection(
             &self,
             _: &Path,
             _: Option<&str>,
             spec: &Value,
-        ) -> Result<Option<Injection>, BoxError> {
+        ) -> Result<Option<Injection>, InjectionError> {
             (self.0)(spec)
         }
     }
@@ -253,9 +263,9 @@ fn generate_missing_fills_only_the_gaps() {
     let f = fixture();
     set_env(&f, "0,5");
     let seen = std::cell::RefCell::new(Vec::new());
-    let generate = |missing: &[String]| -> Result<Vec<Spec>, BoxError> {
+    let generate = |missing: &[String]| -> Result<Vec<Spec>, NodeError> {
         seen.borrow_mut().extend_from_slice(missing);
-        let mut spec: Spec = serde_json::from_str(SPEC)?;
+        let mut spec: Spec = serde_json::from_str(SPEC).unwrap();
         spec.devices.truncate(1);
         spec.devices[0].name = "5".into();
         spec.devices[0].container_edits.device_nodes[0].path = "/dev/nvidia5".into();
@@ -275,7 +285,7 @@ fn generate_missing_fills_only_the_gaps() {
     // A generator that cannot help: still unresolvable, untouched.
     set_env(&f, "9");
     let before = fs::read(f.bundle.join("config.json")).unwrap();
-    let nothing = |_: &[String]| -> Result<Vec<Spec>, BoxError> { Ok(vec![]) };
+    let nothing = |_: &[String]| -> Result<Vec<Spec>, NodeError> { Ok(vec![]) };
     let err = prepare(&create_argv(&f), &f.config, &env_request, Some(&nothing)).unwrap_err();
     assert!(matches!(err, RuntimeError::Unresolvable { .. }));
     assert_eq!(fs::read(f.bundle.join("config.json")).unwrap(), before);
@@ -284,7 +294,7 @@ fn generate_missing_fills_only_the_gaps() {
 #[test]
 fn other_commands_touch_nothing() {
     let f = fixture();
-    let panicking = |_: &Value| -> Result<Vec<String>, BoxError> { panic!("request called") };
+    let panicking = |_: &Value| -> Result<Vec<String>, InjectionError> { panic!("request called") };
     for cmd in ["start", "delete", "state", "kill"] {
         let argv = os(&["x", "--root", "/r", cmd, "--bundle", "/nonexistent", "id"]);
         let plan = prepare(&argv, &f.config, &panicking, None).unwrap();
@@ -297,7 +307,7 @@ fn no_runtime_but_ourselves_is_an_error() {
     let mut f = fixture();
     f.config.self_exe = Some(f.runc.clone());
     let argv = os(&["x", "start", "id"]);
-    let none = |_: &Value| -> Result<Vec<String>, BoxError> { Ok(vec![]) };
+    let none = |_: &Value| -> Result<Vec<String>, InjectionError> { Ok(vec![]) };
     let err = prepare(&argv, &f.config, &none, None).unwrap_err();
     let msg = err.to_string();
     assert!(msg.contains("no OCI runtime found"), "{msg}");
@@ -372,7 +382,7 @@ fn exec_child() {
         .into_iter()
         .map(OsString::from)
         .collect();
-    main(&argv, &config, &env_request, None);
+    main_with(&argv, &config, &env_request, &Extensions::default());
 }
 
 fn spawn_child(f: &Fixture, argv: &[OsString]) -> std::process::Output {
@@ -465,7 +475,7 @@ impl DeviceRequest for EditsRequest {
         _: &Path,
         _: Option<&str>,
         _: &Value,
-    ) -> Result<Option<Injection>, BoxError> {
+    ) -> Result<Option<Injection>, InjectionError> {
         Ok(Some(Injection::Edits(Box::new(self.0.clone()))))
     }
 }
@@ -513,7 +523,7 @@ fn an_empty_cdi_request_is_no_request() {
             _: &Path,
             _: Option<&str>,
             _: &Value,
-        ) -> Result<Option<Injection>, BoxError> {
+        ) -> Result<Option<Injection>, InjectionError> {
             Ok(Some(Injection::Cdi(vec![])))
         }
     }
@@ -552,7 +562,7 @@ fn huge_config_json_is_refused_without_reading_it() {
     let path = f.bundle.join("config.json");
     let file = fs::OpenOptions::new().write(true).open(&path).unwrap();
     file.set_len(700 << 20).unwrap();
-    let request = |_: &Value| -> Result<Vec<String>, BoxError> { Ok(vec![]) };
+    let request = |_: &Value| -> Result<Vec<String>, InjectionError> { Ok(vec![]) };
     let err = edit_bundle(&f.bundle, None, &f.config, &request, None).unwrap_err();
     assert!(matches!(err, RuntimeError::ReadSpec(_)), "{err:?}");
     let msg = err.to_string();
@@ -569,7 +579,7 @@ fn huge_config_json_is_refused_without_reading_it() {
 #[test]
 fn unresolvable_error_lists_a_bounded_number_of_names() {
     let f = fixture();
-    let many = |_: &Value| -> Result<Vec<String>, BoxError> {
+    let many = |_: &Value| -> Result<Vec<String>, InjectionError> {
         Ok((0..4000).map(|i| format!("nvidia.com/gpu={i}x")).collect())
     };
     let err = edit_bundle(&f.bundle, None, &f.config, &many, None).unwrap_err();

@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::{DeviceRequest, GenerateMissing, Injection};
+use crate::run::{DeviceRequest, GenerateMissing, Injection};
 use gpuhook_cdi::{Format, GenerateOptions};
 use gpuhook_node::{
     DeviceMajors, DiscoverySource, DriverFiles, Gpu, Inventory, MigDevice, INVENTORY_FORMAT_VERSION,

@@ -35,12 +35,11 @@ pub fn read_state(reader: impl Read) -> Result<OciState, PrestartError> {
     Ok(state)
 }
 
-/// `config.json` of a bundle: the raw bytes (for [`gpuhook_inject::BundleConfig`]) and the parsed
-/// JSON (for the request).
+/// `config.json` of a bundle, parsed once: the request and the bundle fields
+/// ([`gpuhook_inject::BundleConfig::from_value`]) are both read from `value`.
 #[derive(Debug)]
 pub struct BundleJson {
     pub path: PathBuf,
-    pub bytes: Vec<u8>,
     pub value: Value,
 }
 
@@ -62,7 +61,7 @@ pub fn read_bundle_config(bundle: &Path) -> Result<BundleJson, PrestartError> {
     if !value.is_object() {
         return Err(err("is not a JSON object".into()));
     }
-    Ok(BundleJson { path, bytes, value })
+    Ok(BundleJson { path, value })
 }
 
 #[cfg(test)]
