@@ -28,12 +28,11 @@ use std::path::{Path, PathBuf};
 use gpuhook_inject::InjectError;
 
 use crate::takeover::{EarlyWork, HookTakeover};
-use clap::Parser;
+use gpuhook_cdi::edits::SetupHookArgs;
 use gpuhook_inject::{EarlyBind, EarlySetup, LdcacheOptions, PendingSetup};
 use serde_json::Value;
 
 use super::node::NodeState;
-use gpuhook::cli::SetupArgs;
 use gpuhook::config::Config;
 
 /// The hook phases that run before (or as part of) ours and could change the root.
@@ -47,13 +46,6 @@ pub struct EarlySetupTakeover<'a> {
     node: &'a NodeState<'a>,
     /// NVIDIA's params as the container's procfs will show them (`/proc/driver/nvidia/params`).
     host_params: PathBuf,
-}
-
-#[derive(Parser, Debug)]
-#[command(no_binary_name = true)]
-struct SetupCommand {
-    #[command(flatten)]
-    args: SetupArgs,
 }
 
 #[derive(Debug)]
@@ -83,8 +75,8 @@ impl<'a> EarlySetupTakeover<'a> {
         self
     }
 
-    /// Whether `hook` is our `hook setup`; its parsed args when it is.
-    fn our_setup(&self, hook: &Value, gpuhook: &Path) -> Option<SetupArgs> {
+    /// Whether `hook` is our `hook setup`; its arguments when it is (and they parse).
+    fn our_setup(&self, hook: &Value, gpuhook: &Path) -> Option<SetupHookArgs> {
         let path = hook.get("path")?.as_str()?;
         let args: Vec<&str> = hook
             .get("args")?
@@ -95,13 +87,11 @@ impl<'a> EarlySetupTakeover<'a> {
         if Path::new(path) != gpuhook || args.get(1..3)? != ["hook", "setup"] {
             return None;
         }
-        SetupCommand::try_parse_from(&args[3..])
-            .ok()
-            .map(|c| c.args)
+        SetupHookArgs::from_args(&args[3..]).ok()
     }
 
     /// The plan, or why the hook must stay.
-    fn plan(&self, bundle: &Path, spec: &Value) -> Result<(EarlySetup, SetupArgs), String> {
+    fn plan(&self, bundle: &Path, spec: &Value) -> Result<(EarlySetup, SetupHookArgs), String> {
         let hooks = spec.get("hooks").and_then(Value::as_object);
         let earlier: Vec<(&str, &Value)> = EARLIER_HOOKS
             .iter()
@@ -166,7 +156,7 @@ impl<'a> EarlySetupTakeover<'a> {
     }
 
     /// `spec`'s hooks without ours, plus a params-only `hook setup` when it is needed.
-    fn rewrite_hooks(&self, spec: &mut Value, setup: &SetupArgs) {
+    fn rewrite_hooks(&self, spec: &mut Value, setup: &SetupHookArgs) {
         let Some(list) = spec
             .pointer_mut("/hooks/createContainer")
             .and_then(Value::as_array_mut)
@@ -174,21 +164,30 @@ impl<'a> EarlySetupTakeover<'a> {
             return;
         };
         let keep_params = setup.disable_device_node_modification && self.host_params.exists();
-        if keep_params {
-            let hook = &mut list[0];
-            hook["args"] = serde_json::json!([
-                gpuhook_cdi::GPUHOOK_PROGRAM,
-                "hook",
-                gpuhook_cdi::SETUP_HOOK,
-                gpuhook_cdi::DISABLE_DEVICE_NODE_MODIFICATION_FLAG
-            ]);
+        if let (true, Some(hook)) = (keep_params, list.first_mut()) {
+            let params_only = SetupHookArgs {
+                disable_device_node_modification: true,
+                ..SetupHookArgs::default()
+            };
+            let mut args = vec![
+                gpuhook_cdi::GPUHOOK_PROGRAM.to_string(),
+                "hook".into(),
+                gpuhook_cdi::SETUP_HOOK.into(),
+            ];
+            args.extend(params_only.to_args());
+            hook["args"] = serde_json::json!(args);
             return;
         }
         list.clear();
-        let hooks = spec["hooks"].as_object_mut().expect("checked above");
-        hooks.remove("createContainer");
-        if hooks.is_empty() {
-            spec.as_object_mut().expect("an object").remove("hooks");
+        let no_hooks_left = spec
+            .get_mut("hooks")
+            .and_then(Value::as_object_mut)
+            .is_some_and(|hooks| {
+                hooks.remove("createContainer");
+                hooks.is_empty()
+            });
+        if let (true, Some(spec)) = (no_hooks_left, spec.as_object_mut()) {
+            spec.remove("hooks");
         }
     }
 }

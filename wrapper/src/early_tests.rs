@@ -254,3 +254,30 @@ fn a_hook_left_to_runc_is_a_decision_line_with_the_reason() {
         assert!(reason.contains(why), "{reason}");
     }
 }
+
+/// The wrapper takes the hook over only when it does what `gpuhook hook setup` would: the CLI
+/// (clap) and the wrapper ([`SetupHookArgs::from_args`]) read the generator's encoding alike.
+#[test]
+fn the_cli_and_the_wrapper_read_the_generators_setup_args_alike() {
+    use clap::Parser;
+    use gpuhook::cli::{Cli, Command, HookCommand};
+    use gpuhook_cdi::edits::{SetupHookArgs, SetupLink};
+
+    let generated = SetupHookArgs {
+        links: vec![SetupLink::parse("libcuda.so.1::/usr/lib64/libcuda.so").unwrap()],
+        ldconfig: Some("/sbin/ldconfig.real".into()),
+        folders: vec!["/usr/lib64".into(), "/usr/lib/x86_64-linux-gnu".into()],
+        disable_device_node_modification: true,
+        cuda_compat_host_driver_version: Some("550.54.15".into()),
+        application_profile: true,
+        container_spec: None,
+    };
+    let mut argv = vec!["gpuhook".to_string(), "hook".into(), "setup".into()];
+    argv.extend(generated.to_args());
+    let cli = Cli::try_parse_from(&argv).unwrap();
+    let Command::Hook(HookCommand::Setup(args)) = cli.command else {
+        panic!("not hook setup: {argv:?}");
+    };
+    assert_eq!(SetupHookArgs::from(&args), generated);
+    assert_eq!(SetupHookArgs::from_args(&argv[3..]).unwrap(), generated);
+}

@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
+use gpuhook_cdi::edits::{SetupHookArgs, SetupLink};
 use gpuhook_inject::hooks::PARAMS_PATH;
 use gpuhook_inject::{BundleConfig, OciState};
 use gpuhook_node::join_under;
@@ -58,37 +59,12 @@ pub enum HookCommand {
     DisableDeviceNodeModification(DisableDeviceNodeModificationArgs),
 }
 
-/// `TARGET::LINK`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LinkSpec {
-    pub target: PathBuf,
-    /// Absolute container path.
-    pub link: PathBuf,
-}
+/// `TARGET::LINK`: the setup hook's link ([`SetupLink`]), one parser for every reader.
+pub type LinkSpec = SetupLink;
 
-/// Parses `TARGET::LINK`.
+/// Parses `TARGET::LINK` ([`SetupLink::parse`]).
 pub fn parse_link(s: &str) -> Result<LinkSpec, String> {
-    let (target, link) = s
-        .split_once("::")
-        .ok_or("expected TARGET::LINK, e.g. libcuda.so.1::/usr/lib64/libcuda.so")?;
-    if target.is_empty() || link.is_empty() {
-        return Err("TARGET and LINK must both be non-empty".into());
-    }
-    if s.contains('\0') {
-        return Err("contains a NUL byte".into());
-    }
-    if !link.starts_with('/') {
-        return Err(format!(
-            "LINK {link:?} must be an absolute path in the container"
-        ));
-    }
-    if link.split('/').any(|c| c == "..") {
-        return Err(format!("LINK {link:?} must not contain '..'"));
-    }
-    Ok(LinkSpec {
-        target: target.into(),
-        link: link.into(),
-    })
+    SetupLink::parse(s).map_err(|e| e.to_string())
 }
 
 /// Arguments of `gpuhook hook create-symlinks`.
@@ -143,6 +119,21 @@ pub struct SetupArgs {
     pub container_spec: Option<PathBuf>,
 }
 
+/// The CLI's flags as the one typed argument set the generator wrote them from.
+impl From<&SetupArgs> for SetupHookArgs {
+    fn from(a: &SetupArgs) -> Self {
+        SetupHookArgs {
+            links: a.links.clone(),
+            ldconfig: a.ldconfig.clone(),
+            folders: a.folders.clone(),
+            disable_device_node_modification: a.disable_device_node_modification,
+            cuda_compat_host_driver_version: a.cuda_compat_host_driver_version.clone(),
+            application_profile: a.application_profile,
+            container_spec: a.container_spec.clone(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Args)]
 pub struct DisableDeviceNodeModificationArgs {
     /// The container's config.json [default: from the state on stdin]
@@ -173,6 +164,7 @@ fn bundle_config(container_spec: Option<&Path>) -> anyhow::Result<BundleConfig> 
 pub(super) fn run(command: &HookCommand, config: &Config) -> anyhow::Result<()> {
     match command {
         HookCommand::Setup(args) => {
+            let args = SetupHookArgs::from(args);
             let bundle = bundle_config(args.container_spec.as_deref())?;
             let ldconfig = ldconfig_path(config, args.ldconfig.as_deref());
             // Bad folders or a bad ldconfig fail before the first link is made.

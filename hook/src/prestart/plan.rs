@@ -15,8 +15,10 @@
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
+use gpuhook_cdi::edits::{
+    SetupHookArgs, CONTAINER_SPEC_FLAG, FOLDER_FLAG, LDCONFIG_FLAG, LINK_FLAG,
+};
 use gpuhook_cdi::ContainerEdits;
-use gpuhook_inject::hooks::parse_link_spec;
 use gpuhook_inject::{normalize_container_path, DeviceRule, DeviceType, MountOptions};
 use gpuhook_node::{DeviceRef, Inventory};
 
@@ -169,8 +171,10 @@ impl Plan {
         Ok(())
     }
 
-    /// `--link T::L`, `--folder D`, `--ldconfig-path P` (and, for `setup`,
-    /// `--disable-device-node-modification`) of hook `name`.
+    /// The flags of hook `name` ([`SetupHookArgs`], the generator's own encoding): `--link`,
+    /// `--folder`, `--ldconfig-path` and, for `setup`, `--disable-device-node-modification`.
+    /// The one-step hooks take only their own flags; what the prestart hook does not do (CUDA
+    /// compat, application profile, another spec) is refused.
     fn add_hook_flags(
         &mut self,
         inv: &Inventory,
@@ -178,30 +182,41 @@ impl Plan {
         args: &[String],
         setup: bool,
     ) -> Result<(), String> {
-        let mut it = args.iter();
-        while let Some(flag) = it.next() {
-            let mut value = || {
-                it.next()
-                    .ok_or_else(|| format!("{name}: {flag} needs a value"))
-            };
-            match flag.as_str() {
-                "--link" if setup || name == "create-symlinks" => {
-                    let (target, link) = parse_link_spec(value()?).map_err(|e| e.to_string())?;
-                    let link = container_path(&link.to_string_lossy())?;
-                    self.symlinks.push((target, link));
-                }
-                "--folder" if setup || name == "update-ldcache" => {
-                    self.ldcache_folders.push(container_path(value()?)?)
-                }
-                // The node's ldconfig comes from our config, not from the edits.
-                "--ldconfig-path" if setup || name == "update-ldcache" => {
-                    value()?;
-                }
-                "--disable-device-node-modification" if setup => {
-                    self.params = Some(inv.host_path(Path::new(PARAMS_PATH)));
-                }
-                other => return Err(format!("{name}: unexpected {other:?}")),
-            }
+        let a = SetupHookArgs::from_args(args).map_err(|e| format!("{name}: {e}"))?;
+        let links_ok = setup || name == "create-symlinks";
+        let folders_ok = setup || name == "update-ldcache";
+        let unexpected = [
+            (!links_ok && !a.links.is_empty(), LINK_FLAG),
+            (!folders_ok && !a.folders.is_empty(), FOLDER_FLAG),
+            (!folders_ok && a.ldconfig.is_some(), LDCONFIG_FLAG),
+            (
+                !setup && a.disable_device_node_modification,
+                gpuhook_cdi::DISABLE_DEVICE_NODE_MODIFICATION_FLAG,
+            ),
+            (
+                a.cuda_compat_host_driver_version.is_some(),
+                gpuhook_cdi::edits::CUDA_COMPAT_FLAG,
+            ),
+            (
+                a.application_profile,
+                gpuhook_cdi::edits::APPLICATION_PROFILE_FLAG,
+            ),
+            (a.container_spec.is_some(), CONTAINER_SPEC_FLAG),
+        ];
+        if let Some((_, flag)) = unexpected.iter().find(|(bad, _)| *bad) {
+            return Err(format!("{name}: unexpected {flag:?}"));
+        }
+        for l in a.links {
+            let link = container_path(&l.link.to_string_lossy())?;
+            self.symlinks.push((l.target, link));
+        }
+        for f in &a.folders {
+            self.ldcache_folders
+                .push(container_path(&f.to_string_lossy())?);
+        }
+        // The node's ldconfig comes from our config, not from the edits.
+        if a.disable_device_node_modification {
+            self.params = Some(inv.host_path(Path::new(PARAMS_PATH)));
         }
         Ok(())
     }
