@@ -74,7 +74,7 @@ pub enum RuntimeError {
     Request {
         path: PathBuf,
         #[source]
-        source: InjectionError,
+        source: Box<InjectionError>,
     },
     #[error(
         "cannot generate CDI specs for {}: {source}",
@@ -83,7 +83,7 @@ pub enum RuntimeError {
     Generate {
         names: Vec<String>,
         #[source]
-        source: NodeError,
+        source: Box<NodeError>,
     },
     /// The exact wording runtimes use, followed by where we looked and the fix.
     #[error(

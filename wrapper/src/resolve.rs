@@ -54,7 +54,7 @@ pub(crate) fn resolve(
             .generate(&unknown)
             .map_err(|source| RuntimeError::Generate {
                 names: unknown.clone(),
-                source,
+                source: Box::new(source),
             })?;
         add_generated(&mut registry, specs);
         unknown = missing(&registry);

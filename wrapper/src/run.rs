@@ -141,7 +141,7 @@ pub fn edit_bundle_with(
         .injection(bundle, container, &spec)
         .map_err(|source| RuntimeError::Request {
             path: path.clone(),
-            source,
+            source: Box::new(source),
         })?;
     let injection = injection.filter(|i| !matches!(i, Injection::Cdi(n) if n.is_empty()));
     let Some(injection) = injection else {

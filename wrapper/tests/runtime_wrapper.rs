@@ -1,5 +1,8 @@
 //! The `gpuhook-runtime` binary with a fake runc: pass-through, stdout untouched, config errors.
 
+// A test harness: a failed set-up step is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

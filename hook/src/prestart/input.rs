@@ -74,7 +74,7 @@ mod tests {
             br#"{"ociVersion":"1.0.2","id":"c","status":"creating","pid":7,"bundle":"/b","x":{}}"#;
         let s = read_state(&ok[..]).unwrap();
         assert_eq!((s.id.as_str(), s.pid), ("c", Some(7)));
-        let big = vec![b' '; MAX_STATE_BYTES as usize + 1];
+        let big = vec![b' '; usize::try_from(MAX_STATE_BYTES).unwrap() + 1];
         let err = read_state(&big[..]).unwrap_err().to_string();
         assert!(err.contains("larger than"), "{err}");
         let rel = br#"{"ociVersion":"1","id":"c","status":"creating","bundle":"b"}"#;
@@ -96,7 +96,10 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("not a JSON object"));
-        let big = format!("{{\"a\":\"{}\"}}", "x".repeat(MAX_CONFIG_BYTES as usize));
+        let big = format!(
+            "{{\"a\":\"{}\"}}",
+            "x".repeat(usize::try_from(MAX_CONFIG_BYTES).unwrap())
+        );
         std::fs::write(dir.path().join("config.json"), big).unwrap();
         assert!(read_bundle_config(dir.path())
             .unwrap_err()
