@@ -1,12 +1,10 @@
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::process::Command;
 
 use serde_json::json;
 
 use super::*;
-use crate::entry::{main_with, prepare, report_error};
-use crate::error::EXIT_FAILURE;
+use crate::entry::prepare;
 use gpuhook_request::RequestError;
 
 const SPEC: &str = r#"{
@@ -317,243 +315,6 @@ fn no_runtime_but_ourselves_is_an_error() {
     );
 }
 
-#[test]
-fn report_error_writes_runc_log_in_both_formats() {
-    let f = fixture();
-    let log = f.root.join("log.json");
-    let argv = os(&[
-        "x",
-        "--log",
-        log.to_str().unwrap(),
-        "--log-format",
-        "json",
-        "create",
-        "id",
-    ]);
-    report_error(&argv, &"unresolvable CDI devices nvidia.com/gpu=7");
-    let line: Value = serde_json::from_str(fs::read_to_string(&log).unwrap().trim()).unwrap();
-    assert_eq!(line["level"], "error");
-    assert_eq!(
-        line["msg"],
-        "gpuhook-runtime: unresolvable CDI devices nvidia.com/gpu=7"
-    );
-    // Even when the command line itself was the problem.
-    let text = f.root.join("log.txt");
-    let argv = os(&[
-        "x",
-        "--weird",
-        "v",
-        "--log",
-        text.to_str().unwrap(),
-        "create",
-    ]);
-    report_error(&argv, &"boom");
-    let t = fs::read_to_string(&text).unwrap();
-    assert!(
-        t.contains("level=error msg=\"gpuhook-runtime: boom\""),
-        "{t}"
-    );
-}
-
-const CHILD_ENV: &str = "GPUHOOK_RUNTIME_TEST_CHILD";
-
-/// Runs in a child test process (see [`exec_replaces_the_process`]): runs the wrapper, which
-/// execs the fake runtime or exits with an error.
-#[test]
-fn exec_child() {
-    let Some(spec) = std::env::var_os(CHILD_ENV) else {
-        return;
-    };
-    let spec: Value = serde_json::from_str(spec.to_str().unwrap()).unwrap();
-    let strs = |v: &Value| -> Vec<String> {
-        v.as_array()
-            .unwrap()
-            .iter()
-            .map(|s| s.as_str().unwrap().to_string())
-            .collect()
-    };
-    let config = RuntimeConfig {
-        runtimes: vec!["runc".into()],
-        spec_dirs: strs(&spec["dirs"]).into_iter().map(PathBuf::from).collect(),
-        path_env: Some(spec["path"].as_str().unwrap().into()),
-        self_exe: None,
-    };
-    let argv: Vec<OsString> = strs(&spec["argv"])
-        .into_iter()
-        .map(OsString::from)
-        .collect();
-    main_with(&argv, &config, &env_request, &Extensions::default());
-}
-
-fn spawn_child(f: &Fixture, argv: &[OsString]) -> std::process::Output {
-    let spec = json!({
-        "dirs": f.config.spec_dirs,
-        "path": f.config.path_env.as_ref().unwrap().to_str().unwrap(),
-        "argv": argv.iter().map(|a| a.to_str().unwrap()).collect::<Vec<_>>(),
-    });
-    Command::new(std::env::current_exe().unwrap())
-        .args([
-            "run::tests::exec_child",
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD_ENV, spec.to_string())
-        .env("LD_LIBRARY_PATH", "/nonexistent-gpuhook-test")
-        .output()
-        .unwrap()
-}
-
-#[test]
-fn exec_replaces_the_process_with_the_original_argv() {
-    let f = fixture();
-    let argv = create_argv(&f);
-    let out = spawn_child(&f, &argv);
-    assert!(out.status.success(), "{out:?}");
-    let recorded = fs::read_to_string(f.root.join("record.argv")).unwrap();
-    let want: Vec<&str> = argv[1..].iter().map(|a| a.to_str().unwrap()).collect();
-    assert_eq!(recorded.lines().collect::<Vec<_>>(), want);
-    let env = fs::read_to_string(f.root.join("record.env")).unwrap();
-    assert!(
-        !env.contains("LD_LIBRARY_PATH"),
-        "LD_LIBRARY_PATH passed on"
-    );
-    assert_eq!(read_spec(&f)["linux"]["devices"][0]["path"], "/dev/nvidia0");
-
-    // Passthrough: `delete` execs with the same argv and no bundle needed.
-    let argv = os(&[
-        "gpuhook-runtime",
-        "--root",
-        "/r",
-        "delete",
-        "--force",
-        "ctr1",
-    ]);
-    let out = spawn_child(&f, &argv);
-    assert!(out.status.success(), "{out:?}");
-    let recorded = fs::read_to_string(f.root.join("record.argv")).unwrap();
-    assert_eq!(recorded, "--root\n/r\ndelete\n--force\nctr1\n");
-}
-
-#[test]
-fn failure_exits_1_and_reaches_the_log_without_running_the_runtime() {
-    let f = fixture();
-    set_env(&f, "7");
-    let log = f.root.join("log.json");
-    let b = f.bundle.to_str().unwrap();
-    let argv = os(&[
-        "gpuhook-runtime",
-        "--log",
-        log.to_str().unwrap(),
-        "--log-format",
-        "json",
-        "create",
-        "--bundle",
-        b,
-        "c",
-    ]);
-    let out = spawn_child(&f, &argv);
-    assert_eq!(out.status.code(), Some(EXIT_FAILURE), "{out:?}");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains("unresolvable CDI devices nvidia.com/gpu=7"),
-        "{stderr}"
-    );
-    let log = fs::read_to_string(&log).unwrap();
-    assert!(
-        log.contains("unresolvable CDI devices nvidia.com/gpu=7"),
-        "{log}"
-    );
-    assert!(!f.root.join("record.argv").exists(), "runtime ran");
-}
-
-struct EditsRequest(ContainerEdits);
-
-impl DeviceRequest for EditsRequest {
-    fn injection(
-        &self,
-        _: &Path,
-        _: Option<&str>,
-        _: &Value,
-    ) -> Result<Option<Injection>, InjectionError> {
-        Ok(Some(Injection::Edits(Box::new(self.0.clone()))))
-    }
-}
-
-#[test]
-fn legacy_mode_edits_replace_an_old_hook_with_exactly_one_new_one() {
-    let f = fixture();
-    let mut spec = oci_spec();
-    spec["hooks"]["prestart"] = json!([
-        {"path": "/usr/local/bin/gpuhook", "args": ["gpuhook", "prestart"]},
-        {"path": "/usr/bin/keep-me"}
-    ]);
-    fs::write(
-        f.bundle.join("config.json"),
-        serde_json::to_vec(&spec).unwrap(),
-    )
-    .unwrap();
-    let edits: ContainerEdits = serde_json::from_value(json!({"hooks": [{
-        "hookName": "prestart",
-        "path": "/usr/local/bin/gpuhook",
-        "args": ["gpuhook", "prestart"],
-        "env": ["PATH=/usr/bin:/bin"]
-    }]}))
-    .unwrap();
-    prepare(&create_argv(&f), &f.config, &EditsRequest(edits), None).unwrap();
-    let hooks = read_spec(&f)["hooks"]["prestart"].clone();
-    assert_eq!(
-        hooks,
-        json!([
-            {"path": "/usr/bin/keep-me"},
-            {"path": "/usr/local/bin/gpuhook", "args": ["gpuhook", "prestart"], "env": ["PATH=/usr/bin:/bin"]}
-        ])
-    );
-}
-
-#[test]
-fn an_empty_cdi_request_is_no_request() {
-    let f = fixture();
-    let p = f.bundle.join("config.json");
-    let before = fs::read(&p).unwrap();
-    struct Empty;
-    impl DeviceRequest for Empty {
-        fn injection(
-            &self,
-            _: &Path,
-            _: Option<&str>,
-            _: &Value,
-        ) -> Result<Option<Injection>, InjectionError> {
-            Ok(Some(Injection::Cdi(vec![])))
-        }
-    }
-    prepare(&create_argv(&f), &f.config, &Empty, None).unwrap();
-    // Not rewritten: the legacy hook is still there.
-    assert_eq!(fs::read(&p).unwrap(), before);
-}
-
-#[test]
-fn applying_the_same_devices_again_changes_nothing() {
-    // containerd 1.7 with enable_cdi may already have applied the pod's devices.
-    let f = fixture();
-    set_env(&f, "0,1");
-    prepare(&create_argv(&f), &f.config, &env_request, None).unwrap();
-    let once = read_spec(&f);
-    assert_eq!(
-        once["hooks"]["createContainer"].as_array().unwrap().len(),
-        1
-    );
-    assert_eq!(
-        once["linux"]["resources"]["devices"]
-            .as_array()
-            .unwrap()
-            .len(),
-        2
-    );
-    prepare(&create_argv(&f), &f.config, &env_request, None).unwrap();
-    assert_eq!(read_spec(&f), once);
-}
-
 /// Issue #14.11: a huge `config.json` (700 MB, sparse) is refused from its size with one clear
 /// error, before anything is read into memory; the bundle is left as it was.
 #[test]
@@ -594,3 +355,9 @@ fn unresolvable_error_lists_a_bounded_number_of_names() {
     );
     assert!(msg.len() < 1000, "{} bytes", msg.len());
 }
+
+#[path = "entry_tests.rs"]
+mod entry;
+
+#[path = "run_injection_tests.rs"]
+mod injection;
