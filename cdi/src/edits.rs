@@ -17,6 +17,7 @@ use gpuhook_node::{Capability, DeviceRef, Inventory};
 
 pub use crate::nodes::NODE_PERMISSIONS;
 
+pub(crate) use crate::nodes::path_str;
 use crate::nodes::{control_nodes, device_nodes};
 use crate::spec::{ContainerEdits, Hook, Mount};
 use crate::CdiError;
@@ -120,15 +121,6 @@ impl EditOptions {
         }
         Ok(())
     }
-}
-
-pub(crate) fn path_str(p: &Path) -> Result<String, CdiError> {
-    p.to_str()
-        .map(str::to_owned)
-        .ok_or_else(|| CdiError::InvalidOption {
-            option: "inventory",
-            message: format!("path {} is not UTF-8", p.display()),
-        })
 }
 
 fn mounts(inv: &Inventory, caps: &BTreeSet<Capability>) -> Result<Vec<Mount>, CdiError> {

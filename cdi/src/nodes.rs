@@ -16,9 +16,18 @@ use gpuhook_node::devnodes::{
 };
 use gpuhook_node::{Capability, DeviceRef, Inventory, NodeState};
 
-use crate::edits::path_str;
 use crate::spec::DeviceNode;
 use crate::CdiError;
+
+/// A path of the inventory as a spec string (specs are JSON/YAML: UTF-8 only).
+pub(crate) fn path_str(p: &Path) -> Result<String, CdiError> {
+    p.to_str()
+        .map(str::to_owned)
+        .ok_or_else(|| CdiError::InvalidOption {
+            option: "inventory",
+            message: format!("path {} is not UTF-8", p.display()),
+        })
+}
 
 /// Cgroup permissions of every node we declare (no mknod).
 pub const NODE_PERMISSIONS: &str = "rw";

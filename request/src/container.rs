@@ -5,18 +5,14 @@
 //! a `serde_json::Value` (kept for the write-back: the wrapper must never drop a field it does not
 //! know) and build this from it; no step after that looks at the JSON again for the request.
 
-use std::collections::BTreeSet;
-
-use gpuhook_node::{DeviceRef, Inventory};
 use serde_json::Value;
 
+use crate::cdi_name::{QualifiedName, NVIDIA_GPU_MPS_KIND};
+use crate::error::RequestError;
+use crate::gpu::{GpuRequest, ParseOutcome};
 use crate::oci::{self, Env};
 use crate::parse::{annotation_names, gpu_request};
-use crate::{
-    resolve_selection, Capability, DeviceSelection, ImexChannels, ParseOutcome, QualifiedName,
-    RequestError, RequestPolicy, RequestSource, RequirementReport, Requirements,
-    NVIDIA_GPU_MPS_KIND,
-};
+use crate::policy::RequestPolicy;
 
 /// What a container asks for: its CDI names of every kind and its request of our kind.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,62 +82,6 @@ pub fn parse(config: &Value, policy: &RequestPolicy) -> Result<ParseOutcome, Req
 pub fn mps_cdi_names(config: &Value, policy: &RequestPolicy) -> Result<Vec<String>, RequestError> {
     let names = annotation_names(&oci::cdi_annotations(config)?, policy)?;
     Ok(mps_names(&names))
-}
-
-/// What a GPU container asks of the policy's kind, not yet checked against a node.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GpuRequest {
-    pub source: RequestSource,
-    /// `CAP_SYS_ADMIN` in the bounding set.
-    pub privileged: bool,
-    /// `CUDA_VERSION` set and `NVIDIA_REQUIRE_CUDA` not.
-    pub legacy_image: bool,
-    pub devices: DeviceSelection,
-    /// Expanded and restricted to the policy's supported capabilities.
-    pub capabilities: BTreeSet<Capability>,
-    pub requirements: Requirements,
-    pub mig_config: bool,
-    pub mig_monitor: bool,
-    pub imex_channels: ImexChannels,
-    pub mps_pipe_dir: Option<String>,
-    /// The CDI kind of the policy, for resolution.
-    pub cdi_kind: String,
-}
-
-/// A request resolved against a node: everything `prestart` needs to build the edits.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ResolvedRequest {
-    pub source: RequestSource,
-    /// Deduplicated, in request order. A MIG device implies its parent's node.
-    pub devices: Vec<DeviceRef>,
-    /// Names of other CDI kinds found in the request (ignored; worth a log line).
-    pub foreign_cdi: Vec<QualifiedName>,
-    pub capabilities: BTreeSet<Capability>,
-    pub mig_config: bool,
-    pub mig_monitor: bool,
-    pub imex_channels: ImexChannels,
-    pub mps_pipe_dir: Option<String>,
-    /// Requirement factors that could not be verified on this node.
-    pub requirements: RequirementReport,
-}
-
-impl GpuRequest {
-    /// Resolves the devices and checks the requirements against `inv`.
-    pub fn resolve(&self, inv: &Inventory) -> Result<ResolvedRequest, RequestError> {
-        let resolved = resolve_selection(&self.devices, inv, self.source, &self.cdi_kind)?;
-        let requirements = self.requirements.check(inv, &resolved.devices)?;
-        Ok(ResolvedRequest {
-            source: self.source,
-            devices: resolved.devices,
-            foreign_cdi: resolved.foreign_cdi,
-            capabilities: self.capabilities.clone(),
-            mig_config: self.mig_config,
-            mig_monitor: self.mig_monitor,
-            imex_channels: self.imex_channels.clone(),
-            mps_pipe_dir: self.mps_pipe_dir.clone(),
-            requirements,
-        })
-    }
 }
 
 #[cfg(test)]

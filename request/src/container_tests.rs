@@ -7,7 +7,10 @@ use serde_json::{json, Value};
 
 use super::*;
 use crate::tests::{config, privileged};
-use crate::{has_cdi_request, is_gpu_container, limits, NotGpuReason, RequestPolicy};
+use crate::{
+    has_cdi_request, is_gpu_container, limits, Capability, NotGpuReason, RequestPolicy,
+    RequestSource,
+};
 
 fn with_annotations(mut c: Value, annotations: Value) -> Value {
     c["annotations"] = annotations;

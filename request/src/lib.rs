@@ -22,9 +22,11 @@ mod container;
 mod devices;
 mod error;
 mod extras;
+mod gpu;
 pub mod limits;
 mod oci;
 mod parse;
+mod policy;
 mod precheck;
 pub mod provenance;
 mod require;
@@ -33,8 +35,6 @@ mod resolve;
 #[cfg(test)]
 mod test_support;
 
-use std::collections::BTreeSet;
-
 pub use gpuhook_node::Capability;
 
 pub use capabilities::{parse_capabilities, parse_capability, DEFAULT_CAPABILITIES};
@@ -42,14 +42,16 @@ pub use cdi_name::{
     validate_class, validate_device_name, validate_vendor, QualifiedName, NVIDIA_GPU_KIND,
     NVIDIA_GPU_MPS_KIND,
 };
-pub use container::{mps_cdi_names, parse, ContainerRequest, GpuRequest, ResolvedRequest};
+pub use container::{mps_cdi_names, parse, ContainerRequest};
 pub use devices::{normalize_pci_bus_id, parse_id, DeviceId, DeviceSelection};
 pub use error::{RequestError, RequestSource};
 pub use extras::{
     check_feature_gates, parse_imex_channels, parse_mig_access, parse_mps_pipe_dir, ImexChannels,
     FEATURE_GATES,
 };
+pub use gpu::{GpuRequest, NotGpuReason, ParseOutcome, ResolvedRequest};
 pub use oci::{CDI_ANNOTATION_PREFIX, DEVICE_LIST_MOUNT_ROOT};
+pub use policy::RequestPolicy;
 pub use precheck::{has_cdi_request, is_gpu_container};
 pub use provenance::glob_match;
 pub use require::{
@@ -58,56 +60,6 @@ pub use require::{
 };
 pub use require_eval::RequirementReport;
 pub use resolve::{all_devices, resolve_id, resolve_selection, ResolvedDevices};
-
-/// Node policy for reading requests (from the config file).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RequestPolicy {
-    /// Honour `NVIDIA_VISIBLE_DEVICES` (and `NVIDIA_IMEX_CHANNELS`) from unprivileged containers.
-    pub accept_envvar_when_unprivileged: bool,
-    /// Read device ids from `/dev/null` mounts under `/var/run/nvidia-container-devices/`.
-    pub accept_device_list_as_volume_mounts: bool,
-    /// Capabilities this node offers; a request is intersected with them.
-    pub supported_capabilities: BTreeSet<Capability>,
-    /// CDI kind whose names are ours (`nvidia.com/gpu`).
-    pub cdi_kind: String,
-    /// Qualified-name globs a *pod* annotation may request (see [`provenance`]); empty: none.
-    pub pod_cdi_allow: Vec<String>,
-    /// Keys of this container's `cdi.k8s.io/*` annotations that came from its pod
-    /// ([`RequestPolicy::for_container`]); only names in `pod_cdi_allow` are read from them.
-    pub pod_cdi_keys: BTreeSet<String>,
-}
-
-impl Default for RequestPolicy {
-    fn default() -> Self {
-        RequestPolicy {
-            accept_envvar_when_unprivileged: true,
-            accept_device_list_as_volume_mounts: false,
-            supported_capabilities: Capability::ALL.into_iter().collect(),
-            cdi_kind: NVIDIA_GPU_KIND.to_string(),
-            pod_cdi_allow: Vec::new(),
-            pod_cdi_keys: BTreeSet::new(),
-        }
-    }
-}
-
-/// Why a container is not a GPU container.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NotGpuReason {
-    /// No source asked for anything.
-    NoRequest,
-    /// `void` in the device list.
-    Void,
-    /// `NVIDIA_VISIBLE_DEVICES` set by an unprivileged container while the policy refuses it.
-    EnvVarNotAccepted,
-}
-
-/// What a container asks of the policy's kind ([`ContainerRequest::gpu`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ParseOutcome {
-    /// Nothing to inject.
-    NotGpu(NotGpuReason),
-    Gpu(GpuRequest),
-}
 
 #[cfg(test)]
 mod tests;

@@ -5,14 +5,19 @@
 
 use serde_json::Value;
 
+use crate::capabilities::parse_capabilities;
+use crate::cdi_name::QualifiedName;
 use crate::devices::{parse_entries, parse_visible_devices, ListOutcome};
+use crate::devices::{DeviceId, DeviceSelection};
 use crate::error::{self, RequestError, RequestSource};
-use crate::oci::{self, Env};
-use crate::{
-    check_feature_gates, is_truthy, limits, parse_capabilities, parse_imex_channels,
-    parse_mig_access, parse_mps_pipe_dir, DeviceId, DeviceSelection, GpuRequest, ImexChannels,
-    NotGpuReason, ParseOutcome, QualifiedName, RequestPolicy, Requirements,
+use crate::extras::{
+    check_feature_gates, parse_imex_channels, parse_mig_access, parse_mps_pipe_dir, ImexChannels,
 };
+use crate::gpu::{GpuRequest, NotGpuReason, ParseOutcome};
+use crate::limits;
+use crate::oci::{self, Env};
+use crate::policy::RequestPolicy;
+use crate::require::{is_truthy, Requirements};
 
 /// What the container asks of the policy's kind, given its environment and the names of its
 /// admitted `cdi.k8s.io/*` annotations (`cdi_names`, as [`annotation_names`] read them).

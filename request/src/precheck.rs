@@ -7,9 +7,10 @@
 
 use serde_json::Value;
 
+use crate::cdi_name::NVIDIA_GPU_MPS_KIND;
 use crate::limits::{MAX_ANNOTATIONS, MAX_ID_LIST_BYTES};
 use crate::oci::{self, CDI_ANNOTATION_PREFIX, DEVICE_LIST_MOUNT_ROOT};
-use crate::{RequestPolicy, NVIDIA_GPU_MPS_KIND};
+use crate::policy::RequestPolicy;
 
 /// Cheap pre-check for the container start path: `false` means [`crate::parse`] would find nothing to do
 /// (or an error a non-GPU container must not be failed for), so the hook can exit without discovery.

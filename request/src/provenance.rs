@@ -31,7 +31,7 @@ use gpuhook_node::bounded::{preview, preview_joined, read_bounded, MAX_OCI_CONFI
 use serde_json::Value;
 
 use super::oci::CDI_ANNOTATION_PREFIX;
-use super::RequestPolicy;
+use super::policy::RequestPolicy;
 
 /// `container` or `sandbox`, set by containerd's CRI plugin on every spec it makes.
 pub const CRI_CONTAINER_TYPE: &str = "io.kubernetes.cri.container-type";

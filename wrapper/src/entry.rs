@@ -142,7 +142,7 @@ pub(crate) fn prepare(
     argv: &[OsString],
     config: &RuntimeConfig,
     request: &dyn DeviceRequest,
-    generate: Option<&dyn crate::run::GenerateMissing>,
+    generate: Option<&dyn crate::resolve::GenerateMissing>,
 ) -> Result<ExecPlan, RuntimeError> {
     let ext = Extensions {
         generate,

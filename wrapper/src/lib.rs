@@ -41,7 +41,7 @@ mod logs;
 mod node;
 pub mod reinject;
 mod request;
-mod resolve;
+pub mod resolve;
 pub mod run;
 pub mod runclog;
 pub mod takeover;
@@ -110,7 +110,7 @@ pub fn main() -> ! {
     let ext = run::Extensions {
         // Always plugged in: it generates only with `generate-missing = true`, and explains
         // an unresolvable name either way.
-        generate: Some(&node as &dyn run::GenerateMissing),
+        generate: Some(&node as &dyn resolve::GenerateMissing),
         takeover: Some(&takeover),
     };
     entry::main_with(&argv, &runtime_config(&config), &request, &ext)

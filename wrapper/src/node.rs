@@ -22,7 +22,7 @@ use gpuhook_request::limits::MAX_NAMES_SHOWN;
 use gpuhook_request::{parse_id, resolve_id, validate_device_name, RequestError, RequestSource};
 
 use crate::error::NodeError;
-use crate::run::GenerateMissing;
+use crate::resolve::GenerateMissing;
 
 /// Name of the gpuhook binary the generated hooks run, installed beside gpuhook-runtime.
 pub const GPUHOOK_BINARY: &str = "gpuhook";

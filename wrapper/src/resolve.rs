@@ -8,8 +8,19 @@ use std::sync::Arc;
 use gpuhook_cdi::registry::LoadedSpec;
 use gpuhook_cdi::{Registry, RegistryDevice, Spec};
 
-use crate::error::RuntimeError;
-use crate::run::{GenerateMissing, RuntimeConfig};
+use crate::error::{NodeError, RuntimeError};
+
+/// Makes specs in memory for requested devices that no spec file defines (`generate-missing`).
+/// It gets the unresolved qualified names and returns specs defining some or all of them; what
+/// it leaves undefined is reported as unresolvable.
+pub trait GenerateMissing {
+    fn generate(&self, missing: &[String]) -> Result<Vec<Spec>, NodeError>;
+
+    /// For the error about names nothing defines: what does exist (e.g. the node's devices).
+    fn explain(&self, _unresolved: &[String]) -> Option<String> {
+        None
+    }
+}
 
 /// Registers in-memory specs in `registry` (after the spec dirs, so a file always wins).
 fn add_generated(registry: &mut Registry, specs: Vec<Spec>) {
@@ -33,10 +44,10 @@ fn add_generated(registry: &mut Registry, specs: Vec<Spec>) {
 /// A registry defining every name of `names`, or the error naming those nothing defines.
 pub(crate) fn resolve(
     names: &[String],
-    config: &RuntimeConfig,
+    spec_dirs: &[PathBuf],
     generate: Option<&dyn GenerateMissing>,
 ) -> Result<Registry, RuntimeError> {
-    let mut registry = Registry::load(&config.spec_dirs);
+    let mut registry = Registry::load(spec_dirs);
     for e in &registry.errors {
         tracing::warn!(file = %e.path.display(), error = %e.message, "skipping CDI spec");
     }
@@ -63,7 +74,7 @@ pub(crate) fn resolve(
         let hint = generate.and_then(|g| g.explain(&unknown));
         return Err(RuntimeError::Unresolvable {
             names: unknown,
-            dirs: config.spec_dirs.clone(),
+            dirs: spec_dirs.to_vec(),
             hint,
         });
     }

@@ -15,14 +15,14 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use gpuhook_cdi::{apply_devices, apply_edits, ContainerEdits, Registry, Spec};
+use gpuhook_cdi::{apply_devices, apply_edits, ContainerEdits, Registry};
 use gpuhook_node::bounded::{preview_list, read_bounded, MAX_OCI_CONFIG_BYTES};
 use gpuhook_request::limits::MAX_NAMES_SHOWN;
 use gpuhook_runtime::atomic;
 use serde_json::Value;
 
-use crate::error::{InjectionError, NodeError, RuntimeError};
-use crate::resolve::resolve;
+use crate::error::{InjectionError, RuntimeError};
+use crate::resolve::{resolve, GenerateMissing};
 use crate::takeover::{EarlyWork, HookTakeover};
 use crate::{legacy, reinject};
 
@@ -57,18 +57,6 @@ pub trait DeviceRequest {
         container: Option<&str>,
         spec: &Value,
     ) -> Result<Option<Injection>, InjectionError>;
-}
-
-/// Makes specs in memory for requested devices that no spec file defines (`generate-missing`).
-/// It gets the unresolved qualified names and returns specs defining some or all of them; what
-/// it leaves undefined is reported as unresolvable.
-pub trait GenerateMissing {
-    fn generate(&self, missing: &[String]) -> Result<Vec<Spec>, NodeError>;
-
-    /// For the error about names nothing defines: what does exist (e.g. the node's devices).
-    fn explain(&self, _unresolved: &[String]) -> Option<String> {
-        None
-    }
 }
 
 /// Settings of the wrapper.
@@ -151,7 +139,7 @@ pub fn edit_bundle_with(
     // Resolve before touching anything: an unresolvable name leaves the spec as it was.
     let requested = start.elapsed();
     let registry = match injection.cdi_names() {
-        Some(names) => resolve(names, config, ext.generate)?,
+        Some(names) => resolve(names, &config.spec_dirs, ext.generate)?,
         None => Registry::default(),
     };
     let resolved = start.elapsed();
@@ -271,9 +259,12 @@ where
 #[cfg(test)]
 impl<F> GenerateMissing for F
 where
-    F: Fn(&[String]) -> Result<Vec<Spec>, NodeError>,
+    F: Fn(&[String]) -> Result<Vec<gpuhook_cdi::Spec>, crate::error::NodeError>,
 {
-    fn generate(&self, missing: &[String]) -> Result<Vec<Spec>, NodeError> {
+    fn generate(
+        &self,
+        missing: &[String],
+    ) -> Result<Vec<gpuhook_cdi::Spec>, crate::error::NodeError> {
         self(missing)
     }
 }

@@ -5,6 +5,8 @@ use serde_json::json;
 
 use super::*;
 use crate::entry::prepare;
+use crate::error::NodeError;
+use gpuhook_cdi::Spec;
 use gpuhook_request::RequestError;
 
 const SPEC: &str = r#"{

@@ -2,7 +2,8 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::run::{DeviceRequest, GenerateMissing, Injection};
+use crate::resolve::GenerateMissing;
+use crate::run::{DeviceRequest, Injection};
 use gpuhook_cdi::{Format, GenerateOptions};
 use gpuhook_node::{
     DeviceMajors, DiscoverySource, DriverFiles, Gpu, Inventory, MigDevice, INVENTORY_FORMAT_VERSION,
