@@ -72,7 +72,7 @@ fn install_step_builds_both_binaries_from_this_repository() {
         assert!(manifests.contains(bin), "no install step builds {bin}");
     }
     assert!(
-        gpuhook_runtime::DEFAULT_BINARY.starts_with("/usr/local/bin/"),
+        gpuhook_containerd::DEFAULT_BINARY.starts_with("/usr/local/bin/"),
         "the installed wrapper is where configure points containerd"
     );
 }

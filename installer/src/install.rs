@@ -16,7 +16,7 @@ use crate::{CommonArgs, InstallArgs, RefreshArgs};
 pub const BINARIES: [&str; 3] = ["gpuhook", "gpuhook-runtime", "gpu-mps-daemon"];
 
 /// `runtime configure` exit status for "already configured".
-const UNCHANGED: i32 = gpuhook_runtime::EXIT_UNCHANGED;
+const UNCHANGED: i32 = gpuhook_containerd::EXIT_UNCHANGED;
 
 /// The environment the installed binaries run with: nothing from the image's.
 const PATH_ENV: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -78,7 +78,7 @@ fn install_steps(
             state.add_file(&dest);
         }
         // A new file renamed over the old one: a running gpuhook keeps its (old) inode.
-        gpuhook_runtime::atomic::write_atomic(&dest, bytes, 0o755)
+        gpuhook_containerd::atomic::write_atomic(&dest, bytes, 0o755)
             .and_then(|()| fs::set_permissions(&dest, fs::Permissions::from_mode(0o755)))
             .with_context(|| format!("cannot install {}", dest.display()))?;
         tracing::info!(path = %dest.display(), "installed");

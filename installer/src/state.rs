@@ -87,7 +87,7 @@ impl State {
     /// Writes the record atomically.
     pub fn save(&self, path: &Path) -> anyhow::Result<()> {
         let json = serde_json::to_vec_pretty(self).context("cannot encode the installer state")?;
-        gpuhook_runtime::atomic::write_atomic(path, &json, 0o600)
+        gpuhook_containerd::atomic::write_atomic(path, &json, 0o600)
             .with_context(|| format!("cannot write {}", path.display()))
     }
 
@@ -142,7 +142,7 @@ impl State {
             );
         }
         for c in &self.changed_files {
-            gpuhook_runtime::atomic::write_atomic(&c.path, &c.before, 0o644)
+            gpuhook_containerd::atomic::write_atomic(&c.path, &c.before, 0o644)
                 .with_context(|| format!("cannot restore {}", c.path.display()))?;
             tracing::info!(path = %c.path.display(), "restored");
         }

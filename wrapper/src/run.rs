@@ -16,9 +16,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use gpuhook_cdi::{apply_devices, apply_edits, ContainerEdits, Registry};
+use gpuhook_containerd::atomic;
 use gpuhook_node::bounded::{preview_list, read_bounded, MAX_OCI_CONFIG_BYTES};
 use gpuhook_request::limits::MAX_NAMES_SHOWN;
-use gpuhook_runtime::atomic;
 use serde_json::Value;
 
 use crate::error::{InjectionError, RuntimeError};

@@ -10,7 +10,7 @@ use std::io::{self, Write};
 use std::path::Path;
 use std::time::SystemTime;
 
-use gpuhook_runtime::timestamp::rfc3339;
+use gpuhook_containerd::timestamp::rfc3339;
 
 use serde_json::json;
 
