@@ -27,6 +27,7 @@ use std::path::{Path, PathBuf};
 
 use gpuhook_inject::InjectError;
 
+use crate::error::NodeError;
 use crate::takeover::{EarlyWork, HookTakeover};
 use gpuhook_cdi::edits::SetupHookArgs;
 use gpuhook_inject::{EarlyBind, EarlySetup, LdcacheOptions, PendingSetup};
@@ -34,6 +35,33 @@ use serde_json::Value;
 
 use super::node::NodeState;
 use gpuhook::config::Config;
+
+/// Why the `gpuhook hook setup` hook stays a hook (runc runs it) instead of being taken over.
+#[derive(Debug, thiserror::Error)]
+enum KeepHook {
+    #[error("{0} hooks run before the container, not just one createContainer hook")]
+    OtherHooks(usize),
+    #[error("the createContainer hook is not our `hook setup`")]
+    NotOurs,
+    #[error("the hook names its own --container-spec")]
+    OwnSpec,
+    #[error("the container gets no new mount namespace")]
+    NoMountNamespace,
+    #[error("the container has a user namespace")]
+    UserNamespace,
+    #[error("no root.path")]
+    NoRoot,
+    #[error("bad process.user")]
+    BadUser,
+    #[error("a mount without destination")]
+    NoDestination,
+    #[error("a bind mount without an absolute source")]
+    NoSource,
+    #[error(transparent)]
+    Node(#[from] NodeError),
+    #[error(transparent)]
+    Path(#[from] InjectError),
+}
 
 /// The hook phases that run before (or as part of) ours and could change the root.
 const EARLIER_HOOKS: &[&str] = &["prestart", "createRuntime", "createContainer"];
@@ -91,7 +119,7 @@ impl<'a> EarlySetupTakeover<'a> {
     }
 
     /// The plan, or why the hook must stay.
-    fn plan(&self, bundle: &Path, spec: &Value) -> Result<(EarlySetup, SetupHookArgs), String> {
+    fn plan(&self, bundle: &Path, spec: &Value) -> Result<(EarlySetup, SetupHookArgs), KeepHook> {
         let hooks = spec.get("hooks").and_then(Value::as_object);
         let earlier: Vec<(&str, &Value)> = EARLIER_HOOKS
             .iter()
@@ -99,43 +127,21 @@ impl<'a> EarlySetupTakeover<'a> {
             .flat_map(|(phase, list)| list.iter().map(move |h| (phase, h)))
             .collect();
         let [("createContainer", hook)] = earlier[..] else {
-            return Err(format!(
-                "{} hooks run before the container, not just one createContainer hook",
-                earlier.len()
-            ));
+            return Err(KeepHook::OtherHooks(earlier.len()));
         };
-        let gpuhook = self
-            .node
-            .edit_options()
-            .map_err(|e| e.to_string())?
-            .gpuhook_path;
-        let setup = self
-            .our_setup(hook, &gpuhook)
-            .ok_or("the createContainer hook is not our `hook setup`")?;
+        let gpuhook = self.node.edit_options()?.gpuhook_path;
+        let setup = self.our_setup(hook, &gpuhook).ok_or(KeepHook::NotOurs)?;
         if setup.container_spec.is_some() {
-            return Err("the hook names its own --container-spec".into());
+            return Err(KeepHook::OwnSpec);
         }
-        // (type, joins an existing one)
-        let namespaces: Vec<(&str, bool)> = spec
-            .pointer("/linux/namespaces")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(|ns| Some((ns.get("type")?.as_str()?, ns.get("path").is_some())))
-            .collect();
-        if !namespaces.contains(&("mount", false)) {
-            return Err("the container gets no new mount namespace".into());
-        }
-        if namespaces.iter().any(|(t, _)| *t == "user") {
-            return Err("the container has a user namespace".into());
-        }
+        check_namespaces(spec)?;
         let root = spec
             .pointer("/root/path")
             .and_then(Value::as_str)
-            .ok_or("no root.path")?;
+            .ok_or(KeepHook::NoRoot)?;
         let uid = spec.pointer("/process/user/uid").and_then(Value::as_u64);
         let gid = spec.pointer("/process/user/gid").and_then(Value::as_u64);
-        let id = |v: Option<u64>| u32::try_from(v.unwrap_or(0)).map_err(|_| "bad process.user");
+        let id = |v: Option<u64>| u32::try_from(v.unwrap_or(0)).map_err(|_| KeepHook::BadUser);
         let ldconfig = match &setup.ldconfig {
             Some(p) => p.clone(),
             None => self.config.ldconfig_path(Path::exists),
@@ -192,8 +198,27 @@ impl<'a> EarlySetupTakeover<'a> {
     }
 }
 
+/// A new mount namespace of its own, and no user namespace (see the module docs).
+fn check_namespaces(spec: &Value) -> Result<(), KeepHook> {
+    // (type, joins an existing one)
+    let namespaces: Vec<(&str, bool)> = spec
+        .pointer("/linux/namespaces")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|ns| Some((ns.get("type")?.as_str()?, ns.get("path").is_some())))
+        .collect();
+    if !namespaces.contains(&("mount", false)) {
+        return Err(KeepHook::NoMountNamespace);
+    }
+    if namespaces.iter().any(|(t, _)| *t == "user") {
+        return Err(KeepHook::UserNamespace);
+    }
+    Ok(())
+}
+
 /// The spec's bind mounts ldconfig must see (see the module docs).
-fn binds(spec: &Value) -> Result<Vec<EarlyBind>, String> {
+fn binds(spec: &Value) -> Result<Vec<EarlyBind>, KeepHook> {
     let mounts: Vec<&Value> = spec
         .get("mounts")
         .and_then(Value::as_array)
@@ -212,12 +237,12 @@ fn binds(spec: &Value) -> Result<Vec<EarlyBind>, String> {
         m.get("type").and_then(Value::as_str) == Some("bind")
             || options(m).iter().any(|o| o == "bind" || o == "rbind")
     };
-    let destination = |m: &Value| -> Result<PathBuf, String> {
+    let destination = |m: &Value| -> Result<PathBuf, KeepHook> {
         let d = m
             .get("destination")
             .and_then(Value::as_str)
-            .ok_or("a mount without destination")?;
-        gpuhook_inject::normalize_container_path(Path::new(d)).map_err(|e| e.to_string())
+            .ok_or(KeepHook::NoDestination)?;
+        Ok(gpuhook_inject::normalize_container_path(Path::new(d))?)
     };
     let mut others = Vec::new();
     for m in mounts.iter().filter(|m| !is_bind(m)) {
@@ -234,7 +259,7 @@ fn binds(spec: &Value) -> Result<Vec<EarlyBind>, String> {
             .and_then(Value::as_str)
             .map(PathBuf::from)
             .filter(|s| s.is_absolute())
-            .ok_or("a bind mount without an absolute source")?;
+            .ok_or(KeepHook::NoSource)?;
         out.push(EarlyBind {
             source,
             destination: dst,

@@ -65,7 +65,7 @@ impl Fixture {
         let t = EarlySetupTakeover::new(&self.config, &node);
         match t.plan(Path::new("/bundle"), spec) {
             Ok(_) => "taken over".into(),
-            Err(e) => e,
+            Err(e) => e.to_string(),
         }
     }
 }
@@ -87,7 +87,10 @@ fn binds_in_spec_order_without_those_under_pseudo_filesystems() {
     );
     let mut bad = f.spec(json!({}));
     bad["mounts"][3]["source"] = "relative/lib".into();
-    assert!(binds(&bad).unwrap_err().contains("absolute source"));
+    assert!(binds(&bad)
+        .unwrap_err()
+        .to_string()
+        .contains("absolute source"));
 }
 
 #[test]

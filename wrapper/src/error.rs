@@ -52,8 +52,8 @@ pub enum InjectionError {
     #[error(transparent)]
     Edits(#[from] gpuhook_cdi::CdiError),
     /// The MIG config/monitor or IMEX channel nodes the request asks for do not exist here.
-    #[error("{0}")]
-    Extras(String),
+    #[error(transparent)]
+    Extras(#[from] gpuhook::prestart::extras::ExtrasError),
 }
 
 /// Why the wrapper could not start the container.

@@ -142,7 +142,7 @@ impl<'a> WrapperRequest<'a> {
         if !extras.any() {
             return Ok(Vec::new());
         }
-        extra_nodes(self.node.inventory()?, &extras).map_err(InjectionError::Extras)
+        Ok(extra_nodes(self.node.inventory()?, &extras)?)
     }
 
     /// `cdi` mode: the CDI names, with the extra nodes beside them; no names (`none`): the

@@ -249,7 +249,10 @@ fn validated_plan(
     edits: &ContainerEdits,
     resolved: Option<&ResolvedRequest>,
 ) -> Result<Plan, PrestartError> {
-    let invalid = |r: String| PrestartError::invalid(container, r);
+    let invalid = |source| PrestartError::Plan {
+        container: container.to_string(),
+        source,
+    };
     let mut plan = Plan::from_edits(inv, edits).map_err(invalid)?;
     if let Some(resolved) = resolved {
         plan.add_extras(inv, resolved).map_err(invalid)?;

@@ -22,6 +22,7 @@ use gpuhook_cdi::ContainerEdits;
 use gpuhook_inject::{normalize_container_path, DeviceRule, DeviceType, MountOptions};
 use gpuhook_node::{DeviceRef, Inventory};
 
+use super::error::PlanError;
 use crate::request::ResolvedRequest;
 
 /// Where the driver's parameters are, on the host (under the driver root) and in a container.
@@ -65,13 +66,17 @@ pub struct Plan {
     pub params: Option<PathBuf>,
 }
 
-fn num(v: Option<i64>, what: &str, path: &str) -> Result<u32, String> {
+fn num(v: Option<i64>, what: &'static str, path: &str) -> Result<u32, PlanError> {
     v.and_then(|n| u32::try_from(n).ok())
-        .ok_or_else(|| format!("device node {path}: {what} {v:?} is missing or out of range"))
+        .ok_or_else(|| PlanError::DeviceNumber {
+            path: path.to_string(),
+            what,
+            value: v,
+        })
 }
 
 /// Parses CDI mount options into the flags we apply (bind/rbind/propagation are implied).
-pub fn mount_options(options: &[String], dst: &str) -> Result<MountOptions, String> {
+pub fn mount_options(options: &[String], dst: &str) -> Result<MountOptions, PlanError> {
     let mut o = MountOptions::default();
     for opt in options {
         match opt.as_str() {
@@ -81,29 +86,37 @@ pub fn mount_options(options: &[String], dst: &str) -> Result<MountOptions, Stri
             "nodev" => o.nodev = true,
             "noexec" => o.noexec = true,
             "bind" | "rbind" | "private" | "rprivate" | "slave" | "rslave" => {}
-            other => return Err(format!("mount {dst}: unsupported option {other:?}")),
+            other => {
+                return Err(PlanError::MountOption {
+                    path: dst.to_string(),
+                    option: other.to_string(),
+                })
+            }
         }
     }
     // Driver files never need device nodes or setuid binaries; refuse an edit that would allow it.
     if !(o.nosuid && o.nodev) {
-        return Err(format!(
-            "mount {dst}: options {options:?} lack nosuid,nodev"
-        ));
+        return Err(PlanError::MountUnsafe {
+            path: dst.to_string(),
+            options: options.to_vec(),
+        });
     }
     Ok(o)
 }
 
-fn container_path(p: &str) -> Result<PathBuf, String> {
-    normalize_container_path(Path::new(p)).map_err(|e| e.to_string())
+fn container_path(p: &str) -> Result<PathBuf, PlanError> {
+    Ok(normalize_container_path(Path::new(p))?)
 }
 
 impl Plan {
     /// Translates CDI edits into a plan; every container path is checked (absolute, no `..`).
-    pub fn from_edits(inv: &Inventory, edits: &ContainerEdits) -> Result<Plan, String> {
+    pub fn from_edits(inv: &Inventory, edits: &ContainerEdits) -> Result<Plan, PlanError> {
         let mut plan = Plan::default();
         for n in &edits.device_nodes {
             if n.device_type.as_deref().unwrap_or("c") != "c" {
-                return Err(format!("device node {}: only character devices", n.path));
+                return Err(PlanError::NotCharDevice {
+                    path: n.path.clone(),
+                });
             }
             let path = container_path(&n.path)?;
             plan.devices.push(DevicePlan {
@@ -116,7 +129,9 @@ impl Plan {
         }
         for m in &edits.mounts {
             if m.mount_type.as_deref().is_some_and(|t| t != "bind") {
-                return Err(format!("mount {}: only bind mounts", m.container_path));
+                return Err(PlanError::NotBindMount {
+                    path: m.container_path.clone(),
+                });
             }
             plan.mounts.push(MountPlan {
                 host: PathBuf::from(&m.host_path),
@@ -151,12 +166,16 @@ impl Plan {
     }
 
     /// Turns one of our CDI hooks (`gpuhook hook <name> ...`) into actions.
-    fn add_hook(&mut self, inv: &Inventory, args: &[String]) -> Result<(), String> {
+    fn add_hook(&mut self, inv: &Inventory, args: &[String]) -> Result<(), PlanError> {
         let name = match args {
             [prog, hook, name, ..] if prog == gpuhook_cdi::GPUHOOK_PROGRAM && hook == "hook" => {
                 name.as_str()
             }
-            _ => return Err(format!("unsupported hook {args:?}")),
+            _ => {
+                return Err(PlanError::UnsupportedHook {
+                    args: args.to_vec(),
+                })
+            }
         };
         let rest = &args[3..];
         match name {
@@ -166,7 +185,11 @@ impl Plan {
             "disable-device-node-modification" if rest.is_empty() => {
                 self.params = Some(inv.host_path(Path::new(PARAMS_PATH)));
             }
-            other => return Err(format!("unsupported hook {other:?}")),
+            other => {
+                return Err(PlanError::UnsupportedHookName {
+                    name: other.to_string(),
+                })
+            }
         }
         Ok(())
     }
@@ -181,8 +204,11 @@ impl Plan {
         name: &str,
         args: &[String],
         setup: bool,
-    ) -> Result<(), String> {
-        let a = SetupHookArgs::from_args(args).map_err(|e| format!("{name}: {e}"))?;
+    ) -> Result<(), PlanError> {
+        let a = SetupHookArgs::from_args(args).map_err(|source| PlanError::HookArgs {
+            hook: name.to_string(),
+            source,
+        })?;
         let links_ok = setup || name == "create-symlinks";
         let folders_ok = setup || name == "update-ldcache";
         let unexpected = [
@@ -204,7 +230,10 @@ impl Plan {
             (a.container_spec.is_some(), CONTAINER_SPEC_FLAG),
         ];
         if let Some((_, flag)) = unexpected.iter().find(|(bad, _)| *bad) {
-            return Err(format!("{name}: unexpected {flag:?}"));
+            return Err(PlanError::UnexpectedFlag {
+                hook: name.to_string(),
+                flag,
+            });
         }
         for l in a.links {
             let link = container_path(&l.link.to_string_lossy())?;
@@ -250,7 +279,7 @@ impl Plan {
     /// What the CDI edits do not cover: the MIG `access` files of the selected MIG devices, the
     /// MIG config/monitor capabilities (privileged containers only, checked by the request
     /// parser) and IMEX channels.
-    pub fn add_extras(&mut self, inv: &Inventory, req: &ResolvedRequest) -> Result<(), String> {
+    pub fn add_extras(&mut self, inv: &Inventory, req: &ResolvedRequest) -> Result<(), PlanError> {
         for d in &req.devices {
             let DeviceRef::Mig {
                 parent_index,
@@ -259,16 +288,17 @@ impl Plan {
             else {
                 continue;
             };
-            let gpu = inv
-                .gpu(parent_index)
-                .ok_or_else(|| format!("GPU {parent_index} is not in the inventory"))?;
-            let mig = gpu
-                .mig_devices
-                .iter()
-                .find(|m| m.index == index)
-                .ok_or_else(|| {
-                    format!("MIG device {parent_index}:{index} is not in the inventory")
-                })?;
+            let gpu = inv.gpu(parent_index).ok_or(PlanError::NoGpu {
+                index: parent_index,
+            })?;
+            let mig =
+                gpu.mig_devices
+                    .iter()
+                    .find(|m| m.index == index)
+                    .ok_or(PlanError::NoMig {
+                        parent: parent_index,
+                        index,
+                    })?;
             let gi = format!(
                 "/proc/driver/nvidia/capabilities/gpu{}/mig/gi{}",
                 gpu.minor, mig.gi_id

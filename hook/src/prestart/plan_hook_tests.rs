@@ -18,16 +18,21 @@ fn bad_edits_are_refused() {
     let good = edits.clone();
 
     edits.mounts[0].container_path = "/usr/../../etc/passwd".into();
-    assert!(Plan::from_edits(&inv, &edits).unwrap_err().contains(".."));
+    assert!(Plan::from_edits(&inv, &edits)
+        .unwrap_err()
+        .to_string()
+        .contains(".."));
 
     let mut edits = good.clone();
     edits.mounts[0].options = vec!["ro".into(), "rbind".into()];
     assert!(Plan::from_edits(&inv, &edits)
         .unwrap_err()
+        .to_string()
         .contains("lack nosuid,nodev"));
     edits.mounts[0].options = vec!["nosuid".into(), "nodev".into(), "suid".into()];
     assert!(Plan::from_edits(&inv, &edits)
         .unwrap_err()
+        .to_string()
         .contains("unsupported option \"suid\""));
 
     let mut edits = good.clone();
@@ -37,12 +42,14 @@ fn bad_edits_are_refused() {
     edits.device_nodes[0].major = Some(-1);
     assert!(Plan::from_edits(&inv, &edits)
         .unwrap_err()
+        .to_string()
         .contains("major"));
 
     let mut edits = good.clone();
     edits.hooks[0].args = vec!["sh".into(), "-c".into(), "id".into()];
     assert!(Plan::from_edits(&inv, &edits)
         .unwrap_err()
+        .to_string()
         .contains("unsupported hook"));
     let mut edits = good.clone();
     let h = edits
@@ -51,18 +58,18 @@ fn bad_edits_are_refused() {
         .find(|h| h.args.iter().any(|a| a == "setup"))
         .unwrap();
     h.args.push("--link".into());
-    let e = Plan::from_edits(&inv, &edits).unwrap_err();
+    let e = Plan::from_edits(&inv, &edits).unwrap_err().to_string();
     assert!(e.contains("--link needs a value"), "{e}");
     let mut edits = good.clone();
     edits.hooks[0].args.push("--frobnicate".into());
-    let e = Plan::from_edits(&inv, &edits).unwrap_err();
+    let e = Plan::from_edits(&inv, &edits).unwrap_err().to_string();
     assert!(e.contains("unexpected \"--frobnicate\""), "{e}");
     // The one-step hooks of older specs: each accepts only its own flags.
     let mut edits = good;
     edits.hooks[0].args = ["gpuhook", "hook", "create-symlinks", "--folder", "/lib"]
         .map(String::from)
         .to_vec();
-    let e = Plan::from_edits(&inv, &edits).unwrap_err();
+    let e = Plan::from_edits(&inv, &edits).unwrap_err().to_string();
     assert!(
         e.contains("create-symlinks: unexpected \"--folder\""),
         "{e}"
@@ -144,7 +151,7 @@ fn setup_flags_the_hook_does_not_do_are_refused() {
     ] {
         let mut edits = edits.clone();
         edits.hooks[0].args.extend(extra.to_args());
-        let e = Plan::from_edits(&inv, &edits).unwrap_err();
+        let e = Plan::from_edits(&inv, &edits).unwrap_err().to_string();
         assert_eq!(e, format!("setup: unexpected {flag:?}"));
     }
     // A link of a spec is checked like the CLI checks it.
@@ -152,7 +159,7 @@ fn setup_flags_the_hook_does_not_do_are_refused() {
     bad.hooks[0]
         .args
         .extend(["--link".into(), "t::rel/x".into()]);
-    let e = Plan::from_edits(&inv, &bad).unwrap_err();
+    let e = Plan::from_edits(&inv, &bad).unwrap_err().to_string();
     assert!(
         e.contains("must be an absolute path in the container"),
         "{e}"

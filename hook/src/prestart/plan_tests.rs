@@ -258,7 +258,10 @@ fn mig_config_monitor_and_imex_channels() {
     assert_eq!(plan.mounts.len(), 2);
 
     inv.mig_caps = None;
-    let err = Plan::default().add_extras(&inv, &req).unwrap_err();
+    let err = Plan::default()
+        .add_extras(&inv, &req)
+        .unwrap_err()
+        .to_string();
     assert!(
         err.contains("NVIDIA_MIG_CONFIG_DEVICES=all") && err.contains("drop the variable"),
         "{err}"
@@ -266,7 +269,10 @@ fn mig_config_monitor_and_imex_channels() {
     inv.majors.nvidia_caps_imex_channels = None;
     req.mig_config = false;
     req.mig_monitor = false;
-    let err = Plan::default().add_extras(&inv, &req).unwrap_err();
+    let err = Plan::default()
+        .add_extras(&inv, &req)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("NVIDIA_IMEX_CHANNELS"), "{err}");
 }
 
