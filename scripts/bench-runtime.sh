@@ -72,7 +72,7 @@ if [[ -n ${GPUHOOK_BIN_DIR:-} ]]; then
 else
   export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$REPO/target}
   echo "building release binaries in $CARGO_TARGET_DIR ..." >&2
-  (cd "$REPO" && cargo build --release -q -p gpuhook -p gpuhook-sim -p gpuhook-mock-nvml)
+  (cd "$REPO" && cargo build --release -q -p gpuhook -p gpuhook-wrapper -p gpuhook-sim -p gpuhook-mock-nvml)
   BIN=$CARGO_TARGET_DIR/release
 fi
 

@@ -44,7 +44,7 @@ fi
 
 start=$(date +%s)
 CARGO_TARGET_DIR="$target_dir" cargo zigbuild --release --locked --target "$triple.$glibc" \
-    -p gpuhook -p gpu-mps-daemon -p gpuhook-installer -p gpuhook-device-plugin --bins
+    -p gpuhook -p gpuhook-wrapper -p gpu-mps-daemon -p gpuhook-installer -p gpuhook-device-plugin --bins
 echo "build-release: cargo zigbuild took $(( $(date +%s) - start ))s" >&2
 
 mkdir -p "$dist"

@@ -17,9 +17,17 @@ use gpuhook_node::{Capability, DeviceRef, Inventory};
 
 pub use crate::nodes::NODE_PERMISSIONS;
 
+pub(crate) use crate::nodes::path_str;
 use crate::nodes::{control_nodes, device_nodes};
 use crate::spec::{ContainerEdits, Hook, Mount};
 use crate::CdiError;
+
+#[path = "edits_setup.rs"]
+mod setup;
+pub use setup::{
+    SetupArgsError, SetupHookArgs, SetupLink, SetupLinkError, CONTAINER_SPEC_FLAG, FOLDER_FLAG,
+    LDCONFIG_FLAG, LINK_FLAG,
+};
 
 /// `args[0]` of every hook we generate.
 pub const GPUHOOK_PROGRAM: &str = "gpuhook";
@@ -115,9 +123,6 @@ impl EditOptions {
     }
 }
 
-// Lives with the device nodes, which edits build on (no import circle).
-pub(crate) use crate::nodes::path_str;
-
 fn mounts(inv: &Inventory, caps: &BTreeSet<Capability>) -> Result<Vec<Mount>, CdiError> {
     let f = &inv.files;
     let ro: Vec<&Path> = f
@@ -194,7 +199,7 @@ fn hooks(
     if !opts.enabled("all") {
         return Ok(Vec::new());
     }
-    let mut args = vec![SETUP_HOOK.to_string()];
+    let mut setup = SetupHookArgs::default();
     let links: BTreeSet<(String, String)> = inv
         .files
         .symlinks
@@ -203,8 +208,10 @@ fn hooks(
         .map(|s| Ok((path_str(&s.link)?, path_str(&s.target)?)))
         .collect::<Result<_, CdiError>>()?;
     for (link, target) in links {
-        args.push("--link".into());
-        args.push(format!("{target}::{link}"));
+        setup.links.push(SetupLink {
+            target: target.into(),
+            link: link.into(),
+        });
     }
     let parents: BTreeSet<&Path> = inv
         .files
@@ -228,27 +235,23 @@ fn hooks(
     }
     if !folders.is_empty() && opts.enabled("update-ldcache") {
         if let Some(ldconfig) = &opts.ldconfig_path {
-            args.push("--ldconfig-path".into());
-            args.push(path_str(ldconfig)?);
+            setup.ldconfig = Some(path_str(ldconfig)?.into());
         }
         for f in folders {
-            args.push("--folder".into());
-            args.push(path_str(f)?);
+            setup.folders.push(path_str(f)?.into());
         }
     }
-    if opts.enabled("disable-device-node-modification") {
-        args.push(DISABLE_DEVICE_NODE_MODIFICATION_FLAG.into());
-    }
+    setup.disable_device_node_modification = opts.enabled("disable-device-node-modification");
     if opts.cuda_compat && opts.enabled("enable-cuda-compat") && !inv.driver_version.is_empty() {
-        args.push(CUDA_COMPAT_FLAG.into());
-        args.push(inv.driver_version.clone());
+        setup.cuda_compat_host_driver_version = Some(inv.driver_version.clone());
     }
-    if opts.application_profile && opts.enabled("update-application-profile") {
-        args.push(APPLICATION_PROFILE_FLAG.into());
-    }
-    if args.len() == 1 {
+    setup.application_profile =
+        opts.application_profile && opts.enabled("update-application-profile");
+    if setup.is_empty() {
         return Ok(Vec::new());
     }
+    let mut args = vec![SETUP_HOOK.to_string()];
+    args.extend(setup.to_args());
     Ok(vec![hook(opts, args)?])
 }
 

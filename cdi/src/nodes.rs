@@ -19,6 +19,16 @@ use gpuhook_node::{Capability, DeviceRef, Inventory, NodeState};
 use crate::spec::DeviceNode;
 use crate::CdiError;
 
+/// A path of the inventory as a spec string (specs are JSON/YAML: UTF-8 only).
+pub(crate) fn path_str(p: &Path) -> Result<String, CdiError> {
+    p.to_str()
+        .map(str::to_owned)
+        .ok_or_else(|| CdiError::InvalidOption {
+            option: "inventory",
+            message: format!("path {} is not UTF-8", p.display()),
+        })
+}
+
 /// Cgroup permissions of every node we declare (no mknod).
 pub const NODE_PERMISSIONS: &str = "rw";
 
@@ -141,16 +151,6 @@ pub fn control_nodes(
         )?);
     }
     Ok(out)
-}
-
-/// `p` as a spec's path string; a path that is not UTF-8 cannot be described.
-pub(crate) fn path_str(p: &Path) -> Result<String, CdiError> {
-    p.to_str()
-        .map(str::to_owned)
-        .ok_or_else(|| CdiError::InvalidOption {
-            option: "inventory",
-            message: format!("path {} is not UTF-8", p.display()),
-        })
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use std::path::Path;
 use gpuhook::prestart::input::read_state;
 use gpuhook::request::{mps_cdi_names, QualifiedName, RequestPolicy, NVIDIA_GPU_MPS_KIND};
 use gpuhook_inject::BundleConfig;
-use gpuhook_runtime::remove_legacy_hooks;
+use gpuhook_wrapper::remove_legacy_hooks;
 use serde_json::Value;
 
 use crate::check_message;

@@ -138,11 +138,23 @@ impl BundleConfig {
         let what = format!("config {}", bundle.join("config.json").display());
         let raw: RawConfig =
             serde_json::from_slice(bytes).map_err(|e| oci_err(&what, e.to_string()))?;
+        Self::from_raw(bundle, raw, &what)
+    }
+
+    /// The typed view of a config.json of `bundle` the caller already parsed (the hook keeps the
+    /// `Value` for the request: the file is parsed once).
+    pub fn from_value(bundle: &Path, value: &serde_json::Value) -> Result<Self> {
+        let what = format!("config {}", bundle.join("config.json").display());
+        let raw = RawConfig::deserialize(value).map_err(|e| oci_err(&what, e.to_string()))?;
+        Self::from_raw(bundle, raw, &what)
+    }
+
+    fn from_raw(bundle: &Path, raw: RawConfig, what: &str) -> Result<Self> {
         let root = raw
             .root
-            .ok_or_else(|| oci_err(&what, "missing root.path".into()))?;
+            .ok_or_else(|| oci_err(what, "missing root.path".into()))?;
         if root.path.as_os_str().is_empty() {
-            return Err(oci_err(&what, "empty root.path".into()));
+            return Err(oci_err(what, "empty root.path".into()));
         }
         let rootfs = if root.path.is_absolute() {
             root.path
@@ -166,7 +178,7 @@ impl BundleConfig {
                 "b" => DeviceType::Block,
                 other => {
                     return Err(oci_err(
-                        &what,
+                        what,
                         format!("device rule type {other:?} is not a/b/c"),
                     ))
                 }
@@ -176,7 +188,7 @@ impl BundleConfig {
                     None | Some(-1) => Ok(None),
                     Some(n) => u32::try_from(n)
                         .map(Some)
-                        .map_err(|_| oci_err(&what, format!("device number {n} out of range"))),
+                        .map_err(|_| oci_err(what, format!("device number {n} out of range"))),
                 }
             };
             let rule = DeviceRule::new(
@@ -242,5 +254,21 @@ mod tests {
             br#"{"root":{"path":"r"},"linux":{"resources":{"devices":[{"allow":true,"type":"x"}]}}}"#
         )
         .is_err());
+    }
+
+    #[test]
+    fn from_value_is_parse_without_a_second_parse() {
+        let bytes = br#"{"root":{"path":"rootfs"},"process":{"user":{"uid":7,"gid":8}},"x":1,
+            "linux":{"resources":{"devices":[{"allow":true,"type":"c","major":195,"access":"rw"}]}}}"#;
+        let value: serde_json::Value = serde_json::from_slice(bytes).unwrap();
+        let b = Path::new("/run/b");
+        assert_eq!(
+            BundleConfig::from_value(b, &value).unwrap(),
+            BundleConfig::parse(b, bytes).unwrap()
+        );
+        let bad = serde_json::json!({"root": {"path": "r"}, "process": {"user": {"uid": -1}}});
+        let err = BundleConfig::from_value(b, &bad).unwrap_err().to_string();
+        assert!(err.contains("config /run/b/config.json"), "{err}");
+        assert!(BundleConfig::from_value(b, &serde_json::json!({})).is_err());
     }
 }

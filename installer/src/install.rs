@@ -15,7 +15,7 @@ use crate::{CommonArgs, InstallArgs, RefreshArgs};
 pub const BINARIES: [&str; 3] = ["gpuhook", "gpuhook-runtime", "gpu-mps-daemon"];
 
 /// `runtime configure` exit status for "already configured".
-const UNCHANGED: i32 = gpuhook_runtime::EXIT_UNCHANGED;
+const UNCHANGED: i32 = gpuhook_containerd::EXIT_UNCHANGED;
 
 /// The environment the installed binaries run with: nothing from the image's.
 const PATH_ENV: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";

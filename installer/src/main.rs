@@ -109,14 +109,14 @@ pub struct InstallArgs {
     #[command(flatten)]
     pub spec: SpecArgs,
     /// containerd's main config on the host
-    #[arg(long, value_name = "FILE", default_value = gpuhook_runtime::DEFAULT_CONFIG)]
+    #[arg(long, value_name = "FILE", default_value = gpuhook_containerd::DEFAULT_CONFIG)]
     pub containerd_config: PathBuf,
     /// Write the runtime to a containerd drop-in (`runtime configure --drop-in`)
     #[arg(long, value_name = "PATH", num_args = 0..=1,
-          default_missing_value = gpuhook_runtime::DEFAULT_DROP_IN)]
+          default_missing_value = gpuhook_containerd::DEFAULT_DROP_IN)]
     pub drop_in: Option<PathBuf>,
     /// Name of the containerd runtime (the RuntimeClass handler)
-    #[arg(long, value_name = "NAME", default_value = gpuhook_runtime::DEFAULT_RUNTIME_NAME)]
+    #[arg(long, value_name = "NAME", default_value = gpuhook_containerd::DEFAULT_RUNTIME_NAME)]
     pub runtime_name: String,
     /// Leave containerd's config alone (binaries and CDI spec only)
     #[arg(long)]

@@ -11,9 +11,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use gpuhook_containerd::{configure, ConfigureOptions, ConfigureOutcome, EXIT_CHANGED};
 use gpuhook_e2e::containerd::{example_config, localize, Containerd};
 use gpuhook_e2e::{e2e_ready, run_ok};
-use gpuhook_runtime::{configure, ConfigureOptions, ConfigureOutcome, EXIT_CHANGED};
 
 const CRI: &str = "io.containerd.grpc.v1.cri";
 

@@ -79,7 +79,7 @@ pub fn spec_gpu_mask(spec: &serde_json::Value) -> u64 {
 /// `ld.so.cache` folders, when the image's compat libraries are used.
 pub fn early_steps(
     rootfs: &Path,
-    setup: &super::SetupArgs,
+    setup: &gpuhook_cdi::edits::SetupHookArgs,
     spec: &serde_json::Value,
 ) -> anyhow::Result<Option<std::path::PathBuf>> {
     let compat = match &setup.cuda_compat_host_driver_version {

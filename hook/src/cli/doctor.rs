@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 use clap::Args;
-use gpuhook_runtime::configure::{
+use gpuhook_containerd::configure::{
     DEFAULT_BINARY, DEFAULT_CONFIG, DEFAULT_DROP_IN, DEFAULT_RUNTIME_NAME,
 };
 

@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
+use gpuhook_cdi::edits::{SetupHookArgs, SetupLink, SetupLinkError};
 use gpuhook_inject::hooks::PARAMS_PATH;
 use gpuhook_inject::{BundleConfig, OciState};
 use gpuhook_node::join_under;
@@ -58,48 +59,15 @@ pub enum HookCommand {
     DisableDeviceNodeModification(DisableDeviceNodeModificationArgs),
 }
 
-/// `TARGET::LINK`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LinkSpec {
-    pub target: PathBuf,
-    /// Absolute container path.
-    pub link: PathBuf,
-}
+/// `TARGET::LINK`: the setup hook's link ([`SetupLink`]), one parser for every reader.
+pub type LinkSpec = SetupLink;
 
-/// Why a `--link` value is not `TARGET::LINK`; the message names the rule the value breaks.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum LinkSpecError {
-    #[error("expected TARGET::LINK, e.g. libcuda.so.1::/usr/lib64/libcuda.so")]
-    NoSeparator,
-    #[error("TARGET and LINK must both be non-empty")]
-    Empty,
-    #[error("contains a NUL byte")]
-    Nul,
-    #[error("LINK {0:?} must be an absolute path in the container")]
-    Relative(String),
-    #[error("LINK {0:?} must not contain '..'")]
-    DotDot(String),
-}
+/// Why a `--link` value is not `TARGET::LINK` (one parser for every reader: [`SetupLink::parse`]).
+pub type LinkSpecError = SetupLinkError;
 
-/// Parses `TARGET::LINK`.
+/// Parses `TARGET::LINK` ([`SetupLink::parse`]).
 pub fn parse_link(s: &str) -> Result<LinkSpec, LinkSpecError> {
-    let (target, link) = s.split_once("::").ok_or(LinkSpecError::NoSeparator)?;
-    if target.is_empty() || link.is_empty() {
-        return Err(LinkSpecError::Empty);
-    }
-    if s.contains('\0') {
-        return Err(LinkSpecError::Nul);
-    }
-    if !link.starts_with('/') {
-        return Err(LinkSpecError::Relative(link.to_string()));
-    }
-    if link.split('/').any(|c| c == "..") {
-        return Err(LinkSpecError::DotDot(link.to_string()));
-    }
-    Ok(LinkSpec {
-        target: target.into(),
-        link: link.into(),
-    })
+    SetupLink::parse(s)
 }
 
 /// Arguments of `gpuhook hook create-symlinks`.
@@ -154,6 +122,21 @@ pub struct SetupArgs {
     pub container_spec: Option<PathBuf>,
 }
 
+/// The CLI's flags as the one typed argument set the generator wrote them from.
+impl From<&SetupArgs> for SetupHookArgs {
+    fn from(a: &SetupArgs) -> Self {
+        SetupHookArgs {
+            links: a.links.clone(),
+            ldconfig: a.ldconfig.clone(),
+            folders: a.folders.clone(),
+            disable_device_node_modification: a.disable_device_node_modification,
+            cuda_compat_host_driver_version: a.cuda_compat_host_driver_version.clone(),
+            application_profile: a.application_profile,
+            container_spec: a.container_spec.clone(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Args)]
 pub struct DisableDeviceNodeModificationArgs {
     /// The container's config.json [default: from the state on stdin]
@@ -184,6 +167,7 @@ fn bundle_config(container_spec: Option<&Path>) -> anyhow::Result<BundleConfig> 
 pub(super) fn run(command: &HookCommand, config: &Config) -> anyhow::Result<()> {
     match command {
         HookCommand::Setup(args) => {
+            let args = SetupHookArgs::from(args);
             let bundle = bundle_config(args.container_spec.as_deref())?;
             let ldconfig = ldconfig_path(config, args.ldconfig.as_deref());
             // Bad folders or a bad ldconfig fail before the first link is made.

@@ -1,6 +1,6 @@
 //! `gpuhook runtime configure`: register gpuhook-runtime with containerd.
 //!
-//! A thin layer over [`gpuhook_runtime::configure`]: the summary goes to stdout, and the exit
+//! A thin layer over [`gpuhook_containerd::configure`]: the summary goes to stdout, and the exit
 //! status tells provisioning scripts whether to restart containerd (0 changed, 3 unchanged,
 //! 1 error with nothing written, 2 usage error).
 
@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
-use gpuhook_runtime::{
+use gpuhook_containerd::{
     configure, ConfigureOptions, DEFAULT_BINARY, DEFAULT_CONFIG, DEFAULT_DROP_IN,
     DEFAULT_RUNTIME_NAME, EXIT_UNCHANGED,
 };

@@ -1,6 +1,6 @@
 //! containerd: does its config run gpuhook-runtime, and under which handler?
 //!
-//! The judge is `gpuhook runtime configure`'s own planner ([`gpuhook_runtime::configure::plan`]):
+//! The judge is `gpuhook runtime configure`'s own planner ([`gpuhook_containerd::configure::plan`]):
 //! when it would change nothing (for the main file, or with the drop-in), the node is configured
 //! exactly as `configure` would configure it. Otherwise the file is read once more to tell
 //! "runtime missing" (a fail: pods with that RuntimeClass get containerd's `no runtime for
@@ -8,7 +8,7 @@
 
 use std::path::{Path, PathBuf};
 
-use gpuhook_runtime::configure::{plan, ConfigureOptions};
+use gpuhook_containerd::configure::{plan, ConfigureOptions};
 
 use super::{Finding, Options, MAX_FILE_BYTES};
 
@@ -53,7 +53,7 @@ pub(super) fn check(opts: &Options, out: &mut Vec<Finding>) {
     let main_only = plan(&o);
     o.drop_in = Some(opts.containerd_drop_in.clone());
     let with_drop_in = opts.containerd_drop_in.exists().then(|| plan(&o));
-    let configured = |p: &Result<gpuhook_runtime::configure::Plan, _>| {
+    let configured = |p: &Result<gpuhook_containerd::configure::Plan, _>| {
         p.as_ref().is_ok_and(|p| p.changes.is_empty())
     };
     if let Err(e) = &main_only {

@@ -74,31 +74,47 @@ fn in_host_mount_namespace() -> std::io::Result<bool> {
     Ok((host.dev(), host.ino()) == (here.dev(), here.ino()))
 }
 
+/// Refuses a pid in the hook's own (host) mount namespace: mounts would land on the host.
+fn check_own_mount_namespace(t: &Target<'_>) -> Result<(), PrestartError> {
+    match in_host_mount_namespace() {
+        Ok(false) => Ok(()),
+        Ok(true) => Err(PrestartError::invalid(
+            t.container,
+            format!(
+                "process {} shares the hook's own (host) mount namespace: mounts would land \
+                     on the host; run gpuhook prestart as a hook of a container with a mount \
+                     namespace",
+                t.pid
+            ),
+        )),
+        Err(e) => Err(PrestartError::invalid(
+            t.container,
+            format!("cannot compare mount namespaces: {e}"),
+        )),
+    }
+}
+
+/// The plan's device nodes, made by mknod in the container root; how many.
+fn make_device_nodes(root: &ContainerRoot, plan: &Plan) -> Result<usize, InjectError> {
+    for d in &plan.devices {
+        let spec = CharDeviceSpec {
+            major: d.major,
+            minor: d.minor,
+            mode: d.mode,
+            uid: 0,
+            gid: 0,
+        };
+        root.make_char_device(&d.path, spec, &DeviceSource::Mknod)?;
+    }
+    Ok(plan.devices.len())
+}
+
 fn apply_in_namespace(t: &Target<'_>, plan: &Plan) -> Result<Applied, PrestartError> {
     let pre = |source| PrestartError::Preflight {
         container: t.container.to_string(),
         source,
     };
-    match in_host_mount_namespace() {
-        Ok(false) => {}
-        Ok(true) => {
-            return Err(PrestartError::invalid(
-                t.container,
-                format!(
-                    "process {} shares the hook's own (host) mount namespace: mounts would land \
-                     on the host; run gpuhook prestart as a hook of a container with a mount \
-                     namespace",
-                    t.pid
-                ),
-            ))
-        }
-        Err(e) => {
-            return Err(PrestartError::invalid(
-                t.container,
-                format!("cannot compare mount namespaces: {e}"),
-            ))
-        }
-    }
+    check_own_mount_namespace(t)?;
     let root = ContainerRoot::open(t.rootfs).map_err(pre)?;
     let present = preflight(&root, plan).map_err(pre)?;
     tracing::debug!(container = t.container, "preflight passed");
@@ -147,18 +163,7 @@ fn apply_in_namespace(t: &Target<'_>, plan: &Plan) -> Result<Applied, PrestartEr
     for m in rest {
         mount(m)?;
     }
-    for d in &plan.devices {
-        let spec = CharDeviceSpec {
-            major: d.major,
-            minor: d.minor,
-            mode: d.mode,
-            uid: 0,
-            gid: 0,
-        };
-        root.make_char_device(&d.path, spec, &DeviceSource::Mknod)
-            .map_err(step("creating device nodes"))?;
-        done.devices += 1;
-    }
+    done.devices = make_device_nodes(&root, plan).map_err(step("creating device nodes"))?;
     tracing::debug!(
         container = t.container,
         nodes = done.devices,
@@ -215,6 +220,29 @@ fn check_parents<'a>(
     Ok(())
 }
 
+/// The image may already have the plan's nodes (an earlier start): only as the same char device.
+fn check_device_nodes(root: &ContainerRoot, plan: &Plan) -> Result<(), InjectError> {
+    for d in &plan.devices {
+        match root.lstat(&d.path)? {
+            None => {}
+            Some(EntryKind::CharDevice { major, minor })
+                if (major, minor) == (d.major, d.minor) => {}
+            Some(other) => {
+                return Err(refused(
+                    &d.path,
+                    format!(
+                        "the image has {} there, not char {}:{}; remove it from the image",
+                        other.describe(),
+                        d.major,
+                        d.minor
+                    ),
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Checks every destination in the root without changing anything.
 fn preflight(root: &ContainerRoot, plan: &Plan) -> Result<Present, InjectError> {
     let ldconf = Path::new(gpuhook_inject::ldcache::LDSO_CONF_DROPIN);
@@ -239,24 +267,7 @@ fn preflight(root: &ContainerRoot, plan: &Plan) -> Result<Present, InjectError> 
             .chain(plan.symlinks.iter().map(|(_, l)| l.as_path()))
             .chain(ldcache_paths.iter().map(PathBuf::as_path)),
     )?;
-    for d in &plan.devices {
-        match root.lstat(&d.path)? {
-            None => {}
-            Some(EntryKind::CharDevice { major, minor })
-                if (major, minor) == (d.major, d.minor) => {}
-            Some(other) => {
-                return Err(refused(
-                    &d.path,
-                    format!(
-                        "the image has {} there, not char {}:{}; remove it from the image",
-                        other.describe(),
-                        d.major,
-                        d.minor
-                    ),
-                ))
-            }
-        }
-    }
+    check_device_nodes(root, plan)?;
     let mut proc_files = Vec::with_capacity(plan.mounts.len());
     for m in &plan.mounts {
         let found = root.lstat(&m.container)?;

@@ -3,6 +3,9 @@
 
 use std::path::PathBuf;
 
+use gpuhook_cdi::edits::SetupArgsError;
+
+use super::extras::ExtrasError;
 use crate::request::RequestError;
 
 /// Why `gpuhook prestart` refused or failed. Whatever the variant, nothing was mounted or created
@@ -27,6 +30,13 @@ pub enum PrestartError {
     /// The plan is not safe or not possible to apply; found before anything was injected.
     #[error("refusing to inject into container {container}: {reason}")]
     Invalid { container: String, reason: String },
+    /// The edits cannot be planned (found before anything was injected).
+    #[error("refusing to inject into container {container}: {source}")]
+    Plan {
+        container: String,
+        #[source]
+        source: PlanError,
+    },
     /// A host file the plan needs does not match the inventory (stale cache, driver reloaded).
     #[error("host {what} {}: {reason} (the inventory cache looks stale: run `gpuhook cdi generate` again)", path.display())]
     Host {
@@ -65,4 +75,43 @@ impl PrestartError {
     pub fn is_before_injection(&self) -> bool {
         !matches!(self, PrestartError::Inject { .. })
     }
+}
+
+/// Why edits cannot become a plan: found before anything is done, so nothing is injected.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    #[error("device node {path}: only character devices")]
+    NotCharDevice { path: String },
+    #[error("device node {path}: {what} {value:?} is missing or out of range")]
+    DeviceNumber {
+        path: String,
+        what: &'static str,
+        value: Option<i64>,
+    },
+    #[error("mount {path}: only bind mounts")]
+    NotBindMount { path: String },
+    #[error("mount {path}: unsupported option {option:?}")]
+    MountOption { path: String, option: String },
+    #[error("mount {path}: options {options:?} lack nosuid,nodev")]
+    MountUnsafe { path: String, options: Vec<String> },
+    #[error(transparent)]
+    Path(#[from] gpuhook_inject::InjectError),
+    #[error("unsupported hook {args:?}")]
+    UnsupportedHook { args: Vec<String> },
+    #[error("unsupported hook {name:?}")]
+    UnsupportedHookName { name: String },
+    #[error("{hook}: {source}")]
+    HookArgs {
+        hook: String,
+        #[source]
+        source: SetupArgsError,
+    },
+    #[error("{hook}: unexpected {flag:?}")]
+    UnexpectedFlag { hook: String, flag: &'static str },
+    #[error("GPU {index} is not in the inventory")]
+    NoGpu { index: u32 },
+    #[error("MIG device {parent}:{index} is not in the inventory")]
+    NoMig { parent: u32, index: u32 },
+    #[error(transparent)]
+    Extras(#[from] ExtrasError),
 }

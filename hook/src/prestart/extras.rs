@@ -14,6 +14,24 @@ use gpuhook_node::Inventory;
 
 use crate::request::ImexChannels;
 
+/// Why the extra nodes a request asks for cannot be given on this node.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ExtrasError {
+    #[error(
+        "NVIDIA_MIG_{}_DEVICES=all asks for the MIG {name} capability, but this node's driver \
+         exposes none (no MIG-capable GPU); drop the variable",
+        name.to_uppercase()
+    )]
+    NoMigCapability { name: &'static str },
+    #[error(
+        "NVIDIA_IMEX_CHANNELS asks for IMEX channels, but this node's driver has no \
+         nvidia-caps-imex-channels device; drop the variable"
+    )]
+    NoImexChannels,
+    #[error("{path} is not UTF-8")]
+    NotUtf8 { path: std::path::PathBuf },
+}
+
 /// The extra variables of a request.
 #[derive(Debug, Clone, Copy)]
 pub struct Extras<'a> {
@@ -29,11 +47,16 @@ impl Extras<'_> {
     }
 }
 
-fn char_node(inv: &Inventory, path: String, major: u32, minor: u32) -> Result<DeviceNode, String> {
+fn char_node(
+    inv: &Inventory,
+    path: String,
+    major: u32,
+    minor: u32,
+) -> Result<DeviceNode, ExtrasError> {
     let host = inv.host_dev_path(Path::new(&path));
     let host = host
         .to_str()
-        .ok_or_else(|| format!("{} is not UTF-8", host.display()))?
+        .ok_or_else(|| ExtrasError::NotUtf8 { path: host.clone() })?
         .to_string();
     Ok(DeviceNode {
         path,
@@ -48,7 +71,7 @@ fn char_node(inv: &Inventory, path: String, major: u32, minor: u32) -> Result<De
 
 /// The device nodes `extras` asks for on `inv`; an error names the variable and the fix when the
 /// node lacks what it asks for.
-pub fn extra_nodes(inv: &Inventory, extras: &Extras<'_>) -> Result<Vec<DeviceNode>, String> {
+pub fn extra_nodes(inv: &Inventory, extras: &Extras<'_>) -> Result<Vec<DeviceNode>, ExtrasError> {
     let mut out = Vec::new();
     for (wanted, name) in [
         (extras.mig_config, "config"),
@@ -58,11 +81,7 @@ pub fn extra_nodes(inv: &Inventory, extras: &Extras<'_>) -> Result<Vec<DeviceNod
             continue;
         }
         let (Some(caps), Some(major)) = (&inv.mig_caps, inv.majors.nvidia_caps) else {
-            return Err(format!(
-                "NVIDIA_MIG_{}_DEVICES=all asks for the MIG {name} capability, but this node's \
-                 driver exposes none (no MIG-capable GPU); drop the variable",
-                name.to_uppercase()
-            ));
+            return Err(ExtrasError::NoMigCapability { name });
         };
         let minor = if name == "config" {
             caps.config_minor
@@ -82,11 +101,10 @@ pub fn extra_nodes(inv: &Inventory, extras: &Extras<'_>) -> Result<Vec<DeviceNod
         ImexChannels::All => host_imex_channels(inv),
     };
     if !channels.is_empty() {
-        let major = inv.majors.nvidia_caps_imex_channels.ok_or_else(|| {
-            "NVIDIA_IMEX_CHANNELS asks for IMEX channels, but this node's driver has no \
-             nvidia-caps-imex-channels device; drop the variable"
-                .to_string()
-        })?;
+        let major = inv
+            .majors
+            .nvidia_caps_imex_channels
+            .ok_or(ExtrasError::NoImexChannels)?;
         for c in channels {
             let path = format!("/dev/nvidia-caps-imex-channels/channel{c}");
             out.push(char_node(inv, path, major, c)?);

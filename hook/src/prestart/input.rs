@@ -35,12 +35,11 @@ pub fn read_state(reader: impl Read) -> Result<OciState, PrestartError> {
     Ok(state)
 }
 
-/// `config.json` of a bundle: the raw bytes (for [`gpuhook_inject::BundleConfig`]) and the parsed
-/// JSON (for the request).
+/// `config.json` of a bundle, parsed once: the request and the bundle fields
+/// ([`gpuhook_inject::BundleConfig::from_value`]) are both read from `value`.
 #[derive(Debug)]
 pub struct BundleJson {
     pub path: PathBuf,
-    pub bytes: Vec<u8>,
     pub value: Value,
 }
 
@@ -62,7 +61,7 @@ pub fn read_bundle_config(bundle: &Path) -> Result<BundleJson, PrestartError> {
     if !value.is_object() {
         return Err(err("is not a JSON object".into()));
     }
-    Ok(BundleJson { path, bytes, value })
+    Ok(BundleJson { path, value })
 }
 
 #[cfg(test)]
@@ -75,7 +74,7 @@ mod tests {
             br#"{"ociVersion":"1.0.2","id":"c","status":"creating","pid":7,"bundle":"/b","x":{}}"#;
         let s = read_state(&ok[..]).unwrap();
         assert_eq!((s.id.as_str(), s.pid), ("c", Some(7)));
-        let big = vec![b' '; MAX_STATE_BYTES as usize + 1];
+        let big = vec![b' '; usize::try_from(MAX_STATE_BYTES).unwrap() + 1];
         let err = read_state(&big[..]).unwrap_err().to_string();
         assert!(err.contains("larger than"), "{err}");
         let rel = br#"{"ociVersion":"1","id":"c","status":"creating","bundle":"b"}"#;
@@ -97,7 +96,10 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("not a JSON object"));
-        let big = format!("{{\"a\":\"{}\"}}", "x".repeat(MAX_CONFIG_BYTES as usize));
+        let big = format!(
+            "{{\"a\":\"{}\"}}",
+            "x".repeat(usize::try_from(MAX_CONFIG_BYTES).unwrap())
+        );
         std::fs::write(dir.path().join("config.json"), big).unwrap();
         assert!(read_bundle_config(dir.path())
             .unwrap_err()

@@ -4,6 +4,9 @@
 //! - **cheap for everyone else**: a container that asks for nothing is recognised from its
 //!   `config.json` alone ([`crate::request::is_gpu_container`]) and the hook exits before any
 //!   discovery;
+//! - **read once**: `config.json` is parsed once ([`input`]); the request is read from it once
+//!   ([`ContainerRequest::read`]) and the bundle fields from the same value
+//!   ([`BundleConfig::from_value`]); every step below takes those values;
 //! - **no NVML on the hot path**: the inventory comes from the cache `gpuhook cdi generate` wrote,
 //!   re-discovered only when missing or stale ([`inventory`]);
 //! - **one description of the edits**: [`gpuhook_cdi::edits_for`], shared with the CDI generator
@@ -25,23 +28,29 @@ pub mod extras;
 pub mod input;
 pub mod inventory;
 pub mod plan;
+mod report;
 
 use std::io::Read;
 
+use gpuhook_cdi::ContainerEdits;
 use gpuhook_inject::cgroup::{locate_device_cgroup, DeviceCgroup, V1Devices, V2Devices};
-use gpuhook_inject::{BundleConfig, DeviceController};
+use gpuhook_inject::{BundleConfig, DeviceController, OciState};
 use gpuhook_node::bounded::{preview, preview_joined};
-use gpuhook_node::DeviceRef;
-use gpuhook_runtime::MAX_NAMES_SHOWN;
+use gpuhook_node::Inventory;
+use gpuhook_request::limits::MAX_NAMES_SHOWN;
+use gpuhook_request::{ContainerRequest, RequestPolicy, ResolvedRequest};
+use serde_json::Value;
 
 pub use apply::{Applied, Target};
 pub use error::PrestartError;
 pub use inventory::InventorySource;
 pub use plan::Plan;
+pub use report::device_list;
 
 use crate::config::Config;
 use crate::logging::{Decision, Outcome};
 use crate::request::{self, NotGpuReason, ParseOutcome};
+use report::{caps_list, log_injected, log_skip, Summary};
 
 const COMMAND: &str = "prestart";
 
@@ -51,32 +60,6 @@ pub enum PrestartOutcome {
     /// Not a GPU container; nothing was touched.
     Skipped(NotGpuReason),
     Injected(Applied),
-}
-
-/// `1,3,2:0` (GPU indexes; `parent:mig` for MIG devices).
-pub fn device_list(devices: &[DeviceRef]) -> String {
-    devices
-        .iter()
-        .map(|d| match d {
-            DeviceRef::Gpu { index } => index.to_string(),
-            DeviceRef::Mig {
-                parent_index,
-                index,
-            } => format!("{parent_index}:{index}"),
-        })
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
-fn skip_reason(r: NotGpuReason) -> &'static str {
-    match r {
-        NotGpuReason::NoRequest => "no GPU requested",
-        NotGpuReason::Void => "NVIDIA_VISIBLE_DEVICES contains void",
-        NotGpuReason::EnvVarNotAccepted => {
-            "NVIDIA_VISIBLE_DEVICES is ignored: the container is unprivileged and \
-             accept-envvar-when-unprivileged = false (request GPUs with cdi.k8s.io annotations)"
-        }
-    }
 }
 
 /// Runs the hook: the OCI state is read from `stdin`.
@@ -95,140 +78,200 @@ pub fn run(stdin: impl Read, config: &Config) -> Result<PrestartOutcome, Prestar
     result
 }
 
-fn run_for(
-    state: &gpuhook_inject::OciState,
-    config: &Config,
-) -> Result<PrestartOutcome, PrestartError> {
+/// The hook for one container: its request, the edits, the plan, then the injection.
+fn run_for(state: &OciState, config: &Config) -> Result<PrestartOutcome, PrestartError> {
     let container = state.id.as_str();
     let bundle = input::read_bundle_config(&state.bundle)?;
     let policy = config
         .request_policy()
         .for_container(&bundle.value, &state.bundle);
-    if !request::is_gpu_container(&bundle.value, &policy) {
-        // The fast path. Only a restrictive policy is worth explaining: a user whose
-        // NVIDIA_VISIBLE_DEVICES was ignored needs to find out why in the log.
-        if !policy.accept_envvar_when_unprivileged {
-            if let Ok(ParseOutcome::NotGpu(r @ NotGpuReason::EnvVarNotAccepted)) =
-                request::parse(&bundle.value, &policy)
-            {
-                log_skip(container, r);
-                return Ok(PrestartOutcome::Skipped(r));
-            }
-        }
-        // Debug level: one line per non-GPU container would flood the log at info.
-        tracing::debug!(
-            target: "gpuhook::decision",
-            command = COMMAND,
-            outcome = "skip",
-            container,
-            reason = "not a GPU container (nothing requested, or void)",
-            "decision"
-        );
-        return Ok(PrestartOutcome::Skipped(NotGpuReason::NoRequest));
+    let req = match read_request(container, &bundle.value, &policy)? {
+        Ok(req) => req,
+        Err(reason) => return Ok(PrestartOutcome::Skipped(reason)),
+    };
+    let mps_names = req.mps_names();
+    // Every name is resolved before the inventory is even read: an unknown share fails the
+    // start before anything is injected.
+    let foreign = mps_edits(container, config, &mps_names)?;
+    let (inv, inv_source) = inventory::load_inventory(config)?;
+    let resolved = req.gpu().map(|r| r.resolve(&inv)).transpose()?;
+    let (mut edits, summary) = gpu_edits(container, &inv, resolved.as_ref(), &mps_names)?;
+    tracing::info!(
+        target: "gpuhook::decision",
+        command = COMMAND,
+        outcome = "resolved",
+        container,
+        devices = %summary.devices,
+        capabilities = %summary.caps,
+        inventory = ?inv_source,
+        "decision"
+    );
+    cdi_devices::merge(&mut edits, &foreign.edits);
+    // Env is reported by `mps_edits`; the plan takes nodes, mounts and hooks.
+    edits.env.clear();
+    let plan = validated_plan(container, &inv, &edits, resolved.as_ref())?;
+    let applied = inject(state, config, &bundle, &plan)?;
+    log_injected(container, &summary, &applied);
+    Ok(PrestartOutcome::Injected(applied))
+}
+
+/// The container's request, read once; `Err(reason)`: not a GPU container (logged).
+fn read_request(
+    container: &str,
+    config: &Value,
+    policy: &RequestPolicy,
+) -> Result<Result<ContainerRequest, NotGpuReason>, PrestartError> {
+    if !request::is_gpu_container(config, policy) {
+        return Ok(Err(fast_skip(container, config, policy)));
     }
-    let mps_names = request::mps_cdi_names(&bundle.value, &policy)?;
-    let req = match request::parse(&bundle.value, &policy)? {
-        ParseOutcome::NotGpu(r) if mps_names.is_empty() => {
-            log_skip(container, r);
-            return Ok(PrestartOutcome::Skipped(r));
+    let req = ContainerRequest::read(config, policy)?;
+    match &req.gpu {
+        ParseOutcome::NotGpu(r) if req.mps_names().is_empty() => {
+            log_skip(container, *r);
+            return Ok(Err(*r));
         }
         // Only MPS shares: their CDI devices carry the GPU's own edits.
-        ParseOutcome::NotGpu(_) => None,
-        ParseOutcome::Gpu(req) => Some(req),
-    };
-    if let Some(req) = &req {
-        tracing::info!(
+        ParseOutcome::NotGpu(_) => {}
+        ParseOutcome::Gpu(gpu) => tracing::info!(
             target: "gpuhook::decision",
             command = COMMAND,
             outcome = "requested",
             container,
-            source = req.source.as_str(),
-            devices = %preview(&format!("{:?}", req.devices)),
-            capabilities = %caps_list(&req.capabilities),
+            source = gpu.source.as_str(),
+            devices = %preview(&format!("{:?}", gpu.devices)),
+            capabilities = %caps_list(&gpu.capabilities),
             privileged = req.privileged,
             "decision"
-        );
+        ),
     }
+    Ok(Ok(req))
+}
 
-    // Every name is resolved before the inventory is even read: an unknown share fails the
-    // start before anything is injected.
-    let foreign = if mps_names.is_empty() {
-        cdi_devices::ForeignEdits::default()
-    } else {
-        let registry = gpuhook_cdi::Registry::load(&config.cdi_spec_dirs);
-        for e in &registry.errors {
-            tracing::warn!(container, spec = %e.path.display(), error = %e.message, "CDI spec skipped");
+/// The fast path for a container the pre-check found nothing in. Only a restrictive policy is
+/// worth explaining: a user whose NVIDIA_VISIBLE_DEVICES was ignored needs to find out why.
+fn fast_skip(container: &str, config: &Value, policy: &RequestPolicy) -> NotGpuReason {
+    if !policy.accept_envvar_when_unprivileged {
+        if let Ok(ParseOutcome::NotGpu(r @ NotGpuReason::EnvVarNotAccepted)) =
+            request::parse(config, policy)
+        {
+            log_skip(container, r);
+            return r;
         }
-        cdi_devices::foreign_edits(&registry, &mps_names)?
-    };
+    }
+    // Debug level: one line per non-GPU container would flood the log at info.
+    tracing::debug!(
+        target: "gpuhook::decision",
+        command = COMMAND,
+        outcome = "skip",
+        container,
+        reason = "not a GPU container (nothing requested, or void)",
+        "decision"
+    );
+    NotGpuReason::NoRequest
+}
+
+/// The edits of the MPS shares `names` asks for, from the CDI spec directories.
+fn mps_edits(
+    container: &str,
+    config: &Config,
+    names: &[String],
+) -> Result<cdi_devices::ForeignEdits, PrestartError> {
+    if names.is_empty() {
+        return Ok(cdi_devices::ForeignEdits::default());
+    }
+    let registry = gpuhook_cdi::Registry::load(&config.cdi_spec_dirs);
+    for e in &registry.errors {
+        tracing::warn!(container, spec = %e.path.display(), error = %e.message, "CDI spec skipped");
+    }
+    let foreign = cdi_devices::foreign_edits(&registry, names)?;
     if !foreign.env_keys.is_empty() {
         tracing::warn!(
             target: "gpuhook::decision",
             command = COMMAND,
             outcome = "env-not-applied",
             container,
-            cdi_devices = %preview_joined(&mps_names, MAX_NAMES_SHOWN, ","),
+            cdi_devices = %preview_joined(names, MAX_NAMES_SHOWN, ","),
             env = %foreign.env_keys.join(","),
             reason = "an OCI hook cannot change the process env (fixed before hooks run); \
                       MPS clients are limited by the daemon's server-side limits instead",
             "decision"
         );
     }
+    Ok(foreign)
+}
 
-    let (inv, inv_source) = inventory::load_inventory(config)?;
-    let resolved = req.as_ref().map(|r| r.resolve(&inv)).transpose()?;
-    // Log fields a container chooses are bounded (names listed, then counted).
-    let mut devices = preview_joined(&mps_names, MAX_NAMES_SHOWN, ",");
-    let mut caps = String::new();
-    let mut source = request::RequestSource::CdiAnnotations.as_str();
-    let mut edits = gpuhook_cdi::ContainerEdits::default();
-    if let Some(resolved) = &resolved {
-        for name in &resolved.foreign_cdi {
-            if !name.is_kind(request::NVIDIA_GPU_MPS_KIND) {
-                tracing::info!(container, cdi_device = %name, "ignoring a CDI device of another kind: the CDI-aware runtime injects it");
-            }
+/// The edits of the resolved GPUs (none for a container of MPS shares only), and what the
+/// decision lines say about them (log fields a container chooses are bounded).
+fn gpu_edits(
+    container: &str,
+    inv: &Inventory,
+    resolved: Option<&ResolvedRequest>,
+    mps_names: &[String],
+) -> Result<(ContainerEdits, Summary), PrestartError> {
+    let mut summary = Summary {
+        devices: preview_joined(mps_names, MAX_NAMES_SHOWN, ","),
+        caps: String::new(),
+        source: request::RequestSource::CdiAnnotations.as_str(),
+    };
+    let Some(resolved) = resolved else {
+        return Ok((ContainerEdits::default(), summary));
+    };
+    for name in &resolved.foreign_cdi {
+        if !name.is_kind(request::NVIDIA_GPU_MPS_KIND) {
+            tracing::info!(container, cdi_device = %name, "ignoring a CDI device of another kind: the CDI-aware runtime injects it");
         }
-        for note in &resolved.requirements.unchecked {
-            tracing::warn!(container, requirement = %note, "requirement could not be verified on this node");
-        }
-        let gpus = device_list(&resolved.devices);
-        devices = [gpus, devices]
-            .into_iter()
-            .filter(|s| !s.is_empty())
-            .collect::<Vec<_>>()
-            .join(",");
-        caps = caps_list(&resolved.capabilities);
-        source = resolved.source.as_str();
-        let exe = std::env::current_exe().unwrap_or_else(|_| "/usr/bin/gpuhook".into());
-        edits = gpuhook_cdi::edits_for(
-            &inv,
-            &resolved.devices,
-            &resolved.capabilities,
-            &gpuhook_cdi::EditOptions::new(exe),
-        )?;
     }
-    tracing::info!(
-        target: "gpuhook::decision",
-        command = COMMAND,
-        outcome = "resolved",
-        container,
-        devices = %devices,
-        capabilities = %caps,
-        inventory = ?inv_source,
-        "decision"
-    );
-    cdi_devices::merge(&mut edits, &foreign.edits);
-    // Env is reported above; the plan takes nodes, mounts and hooks.
-    edits.env.clear();
-    let invalid = |r: String| PrestartError::invalid(container, r);
-    let mut plan = Plan::from_edits(&inv, &edits).map_err(invalid)?;
-    if let Some(resolved) = &resolved {
-        plan.add_extras(&inv, resolved).map_err(invalid)?;
+    for note in &resolved.requirements.unchecked {
+        tracing::warn!(container, requirement = %note, "requirement could not be verified on this node");
+    }
+    let gpus = device_list(&resolved.devices);
+    summary.devices = [gpus, summary.devices]
+        .into_iter()
+        .filter(|s| !s.is_empty())
+        .collect::<Vec<_>>()
+        .join(",");
+    summary.caps = caps_list(&resolved.capabilities);
+    summary.source = resolved.source.as_str();
+    let exe = std::env::current_exe().unwrap_or_else(|_| "/usr/bin/gpuhook".into());
+    let edits = gpuhook_cdi::edits_for(
+        inv,
+        &resolved.devices,
+        &resolved.capabilities,
+        &gpuhook_cdi::EditOptions::new(exe),
+    )?;
+    Ok((edits, summary))
+}
+
+/// The plan of `edits` (plus the extras the request asks for), checked against the host.
+fn validated_plan(
+    container: &str,
+    inv: &Inventory,
+    edits: &ContainerEdits,
+    resolved: Option<&ResolvedRequest>,
+) -> Result<Plan, PrestartError> {
+    let invalid = |source| PrestartError::Plan {
+        container: container.to_string(),
+        source,
+    };
+    let mut plan = Plan::from_edits(inv, edits).map_err(invalid)?;
+    if let Some(resolved) = resolved {
+        plan.add_extras(inv, resolved).map_err(invalid)?;
     }
     plan.check_host()
         .map_err(|(what, path, reason)| PrestartError::Host { what, path, reason })?;
+    Ok(plan)
+}
 
-    let bundle_cfg = BundleConfig::parse(&state.bundle, &bundle.bytes).map_err(|e| {
+/// Checks the container (its bundle fields, pid and device cgroup), then applies the plan and
+/// allows exactly the nodes it made in the device cgroup.
+fn inject(
+    state: &OciState,
+    config: &Config,
+    bundle: &input::BundleJson,
+    plan: &Plan,
+) -> Result<Applied, PrestartError> {
+    let container = state.id.as_str();
+    let bundle_cfg = BundleConfig::from_value(&state.bundle, &bundle.value).map_err(|e| {
         PrestartError::BundleConfig {
             path: bundle.path.clone(),
             reason: e.to_string(),
@@ -237,11 +280,10 @@ fn run_for(
     let pid = state.require_pid().map_err(|e| PrestartError::State {
         reason: e.to_string(),
     })?;
-    let before = |source| PrestartError::Preflight {
+    let cgroup = locate_device_cgroup(pid).map_err(|source| PrestartError::Preflight {
         container: container.to_string(),
         source,
-    };
-    let cgroup = locate_device_cgroup(pid).map_err(before)?;
+    })?;
     tracing::debug!(
         container,
         devices = plan.devices.len(),
@@ -249,15 +291,14 @@ fn run_for(
         "plan validated"
     );
     let ldconfig = config.ldconfig_path(|p| p.exists());
-
     let target = Target {
         container,
         pid,
         rootfs: &bundle_cfg.rootfs,
         ldconfig: &ldconfig,
         // ldconfig writes the image's root-owned /etc/ld.so.cache: it runs as the container's
-        // root (uid 0 without a single capability, pivoted into the rootfs), whatever user the process runs as
-        // (libnvc does the same); as the process user it could not write the cache.
+        // root (uid 0 without a single capability, pivoted into the rootfs), whatever user the
+        // process runs as (libnvc does the same); as the process user it could not write it.
         uid: 0,
         gid: 0,
     };
@@ -266,7 +307,7 @@ fn run_for(
         user = bundle_cfg.uid,
         "process user (ldconfig runs as uid 0 without capabilities)"
     );
-    let applied = apply::apply(&target, &plan)?;
+    let applied = apply::apply(&target, plan)?;
     let rules = plan.cgroup_rules();
     match &cgroup {
         DeviceCgroup::V1(dir) => {
@@ -281,51 +322,5 @@ fn run_for(
         step: "allowing the devices in the device cgroup",
         source,
     })?;
-
-    let note = format!(
-        "{} nodes, {} mounts, {} symlinks, ldcache {}, params override {}{}",
-        applied.devices,
-        applied.mounts,
-        applied.symlinks,
-        if applied.ldcache_updated {
-            "updated"
-        } else {
-            "untouched"
-        },
-        if applied.params_overridden {
-            "mounted"
-        } else {
-            "not needed (no driver params in the container's /proc)"
-        },
-        if applied.proc_files_absent.is_empty() {
-            String::new()
-        } else {
-            format!(
-                ", {} MIG /proc files absent from the container's procfs",
-                applied.proc_files_absent.len()
-            )
-        }
-    );
-    let mut d = Decision::new(COMMAND, Outcome::Inject);
-    d.container = Some(container);
-    d.source = Some(source);
-    d.devices = Some(&devices);
-    d.capabilities = Some(&caps);
-    d.reason = Some(&note);
-    d.log();
-    Ok(PrestartOutcome::Injected(applied))
-}
-
-fn log_skip(container: &str, r: NotGpuReason) {
-    let mut d = Decision::new(COMMAND, Outcome::Skip);
-    d.container = Some(container);
-    d.reason = Some(skip_reason(r));
-    d.log();
-}
-
-fn caps_list(caps: &std::collections::BTreeSet<gpuhook_node::Capability>) -> String {
-    caps.iter()
-        .map(|c| c.as_str())
-        .collect::<Vec<_>>()
-        .join(",")
+    Ok(applied)
 }

@@ -15,11 +15,14 @@
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
+use gpuhook_cdi::edits::{
+    SetupHookArgs, CONTAINER_SPEC_FLAG, FOLDER_FLAG, LDCONFIG_FLAG, LINK_FLAG,
+};
 use gpuhook_cdi::ContainerEdits;
-use gpuhook_inject::hooks::parse_link_spec;
 use gpuhook_inject::{normalize_container_path, DeviceRule, DeviceType, MountOptions};
 use gpuhook_node::{DeviceRef, Inventory};
 
+use super::error::PlanError;
 use crate::request::ResolvedRequest;
 
 /// Where the driver's parameters are, on the host (under the driver root) and in a container.
@@ -63,13 +66,17 @@ pub struct Plan {
     pub params: Option<PathBuf>,
 }
 
-fn num(v: Option<i64>, what: &str, path: &str) -> Result<u32, String> {
+fn num(v: Option<i64>, what: &'static str, path: &str) -> Result<u32, PlanError> {
     v.and_then(|n| u32::try_from(n).ok())
-        .ok_or_else(|| format!("device node {path}: {what} {v:?} is missing or out of range"))
+        .ok_or_else(|| PlanError::DeviceNumber {
+            path: path.to_string(),
+            what,
+            value: v,
+        })
 }
 
 /// Parses CDI mount options into the flags we apply (bind/rbind/propagation are implied).
-pub fn mount_options(options: &[String], dst: &str) -> Result<MountOptions, String> {
+pub fn mount_options(options: &[String], dst: &str) -> Result<MountOptions, PlanError> {
     let mut o = MountOptions::default();
     for opt in options {
         match opt.as_str() {
@@ -79,29 +86,37 @@ pub fn mount_options(options: &[String], dst: &str) -> Result<MountOptions, Stri
             "nodev" => o.nodev = true,
             "noexec" => o.noexec = true,
             "bind" | "rbind" | "private" | "rprivate" | "slave" | "rslave" => {}
-            other => return Err(format!("mount {dst}: unsupported option {other:?}")),
+            other => {
+                return Err(PlanError::MountOption {
+                    path: dst.to_string(),
+                    option: other.to_string(),
+                })
+            }
         }
     }
     // Driver files never need device nodes or setuid binaries; refuse an edit that would allow it.
     if !(o.nosuid && o.nodev) {
-        return Err(format!(
-            "mount {dst}: options {options:?} lack nosuid,nodev"
-        ));
+        return Err(PlanError::MountUnsafe {
+            path: dst.to_string(),
+            options: options.to_vec(),
+        });
     }
     Ok(o)
 }
 
-fn container_path(p: &str) -> Result<PathBuf, String> {
-    normalize_container_path(Path::new(p)).map_err(|e| e.to_string())
+fn container_path(p: &str) -> Result<PathBuf, PlanError> {
+    Ok(normalize_container_path(Path::new(p))?)
 }
 
 impl Plan {
     /// Translates CDI edits into a plan; every container path is checked (absolute, no `..`).
-    pub fn from_edits(inv: &Inventory, edits: &ContainerEdits) -> Result<Plan, String> {
+    pub fn from_edits(inv: &Inventory, edits: &ContainerEdits) -> Result<Plan, PlanError> {
         let mut plan = Plan::default();
         for n in &edits.device_nodes {
             if n.device_type.as_deref().unwrap_or("c") != "c" {
-                return Err(format!("device node {}: only character devices", n.path));
+                return Err(PlanError::NotCharDevice {
+                    path: n.path.clone(),
+                });
             }
             let path = container_path(&n.path)?;
             plan.devices.push(DevicePlan {
@@ -114,7 +129,9 @@ impl Plan {
         }
         for m in &edits.mounts {
             if m.mount_type.as_deref().is_some_and(|t| t != "bind") {
-                return Err(format!("mount {}: only bind mounts", m.container_path));
+                return Err(PlanError::NotBindMount {
+                    path: m.container_path.clone(),
+                });
             }
             plan.mounts.push(MountPlan {
                 host: PathBuf::from(&m.host_path),
@@ -149,12 +166,16 @@ impl Plan {
     }
 
     /// Turns one of our CDI hooks (`gpuhook hook <name> ...`) into actions.
-    fn add_hook(&mut self, inv: &Inventory, args: &[String]) -> Result<(), String> {
+    fn add_hook(&mut self, inv: &Inventory, args: &[String]) -> Result<(), PlanError> {
         let name = match args {
             [prog, hook, name, ..] if prog == gpuhook_cdi::GPUHOOK_PROGRAM && hook == "hook" => {
                 name.as_str()
             }
-            _ => return Err(format!("unsupported hook {args:?}")),
+            _ => {
+                return Err(PlanError::UnsupportedHook {
+                    args: args.to_vec(),
+                })
+            }
         };
         let rest = &args[3..];
         match name {
@@ -164,44 +185,67 @@ impl Plan {
             "disable-device-node-modification" if rest.is_empty() => {
                 self.params = Some(inv.host_path(Path::new(PARAMS_PATH)));
             }
-            other => return Err(format!("unsupported hook {other:?}")),
+            other => {
+                return Err(PlanError::UnsupportedHookName {
+                    name: other.to_string(),
+                })
+            }
         }
         Ok(())
     }
 
-    /// `--link T::L`, `--folder D`, `--ldconfig-path P` (and, for `setup`,
-    /// `--disable-device-node-modification`) of hook `name`.
+    /// The flags of hook `name` ([`SetupHookArgs`], the generator's own encoding): `--link`,
+    /// `--folder`, `--ldconfig-path` and, for `setup`, `--disable-device-node-modification`.
+    /// The one-step hooks take only their own flags; what the prestart hook does not do (CUDA
+    /// compat, application profile, another spec) is refused.
     fn add_hook_flags(
         &mut self,
         inv: &Inventory,
         name: &str,
         args: &[String],
         setup: bool,
-    ) -> Result<(), String> {
-        let mut it = args.iter();
-        while let Some(flag) = it.next() {
-            let mut value = || {
-                it.next()
-                    .ok_or_else(|| format!("{name}: {flag} needs a value"))
-            };
-            match flag.as_str() {
-                "--link" if setup || name == "create-symlinks" => {
-                    let (target, link) = parse_link_spec(value()?).map_err(|e| e.to_string())?;
-                    let link = container_path(&link.to_string_lossy())?;
-                    self.symlinks.push((target, link));
-                }
-                "--folder" if setup || name == "update-ldcache" => {
-                    self.ldcache_folders.push(container_path(value()?)?)
-                }
-                // The node's ldconfig comes from our config, not from the edits.
-                "--ldconfig-path" if setup || name == "update-ldcache" => {
-                    value()?;
-                }
-                "--disable-device-node-modification" if setup => {
-                    self.params = Some(inv.host_path(Path::new(PARAMS_PATH)));
-                }
-                other => return Err(format!("{name}: unexpected {other:?}")),
-            }
+    ) -> Result<(), PlanError> {
+        let a = SetupHookArgs::from_args(args).map_err(|source| PlanError::HookArgs {
+            hook: name.to_string(),
+            source,
+        })?;
+        let links_ok = setup || name == "create-symlinks";
+        let folders_ok = setup || name == "update-ldcache";
+        let unexpected = [
+            (!links_ok && !a.links.is_empty(), LINK_FLAG),
+            (!folders_ok && !a.folders.is_empty(), FOLDER_FLAG),
+            (!folders_ok && a.ldconfig.is_some(), LDCONFIG_FLAG),
+            (
+                !setup && a.disable_device_node_modification,
+                gpuhook_cdi::DISABLE_DEVICE_NODE_MODIFICATION_FLAG,
+            ),
+            (
+                a.cuda_compat_host_driver_version.is_some(),
+                gpuhook_cdi::edits::CUDA_COMPAT_FLAG,
+            ),
+            (
+                a.application_profile,
+                gpuhook_cdi::edits::APPLICATION_PROFILE_FLAG,
+            ),
+            (a.container_spec.is_some(), CONTAINER_SPEC_FLAG),
+        ];
+        if let Some((_, flag)) = unexpected.iter().find(|(bad, _)| *bad) {
+            return Err(PlanError::UnexpectedFlag {
+                hook: name.to_string(),
+                flag,
+            });
+        }
+        for l in a.links {
+            let link = container_path(&l.link.to_string_lossy())?;
+            self.symlinks.push((l.target, link));
+        }
+        for f in &a.folders {
+            self.ldcache_folders
+                .push(container_path(&f.to_string_lossy())?);
+        }
+        // The node's ldconfig comes from our config, not from the edits.
+        if a.disable_device_node_modification {
+            self.params = Some(inv.host_path(Path::new(PARAMS_PATH)));
         }
         Ok(())
     }
@@ -235,7 +279,7 @@ impl Plan {
     /// What the CDI edits do not cover: the MIG `access` files of the selected MIG devices, the
     /// MIG config/monitor capabilities (privileged containers only, checked by the request
     /// parser) and IMEX channels.
-    pub fn add_extras(&mut self, inv: &Inventory, req: &ResolvedRequest) -> Result<(), String> {
+    pub fn add_extras(&mut self, inv: &Inventory, req: &ResolvedRequest) -> Result<(), PlanError> {
         for d in &req.devices {
             let DeviceRef::Mig {
                 parent_index,
@@ -244,16 +288,17 @@ impl Plan {
             else {
                 continue;
             };
-            let gpu = inv
-                .gpu(parent_index)
-                .ok_or_else(|| format!("GPU {parent_index} is not in the inventory"))?;
-            let mig = gpu
-                .mig_devices
-                .iter()
-                .find(|m| m.index == index)
-                .ok_or_else(|| {
-                    format!("MIG device {parent_index}:{index} is not in the inventory")
-                })?;
+            let gpu = inv.gpu(parent_index).ok_or(PlanError::NoGpu {
+                index: parent_index,
+            })?;
+            let mig =
+                gpu.mig_devices
+                    .iter()
+                    .find(|m| m.index == index)
+                    .ok_or(PlanError::NoMig {
+                        parent: parent_index,
+                        index,
+                    })?;
             let gi = format!(
                 "/proc/driver/nvidia/capabilities/gpu{}/mig/gi{}",
                 gpu.minor, mig.gi_id

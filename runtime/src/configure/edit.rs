@@ -245,21 +245,8 @@ fn update_settings(
     Ok(changed)
 }
 
-/// Go `filepath.Match`-style matching of `*` and `?` within one path segment.
-pub fn glob_match(pattern: &str, path: &str) -> bool {
-    let (p, s): (Vec<char>, Vec<char>) = (pattern.chars().collect(), path.chars().collect());
-    fn go(p: &[char], s: &[char]) -> bool {
-        match p.first() {
-            None => s.is_empty(),
-            Some('*') => (0..=s.len())
-                .take_while(|&i| i == 0 || s[i - 1] != '/')
-                .any(|i| go(&p[1..], &s[i..])),
-            Some('?') => s.first().is_some_and(|c| *c != '/') && go(&p[1..], &s[1..]),
-            Some(c) => s.first() == Some(c) && go(&p[1..], &s[1..]),
-        }
-    }
-    go(&p, &s)
-}
+/// Go `filepath.Match`-style matching (shared with the pod-annotation allow-list).
+pub use gpuhook_request::glob_match;
 
 /// Adds `value` to the string array `key` of `table` (created when missing); whether it changed.
 fn add_to_array(table: &mut Table, key: &str, value: &str) -> bool {

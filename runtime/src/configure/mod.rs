@@ -267,7 +267,7 @@ fn add_runtime(
 }
 
 fn backup_path(path: &Path) -> PathBuf {
-    let stamp: String = crate::runclog::rfc3339(std::time::SystemTime::now())
+    let stamp: String = crate::timestamp::rfc3339(std::time::SystemTime::now())
         .chars()
         .filter(|c| !matches!(c, '-' | ':'))
         .collect();

@@ -196,7 +196,10 @@ fn rendered_bundle_grants_only_what_each_pod_needs() {
         accounts.insert(name.to_string());
     }
     let rc = by_kind(&docs, "RuntimeClass")[0];
-    assert_eq!(s(rc, &["handler"]), gpuhook_runtime::DEFAULT_RUNTIME_NAME);
+    assert_eq!(
+        s(rc, &["handler"]),
+        gpuhook_containerd::DEFAULT_RUNTIME_NAME
+    );
     assert_eq!(s(rc, &["metadata", "name"]), "gpuhook");
 
     let (bins, image) = (image_binaries(), overlay_image());

@@ -31,7 +31,7 @@ use gpuhook_node::bounded::{preview, preview_joined, read_bounded, MAX_OCI_CONFI
 use serde_json::Value;
 
 use super::oci::CDI_ANNOTATION_PREFIX;
-use super::RequestPolicy;
+use super::policy::RequestPolicy;
 
 /// `container` or `sandbox`, set by containerd's CRI plugin on every spec it makes.
 pub const CRI_CONTAINER_TYPE: &str = "io.kubernetes.cri.container-type";
@@ -46,9 +46,23 @@ const MAX_SANDBOX_ID: usize = 128;
 
 /// Whether `name` (a qualified CDI name) matches an allow-list entry (`*` and `?` globs).
 pub fn allowed(patterns: &[String], name: &str) -> bool {
-    patterns
-        .iter()
-        .any(|p| gpuhook_runtime::configure::glob_match(p, name.trim()))
+    patterns.iter().any(|p| glob_match(p, name.trim()))
+}
+
+/// Go `filepath.Match`-style matching of `*` and `?` within one path segment.
+pub fn glob_match(pattern: &str, path: &str) -> bool {
+    let (p, s): (Vec<char>, Vec<char>) = (pattern.chars().collect(), path.chars().collect());
+    fn go(p: &[char], s: &[char]) -> bool {
+        match p.first() {
+            None => s.is_empty(),
+            Some('*') => (0..=s.len())
+                .take_while(|&i| i == 0 || s[i - 1] != '/')
+                .any(|i| go(&p[1..], &s[i..])),
+            Some('?') => s.first().is_some_and(|c| *c != '/') && go(&p[1..], &s[1..]),
+            Some(c) => s.first() == Some(c) && go(&p[1..], &s[1..]),
+        }
+    }
+    go(&p, &s)
 }
 
 fn cdi_entries(config: &Value) -> Vec<(&str, &str)> {
@@ -62,8 +76,22 @@ fn cdi_entries(config: &Value) -> Vec<(&str, &str)> {
         .collect()
 }
 
+/// Why the pod sandbox's annotations could not be read (the container's are then all taken for
+/// pod annotations: fail closed).
+#[derive(Debug, thiserror::Error)]
+enum SandboxError {
+    #[error("{CRI_SANDBOX_ID} {0:?} is not a sandbox id")]
+    BadId(String),
+    #[error("the bundle has no parent directory")]
+    NoParent,
+    #[error(transparent)]
+    Read(#[from] gpuhook_node::bounded::BoundedReadError),
+    #[error("the pod sandbox's config.json: {0}")]
+    Parse(#[from] serde_json::Error),
+}
+
 /// The sandbox's annotations, read from its bundle beside `bundle`.
-fn sandbox_annotations(bundle: &Path, id: &str) -> Result<Value, String> {
+fn sandbox_annotations(bundle: &Path, id: &str) -> Result<Value, SandboxError> {
     let valid = !id.is_empty()
         && id.len() <= MAX_SANDBOX_ID
         && id
@@ -72,19 +100,11 @@ fn sandbox_annotations(bundle: &Path, id: &str) -> Result<Value, String> {
         && id != "."
         && id != "..";
     if !valid {
-        return Err(format!(
-            "{CRI_SANDBOX_ID} {:?} is not a sandbox id",
-            preview(id)
-        ));
+        return Err(SandboxError::BadId(preview(id)));
     }
-    let dir: PathBuf = bundle
-        .parent()
-        .ok_or("the bundle has no parent directory")?
-        .join(id);
-    let bytes =
-        read_bounded(&dir.join("config.json"), MAX_OCI_CONFIG_BYTES).map_err(|e| e.to_string())?;
-    let spec: Value = serde_json::from_slice(&bytes)
-        .map_err(|e| format!("the pod sandbox's config.json: {e}"))?;
+    let dir: PathBuf = bundle.parent().ok_or(SandboxError::NoParent)?.join(id);
+    let bytes = read_bounded(&dir.join("config.json"), MAX_OCI_CONFIG_BYTES)?;
+    let spec: Value = serde_json::from_slice(&bytes)?;
     Ok(spec.get("annotations").cloned().unwrap_or(Value::Null))
 }
 
@@ -111,7 +131,7 @@ pub fn pod_annotation_keys(config: &Value, bundle: &Path) -> BTreeSet<String> {
                     .collect(),
                 Err(reason) => {
                     tracing::warn!(
-                        reason = %preview(&reason),
+                        reason = %preview(&reason.to_string()),
                         "cannot tell pod from container CDI annotations; treating all as pod annotations"
                     );
                     all()

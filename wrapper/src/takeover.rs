@@ -24,12 +24,12 @@ use serde_json::Value;
 
 use crate::argv::RuncArgs;
 use crate::exec::ExecPlan;
-use crate::wrapper::BoxError;
+use gpuhook_inject::InjectError;
 
 /// Work started before the runtime; [`EarlyWork::wait`] says whether it succeeded. Dropping it
 /// without waiting must stop it.
 pub trait EarlyWork: Send + std::fmt::Debug {
-    fn wait(self: Box<Self>) -> Result<(), BoxError>;
+    fn wait(self: Box<Self>) -> Result<(), InjectError>;
 }
 
 /// Decides whether hooks of the edited spec are done by the wrapper.
@@ -120,7 +120,7 @@ pub fn run_beside(
         None => "no container id to delete".to_string(),
     };
     Ok(Outcome {
-        exit_code: crate::wrapper::EXIT_FAILURE,
+        exit_code: crate::error::EXIT_FAILURE,
         error: Some(format!("container setup failed: {error}; {cleanup}")),
     })
 }
@@ -163,10 +163,14 @@ mod tests {
     }
 
     impl EarlyWork for FakeWork {
-        fn wait(mut self: Box<Self>) -> Result<(), BoxError> {
+        fn wait(mut self: Box<Self>) -> Result<(), InjectError> {
             self.waited = true;
             self.log.lock().unwrap().push("waited");
-            self.result.clone().map_err(Into::into)
+            self.result.clone().map_err(|reason| InjectError::Ldconfig {
+                binary: "/sbin/ldconfig".into(),
+                rootfs: "/r".into(),
+                reason,
+            })
         }
     }
 
@@ -239,11 +243,14 @@ mod tests {
 
     #[test]
     fn failed_work_deletes_the_created_container() {
-        let (out, log, calls) = run(0, Err("ldconfig exited with 1".into()));
-        assert_eq!(out.exit_code, crate::wrapper::EXIT_FAILURE);
+        let (out, log, calls) = run(0, Err("exited with 1".into()));
+        assert_eq!(out.exit_code, crate::error::EXIT_FAILURE);
         assert_eq!(
             out.error.as_deref(),
-            Some("container setup failed: ldconfig exited with 1; the container was deleted")
+            Some(
+                "container setup failed: ldconfig /sbin/ldconfig for rootfs /r: exited with 1; \
+                 the container was deleted"
+            )
         );
         assert_eq!(log, ["waited"]);
         assert_eq!(

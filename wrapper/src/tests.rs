@@ -2,15 +2,16 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::resolve::GenerateMissing;
+use crate::run::{DeviceRequest, Injection};
 use gpuhook_cdi::{Format, GenerateOptions};
 use gpuhook_node::{
     DeviceMajors, DiscoverySource, DriverFiles, Gpu, Inventory, MigDevice, INVENTORY_FORMAT_VERSION,
 };
-use gpuhook_runtime::{DeviceRequest, GenerateMissing, Injection};
 use serde_json::{json, Value};
 
 use super::{NodeState, WrapperRequest};
-use crate::config::{Config, RuntimeMode};
+use gpuhook::config::{Config, RuntimeMode};
 
 const GPU0: &str = "GPU-0a1b2c3d-0000-1111-2222-333344445555";
 const MIG10: &str = "MIG-9a1b2c3d-0000-1111-2222-000000000000";
@@ -349,8 +350,7 @@ fn bundle_edit_end_to_end_without_runc() {
     // Unknown device: the runtimes' wording, config.json untouched.
     write("NVIDIA_VISIBLE_DEVICES=99");
     let before = std::fs::read(bundle.join("config.json")).unwrap();
-    let err = gpuhook_runtime::wrapper::edit_bundle(&bundle, Some("c1"), &rc, &req, Some(&node))
-        .unwrap_err();
+    let err = crate::run::edit_bundle(&bundle, Some("c1"), &rc, &req, Some(&node)).unwrap_err();
     assert!(
         err.to_string()
             .contains("unresolvable CDI devices nvidia.com/gpu=99"),
@@ -359,9 +359,7 @@ fn bundle_edit_end_to_end_without_runc() {
     assert_eq!(std::fs::read(bundle.join("config.json")).unwrap(), before);
     // No spec file yet: generated in memory.
     write("NVIDIA_VISIBLE_DEVICES=0");
-    assert!(
-        gpuhook_runtime::wrapper::edit_bundle(&bundle, Some("c1"), &rc, &req, Some(&node)).unwrap()
-    );
+    assert!(crate::run::edit_bundle(&bundle, Some("c1"), &rc, &req, Some(&node)).unwrap());
     let out: Value =
         serde_json::from_slice(&std::fs::read(bundle.join("config.json")).unwrap()).unwrap();
     let devs: Vec<&str> = out["linux"]["devices"]
@@ -376,8 +374,7 @@ fn bundle_edit_end_to_end_without_runc() {
     );
     // Without generate-missing the same request fails.
     write("NVIDIA_VISIBLE_DEVICES=0");
-    let err =
-        gpuhook_runtime::wrapper::edit_bundle(&bundle, Some("c1"), &rc, &req, None).unwrap_err();
+    let err = crate::run::edit_bundle(&bundle, Some("c1"), &rc, &req, None).unwrap_err();
     assert!(err
         .to_string()
         .contains("unresolvable CDI devices nvidia.com/gpu=0"));

@@ -16,6 +16,9 @@ pub const MAX_ID_ENTRIES: usize = 4096;
 pub const MAX_ANNOTATIONS: usize = 10_000;
 /// Most mounts we look at (only when volume-mount device lists are enabled).
 pub const MAX_MOUNTS: usize = 10_000;
+/// Most device names a log line or an error message lists (the rest are counted): a container
+/// chooses them.
+pub const MAX_NAMES_SHOWN: usize = 16;
 
 /// Human-readable byte count for messages (`64 KiB`, `1 MiB`).
 pub(crate) fn bytes(n: usize) -> String {

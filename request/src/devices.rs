@@ -199,27 +199,7 @@ pub fn parse_id(id: &str, origin: RequestSource) -> Result<DeviceId, RequestErro
             .map_err(|_| invalid("index is too large".into()));
     }
     if let Some(rest) = strip_prefix_ci(id, "MIG-GPU-") {
-        let mut parts = rest.split('/');
-        let (Some(uuid), Some(gi), Some(ci), None) =
-            (parts.next(), parts.next(), parts.next(), parts.next())
-        else {
-            return Err(invalid("expected MIG-GPU-<gpu-uuid>/<gi>/<ci>".into()));
-        };
-        let num = |s: &str| {
-            s.parse::<u32>()
-                .ok()
-                .filter(|_| s.bytes().all(|b| b.is_ascii_digit()))
-        };
-        return match (uuid.is_empty(), num(gi), num(ci)) {
-            (false, Some(gi), Some(ci)) => Ok(DeviceId::MigLegacy {
-                gpu_uuid: format!("GPU-{uuid}"),
-                gi,
-                ci,
-            }),
-            _ => Err(invalid(
-                "expected MIG-GPU-<gpu-uuid>/<gi>/<ci> with decimal gi and ci".into(),
-            )),
-        };
+        return parse_legacy_mig(rest).map_err(|reason| invalid(reason.into()));
     }
     if id.contains('/') {
         return Err(invalid(
@@ -247,6 +227,29 @@ pub fn parse_id(id: &str, origin: RequestSource) -> Result<DeviceId, RequestErro
     }
     validate_device_name(id).map_err(|e| invalid(e.to_string()))?;
     Ok(DeviceId::Name(id.to_string()))
+}
+
+/// `<gpu-uuid>/<gi>/<ci>` after `MIG-GPU-` (the legacy MIG device id).
+fn parse_legacy_mig(rest: &str) -> Result<DeviceId, &'static str> {
+    let mut parts = rest.split('/');
+    let (Some(uuid), Some(gi), Some(ci), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err("expected MIG-GPU-<gpu-uuid>/<gi>/<ci>");
+    };
+    let num = |s: &str| {
+        s.parse::<u32>()
+            .ok()
+            .filter(|_| s.bytes().all(|b| b.is_ascii_digit()))
+    };
+    match (uuid.is_empty(), num(gi), num(ci)) {
+        (false, Some(gi), Some(ci)) => Ok(DeviceId::MigLegacy {
+            gpu_uuid: format!("GPU-{uuid}"),
+            gi,
+            ci,
+        }),
+        _ => Err("expected MIG-GPU-<gpu-uuid>/<gi>/<ci> with decimal gi and ci"),
+    }
 }
 
 fn decimal(s: &str) -> Option<u32> {

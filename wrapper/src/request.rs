@@ -1,9 +1,13 @@
 //! What the wrapper injects into a container, from its (untrusted) OCI spec.
 //!
-//! - Not a GPU container ([`crate::request::is_gpu_container`] false and no `cdi.k8s.io/*`
-//!   annotation): nothing, decided from `config.json` alone without discovery.
+//! The container's request is read once ([`ContainerRequest::read`]) from the spec the core
+//! parsed, and every step below takes that value.
+//!
+//! - Not a GPU container ([`gpuhook_request::is_gpu_container`] false and no admitted
+//!   `cdi.k8s.io/*` annotation, [`gpuhook_request::has_cdi_request`]): nothing, decided from
+//!   `config.json` alone without discovery.
 //! - `cdi` mode: CDI names. `cdi.k8s.io/*` annotations (container annotations; a pod's own only
-//!   for allow-listed devices, see [`crate::request::provenance`]) give fully qualified names,
+//!   for allow-listed devices, see [`gpuhook_request::provenance`]) give fully qualified names,
 //!   used as they are, *of any kind* (containerd 1.6 has no CDI: the wrapper is the only CDI consumer, as the
 //!   CRI plugin would be on 1.7+). Ids from `NVIDIA_VISIBLE_DEVICES` (or the volume-mount list)
 //!   become `nvidia.com/gpu=<id>`; a fully qualified name there is kept as it is.
@@ -15,7 +19,7 @@
 //! - `legacy` mode: the `gpuhook prestart` hook.
 //!
 //! In cdi and jit-cdi modes the MIG config/monitor and IMEX channel nodes are added beside the
-//! devices ([`crate::prestart::extras`]); the feature gates NVIDIA_GDS, ... are refused by the
+//! devices ([`gpuhook::prestart::extras`]); the feature gates NVIDIA_GDS, ... are refused by the
 //! request parser in every mode.
 //!
 //! `NVIDIA_REQUIRE_*` constraints are checked against the node's inventory in every mode, when
@@ -23,18 +27,21 @@
 
 use std::path::Path;
 
+use gpuhook::config::{Config, RuntimeMode, CONFIG_ENV};
+use gpuhook::logging::{Decision, Outcome};
+use gpuhook::prestart::extras::{extra_nodes, Extras};
 use gpuhook_cdi::{ContainerEdits, DeviceNode, Hook};
-use gpuhook_runtime::{BoxError, DeviceRequest, Injection};
+use gpuhook_node::bounded::preview_joined;
+use gpuhook_request::limits::MAX_NAMES_SHOWN;
+use gpuhook_request::{
+    has_cdi_request, is_gpu_container, resolve_selection, ContainerRequest, GpuRequest,
+    NotGpuReason, ParseOutcome, RequestPolicy, RequestSource,
+};
 use serde_json::Value;
 
-use super::node::NodeState;
-use crate::config::{Config, RuntimeMode, CONFIG_ENV};
-use crate::logging::{Decision, Outcome};
-use crate::prestart::extras::{extra_nodes, Extras};
-use crate::request::{
-    self, resolve_selection, ContainerRequest, ParseOutcome, QualifiedName, RequestPolicy,
-    RequestSource,
-};
+use crate::error::{InjectionError, NodeError};
+use crate::node::NodeState;
+use crate::run::{DeviceRequest, Injection};
 
 const COMMAND: &str = "runtime create";
 
@@ -46,20 +53,8 @@ pub struct WrapperRequest<'a> {
     node: &'a NodeState<'a>,
 }
 
-/// Every name of every `cdi.k8s.io/*` annotation the policy admits (a pod annotation only when
-/// allow-listed, see [`crate::request::provenance`]), by annotation key, validated, each once.
-pub fn annotation_names(
-    spec: &Value,
-    policy: &RequestPolicy,
-) -> Result<Vec<QualifiedName>, BoxError> {
-    let mut out: Vec<QualifiedName> = Vec::new();
-    for q in request::annotation_names(spec, policy)? {
-        if !out.contains(&q) {
-            out.push(q);
-        }
-    }
-    Ok(out)
-}
+/// What to inject, and the request source for the decision line; `None`: why not.
+type Decided = Result<(Option<Injection>, String), InjectionError>;
 
 impl<'a> WrapperRequest<'a> {
     pub fn new(config: &'a Config, node: &'a NodeState<'a>) -> Self {
@@ -71,7 +66,7 @@ impl<'a> WrapperRequest<'a> {
     }
 
     /// Checks `NVIDIA_REQUIRE_*` against the inventory (loaded only when there are constraints).
-    fn check_requirements(&self, req: &ContainerRequest) -> Result<(), BoxError> {
+    fn check_requirements(&self, req: &GpuRequest) -> Result<(), InjectionError> {
         if req.requirements.disabled || req.requirements.constraints.is_empty() {
             return Ok(());
         }
@@ -88,17 +83,18 @@ impl<'a> WrapperRequest<'a> {
         Ok(())
     }
 
+    /// The CDI names: the request's ids as names of our kind, then every annotation name.
     fn cdi_names(
         &self,
-        req: &ContainerRequest,
-        annotations: &[QualifiedName],
-    ) -> Result<Vec<String>, BoxError> {
+        req: &GpuRequest,
+        container: &ContainerRequest,
+    ) -> Result<Vec<String>, InjectionError> {
         let mut names: Vec<String> = if req.source == RequestSource::CdiAnnotations {
             Vec::new()
         } else {
             req.devices.to_cdi_names(&req.cdi_kind, req.source)?
         };
-        for q in annotations {
+        for q in &container.cdi_names {
             let n = q.to_string();
             if !names.contains(&n) {
                 names.push(n);
@@ -107,18 +103,20 @@ impl<'a> WrapperRequest<'a> {
         Ok(names)
     }
 
-    fn legacy_hook(&self) -> Result<ContainerEdits, BoxError> {
+    fn legacy_hook(&self) -> Result<ContainerEdits, InjectionError> {
         let opts = self.node.edit_options()?;
         let path = opts
             .gpuhook_path
             .to_str()
-            .ok_or("the gpuhook path is not UTF-8")?
+            .ok_or(NodeError::NotUtf8 {
+                what: "the gpuhook path",
+            })?
             .to_string();
         let mut env = opts.hook_env;
         if !env.iter().any(|e| e.starts_with(&format!("{CONFIG_ENV}="))) {
             env.push(format!(
                 "{CONFIG_ENV}={}",
-                crate::config::DEFAULT_CONFIG_PATH
+                gpuhook::config::DEFAULT_CONFIG_PATH
             ));
         }
         Ok(ContainerEdits {
@@ -135,7 +133,7 @@ impl<'a> WrapperRequest<'a> {
 
     /// The MIG config/monitor and IMEX channel nodes the request asks for (no spec has them);
     /// the inventory is loaded only when it asks for any.
-    fn extra_nodes(&self, req: &ContainerRequest) -> Result<Vec<DeviceNode>, BoxError> {
+    fn extra_nodes(&self, req: &GpuRequest) -> Result<Vec<DeviceNode>, InjectionError> {
         let extras = Extras {
             mig_config: req.mig_config,
             mig_monitor: req.mig_monitor,
@@ -147,86 +145,99 @@ impl<'a> WrapperRequest<'a> {
         Ok(extra_nodes(self.node.inventory()?, &extras)?)
     }
 
-    fn decide(
+    /// `cdi` mode: the CDI names, with the extra nodes beside them; no names (`none`): the
+    /// common edits of our kind's spec.
+    fn cdi_injection(
         &self,
-        spec: &Value,
-        policy: &RequestPolicy,
-    ) -> Result<(Option<Injection>, String), BoxError> {
-        let annotations = annotation_names(spec, policy)?;
-        if !request::is_gpu_container(spec, policy) && annotations.is_empty() {
+        req: &GpuRequest,
+        container: &ContainerRequest,
+    ) -> Result<Injection, InjectionError> {
+        let names = self.cdi_names(req, container)?;
+        let extra = self.extra_nodes(req)?;
+        Ok(match (names.is_empty(), extra.is_empty()) {
+            (true, _) => {
+                let mut edits = self.node.common_edits()?;
+                edits.device_nodes.extend(extra);
+                Injection::Edits(Box::new(edits))
+            }
+            (false, true) => Injection::Cdi(names),
+            (false, false) => Injection::CdiWithEdits(
+                names,
+                Box::new(ContainerEdits {
+                    device_nodes: extra,
+                    ..Default::default()
+                }),
+            ),
+        })
+    }
+
+    /// `jit-cdi` mode: the edits for exactly the resolved devices and capabilities.
+    fn jit_injection(&self, req: &GpuRequest) -> Result<Injection, InjectionError> {
+        let inv = self.node.inventory()?;
+        let resolved = req.resolve(inv)?;
+        let mut edits = gpuhook_cdi::edits_for(
+            inv,
+            &resolved.devices,
+            &resolved.capabilities,
+            &self.node.edit_options()?,
+        )?;
+        edits.device_nodes.extend(self.extra_nodes(req)?);
+        Ok(Injection::Edits(Box::new(edits)))
+    }
+
+    fn decide(&self, spec: &Value, policy: &RequestPolicy) -> Decided {
+        if !is_gpu_container(spec, policy) && !has_cdi_request(spec, policy) {
             return Ok((None, why_not_gpu(spec, policy).into()));
         }
-        let req = match request::parse(spec, policy)? {
+        let container = ContainerRequest::read(spec, policy)?;
+        let req = match &container.gpu {
             ParseOutcome::Gpu(r) => r,
-            ParseOutcome::NotGpu(reason) if annotations.is_empty() => {
-                return Ok((None, not_gpu_reason(reason).into()))
+            ParseOutcome::NotGpu(reason) if container.cdi_names.is_empty() => {
+                return Ok((None, not_gpu_reason(*reason).into()))
             }
             // Only other vendors' CDI devices.
             ParseOutcome::NotGpu(_) => {
-                let names = annotations.iter().map(ToString::to_string).collect();
+                let names = container
+                    .cdi_names
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect();
                 return Ok((Some(Injection::Cdi(names)), "cdi-annotations".into()));
             }
         };
-        self.check_requirements(&req)?;
-        let source = req.source.as_str().to_string();
+        self.check_requirements(req)?;
         let injection = match self.config.runtime.mode {
-            RuntimeMode::Cdi => {
-                let names = self.cdi_names(&req, &annotations)?;
-                let extra = self.extra_nodes(&req)?;
-                match (names.is_empty(), extra.is_empty()) {
-                    (true, _) => {
-                        let mut edits = self.node.common_edits()?;
-                        edits.device_nodes.extend(extra);
-                        Injection::Edits(Box::new(edits))
-                    }
-                    (false, true) => Injection::Cdi(names),
-                    (false, false) => Injection::CdiWithEdits(
-                        names,
-                        Box::new(ContainerEdits {
-                            device_nodes: extra,
-                            ..Default::default()
-                        }),
-                    ),
-                }
-            }
-            RuntimeMode::JitCdi => {
-                let inv = self.node.inventory()?;
-                let resolved = req.resolve(inv)?;
-                let mut edits = gpuhook_cdi::edits_for(
-                    inv,
-                    &resolved.devices,
-                    &resolved.capabilities,
-                    &self.node.edit_options()?,
-                )?;
-                edits.device_nodes.extend(self.extra_nodes(&req)?);
-                Injection::Edits(Box::new(edits))
-            }
+            RuntimeMode::Cdi => self.cdi_injection(req, &container)?,
+            RuntimeMode::JitCdi => self.jit_injection(req)?,
             RuntimeMode::Legacy => Injection::Edits(Box::new(self.legacy_hook()?)),
         };
-        Ok((Some(injection), source))
+        Ok((Some(injection), req.source.as_str().to_string()))
     }
 }
 
 /// Why the cheap pre-check found no GPU request: only a container that set
-/// NVIDIA_VISIBLE_DEVICES is parsed, to tell "ignored by the policy" from "not asked".
+/// NVIDIA_VISIBLE_DEVICES is read, to tell "ignored by the policy" from "not asked".
 fn why_not_gpu(spec: &Value, policy: &RequestPolicy) -> &'static str {
     let env = spec.pointer("/process/env").and_then(Value::as_array);
     let sets_visible = env.into_iter().flatten().any(|e| {
         e.as_str()
             .is_some_and(|e| e.starts_with("NVIDIA_VISIBLE_DEVICES="))
     });
-    match sets_visible.then(|| request::parse(spec, policy)) {
-        Some(Ok(ParseOutcome::NotGpu(reason))) => not_gpu_reason(reason),
+    match sets_visible.then(|| ContainerRequest::read(spec, policy)) {
+        Some(Ok(ContainerRequest {
+            gpu: ParseOutcome::NotGpu(reason),
+            ..
+        })) => not_gpu_reason(reason),
         _ => "no GPU requested",
     }
 }
 
 /// Why a container gets no GPU, for the decision line.
-fn not_gpu_reason(reason: request::NotGpuReason) -> &'static str {
+fn not_gpu_reason(reason: NotGpuReason) -> &'static str {
     match reason {
-        request::NotGpuReason::NoRequest => "no GPU requested",
-        request::NotGpuReason::Void => "the device list is `void`",
-        request::NotGpuReason::EnvVarNotAccepted => {
+        NotGpuReason::NoRequest => "no GPU requested",
+        NotGpuReason::Void => "the device list is `void`",
+        NotGpuReason::EnvVarNotAccepted => {
             "NVIDIA_VISIBLE_DEVICES of an unprivileged container ignored \
              (accept-nvidia-visible-devices-envvar-when-unprivileged = false)"
         }
@@ -239,7 +250,7 @@ impl DeviceRequest for WrapperRequest<'_> {
         bundle: &Path,
         container: Option<&str>,
         spec: &Value,
-    ) -> Result<Option<Injection>, BoxError> {
+    ) -> Result<Option<Injection>, InjectionError> {
         // runc's container id; a spec's hostname only when argv had none.
         let hostname = container.or_else(|| spec.get("hostname").and_then(Value::as_str));
         let policy = self.policy.for_container(spec, bundle);
@@ -253,11 +264,7 @@ impl DeviceRequest for WrapperRequest<'_> {
             }
             Ok((Some(injection), source)) => {
                 let devices = match injection.cdi_names() {
-                    Some(names) => gpuhook_node::bounded::preview_joined(
-                        names,
-                        gpuhook_runtime::MAX_NAMES_SHOWN,
-                        ",",
-                    ),
+                    Some(names) => preview_joined(names, MAX_NAMES_SHOWN, ","),
                     None => format!("{:?} edits", self.config.runtime.mode),
                 };
                 let mut d = Decision::new(COMMAND, Outcome::Inject);

@@ -1,10 +1,13 @@
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::process::Command;
 
 use serde_json::json;
 
 use super::*;
+use crate::entry::prepare;
+use crate::error::NodeError;
+use gpuhook_cdi::Spec;
+use gpuhook_request::RequestError;
 
 const SPEC: &str = r#"{
   "cdiVersion": "0.5.0",
@@ -104,7 +107,7 @@ fn create_argv(f: &Fixture) -> Vec<OsString> {
 }
 
 /// Request: the devices in NVIDIA_VISIBLE_DEVICES as `nvidia.com/gpu=<id>`.
-fn env_request(spec: &Value) -> Result<Vec<String>, BoxError> {
+fn env_request(spec: &Value) -> Result<Vec<String>, InjectionError> {
     let env = spec["process"]["env"]
         .as_array()
         .cloned()
@@ -183,7 +186,7 @@ fn non_gpu_container_is_not_rewritten() {
     let p = f.bundle.join("config.json");
     let before = fs::read(&p).unwrap();
     let ino = fs::metadata(&p).unwrap().ino();
-    let none = |_: &Value| -> Result<Vec<String>, BoxError> { Ok(vec![]) };
+    let none = |_: &Value| -> Result<Vec<String>, InjectionError> { Ok(vec![]) };
     let plan = prepare(&create_argv(&f), &f.config, &none, None).unwrap();
     assert_eq!(plan.program, f.runc);
     assert_eq!(fs::read(&p).unwrap(), before);
@@ -211,11 +214,18 @@ fn request_errors_and_bad_specs_leave_config_untouched() {
     let f = fixture();
     let p = f.bundle.join("config.json");
     let before = fs::read(&p).unwrap();
-    let failing =
-        |_: &Value| -> Result<Vec<String>, BoxError> { Err("bad NVIDIA_VISIBLE_DEVICES".into()) };
+    let failing = |_: &Value| -> Result<Vec<String>, InjectionError> {
+        Err(RequestError::InvalidValue {
+            variable: "NVIDIA_VISIBLE_DEVICES".into(),
+            reason: "bad".into(),
+        }
+        .into())
+    };
     let err = prepare(&create_argv(&f), &f.config, &failing, None).unwrap_err();
     assert!(matches!(err, RuntimeError::Request { .. }));
-    assert!(err.to_string().contains("bad NVIDIA_VISIBLE_DEVICES"));
+    assert!(err
+        .to_string()
+        .contains("invalid NVIDIA_VISIBLE_DEVICES: bad"));
     assert_eq!(fs::read(&p).unwrap(), before);
 
     fs::write(&p, b"{not json").unwrap();
@@ -229,17 +239,17 @@ fn request_errors_and_bad_specs_leave_config_untouched() {
     }))
     .unwrap();
     fs::write(&p, &before).unwrap();
-    let req = |_: &Value| -> Result<Option<Injection>, BoxError> {
+    let req = |_: &Value| -> Result<Option<Injection>, InjectionError> {
         Ok(Some(Injection::Edits(Box::new(edits.clone()))))
     };
     struct R<F>(F);
-    impl<F: Fn(&Value) -> Result<Option<Injection>, BoxError>> DeviceRequest for R<F> {
+    impl<F: Fn(&Value) -> Result<Option<Injection>, InjectionError>> DeviceRequest for R<F> {
         fn injection(
             &self,
             _: &Path,
             _: Option<&str>,
             spec: &Value,
-        ) -> Result<Option<Injection>, BoxError> {
+        ) -> Result<Option<Injection>, InjectionError> {
             (self.0)(spec)
         }
     }
@@ -253,9 +263,9 @@ fn generate_missing_fills_only_the_gaps() {
     let f = fixture();
     set_env(&f, "0,5");
     let seen = std::cell::RefCell::new(Vec::new());
-    let generate = |missing: &[String]| -> Result<Vec<Spec>, BoxError> {
+    let generate = |missing: &[String]| -> Result<Vec<Spec>, NodeError> {
         seen.borrow_mut().extend_from_slice(missing);
-        let mut spec: Spec = serde_json::from_str(SPEC)?;
+        let mut spec: Spec = serde_json::from_str(SPEC).unwrap();
         spec.devices.truncate(1);
         spec.devices[0].name = "5".into();
         spec.devices[0].container_edits.device_nodes[0].path = "/dev/nvidia5".into();
@@ -275,7 +285,7 @@ fn generate_missing_fills_only_the_gaps() {
     // A generator that cannot help: still unresolvable, untouched.
     set_env(&f, "9");
     let before = fs::read(f.bundle.join("config.json")).unwrap();
-    let nothing = |_: &[String]| -> Result<Vec<Spec>, BoxError> { Ok(vec![]) };
+    let nothing = |_: &[String]| -> Result<Vec<Spec>, NodeError> { Ok(vec![]) };
     let err = prepare(&create_argv(&f), &f.config, &env_request, Some(&nothing)).unwrap_err();
     assert!(matches!(err, RuntimeError::Unresolvable { .. }));
     assert_eq!(fs::read(f.bundle.join("config.json")).unwrap(), before);
@@ -284,7 +294,7 @@ fn generate_missing_fills_only_the_gaps() {
 #[test]
 fn other_commands_touch_nothing() {
     let f = fixture();
-    let panicking = |_: &Value| -> Result<Vec<String>, BoxError> { panic!("request called") };
+    let panicking = |_: &Value| -> Result<Vec<String>, InjectionError> { panic!("request called") };
     for cmd in ["start", "delete", "state", "kill"] {
         let argv = os(&["x", "--root", "/r", cmd, "--bundle", "/nonexistent", "id"]);
         let plan = prepare(&argv, &f.config, &panicking, None).unwrap();
@@ -297,7 +307,7 @@ fn no_runtime_but_ourselves_is_an_error() {
     let mut f = fixture();
     f.config.self_exe = Some(f.runc.clone());
     let argv = os(&["x", "start", "id"]);
-    let none = |_: &Value| -> Result<Vec<String>, BoxError> { Ok(vec![]) };
+    let none = |_: &Value| -> Result<Vec<String>, InjectionError> { Ok(vec![]) };
     let err = prepare(&argv, &f.config, &none, None).unwrap_err();
     let msg = err.to_string();
     assert!(msg.contains("no OCI runtime found"), "{msg}");
@@ -305,243 +315,6 @@ fn no_runtime_but_ourselves_is_an_error() {
         msg.contains("because it is gpuhook-runtime itself"),
         "{msg}"
     );
-}
-
-#[test]
-fn report_error_writes_runc_log_in_both_formats() {
-    let f = fixture();
-    let log = f.root.join("log.json");
-    let argv = os(&[
-        "x",
-        "--log",
-        log.to_str().unwrap(),
-        "--log-format",
-        "json",
-        "create",
-        "id",
-    ]);
-    report_error(&argv, &"unresolvable CDI devices nvidia.com/gpu=7");
-    let line: Value = serde_json::from_str(fs::read_to_string(&log).unwrap().trim()).unwrap();
-    assert_eq!(line["level"], "error");
-    assert_eq!(
-        line["msg"],
-        "gpuhook-runtime: unresolvable CDI devices nvidia.com/gpu=7"
-    );
-    // Even when the command line itself was the problem.
-    let text = f.root.join("log.txt");
-    let argv = os(&[
-        "x",
-        "--weird",
-        "v",
-        "--log",
-        text.to_str().unwrap(),
-        "create",
-    ]);
-    report_error(&argv, &"boom");
-    let t = fs::read_to_string(&text).unwrap();
-    assert!(
-        t.contains("level=error msg=\"gpuhook-runtime: boom\""),
-        "{t}"
-    );
-}
-
-const CHILD_ENV: &str = "GPUHOOK_RUNTIME_TEST_CHILD";
-
-/// Runs in a child test process (see [`exec_replaces_the_process`]): runs the wrapper, which
-/// execs the fake runtime or exits with an error.
-#[test]
-fn exec_child() {
-    let Some(spec) = std::env::var_os(CHILD_ENV) else {
-        return;
-    };
-    let spec: Value = serde_json::from_str(spec.to_str().unwrap()).unwrap();
-    let strs = |v: &Value| -> Vec<String> {
-        v.as_array()
-            .unwrap()
-            .iter()
-            .map(|s| s.as_str().unwrap().to_string())
-            .collect()
-    };
-    let config = RuntimeConfig {
-        runtimes: vec!["runc".into()],
-        spec_dirs: strs(&spec["dirs"]).into_iter().map(PathBuf::from).collect(),
-        path_env: Some(spec["path"].as_str().unwrap().into()),
-        self_exe: None,
-    };
-    let argv: Vec<OsString> = strs(&spec["argv"])
-        .into_iter()
-        .map(OsString::from)
-        .collect();
-    main(&argv, &config, &env_request, None);
-}
-
-fn spawn_child(f: &Fixture, argv: &[OsString]) -> std::process::Output {
-    let spec = json!({
-        "dirs": f.config.spec_dirs,
-        "path": f.config.path_env.as_ref().unwrap().to_str().unwrap(),
-        "argv": argv.iter().map(|a| a.to_str().unwrap()).collect::<Vec<_>>(),
-    });
-    Command::new(std::env::current_exe().unwrap())
-        .args([
-            "wrapper::tests::exec_child",
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD_ENV, spec.to_string())
-        .env("LD_LIBRARY_PATH", "/nonexistent-gpuhook-test")
-        .output()
-        .unwrap()
-}
-
-#[test]
-fn exec_replaces_the_process_with_the_original_argv() {
-    let f = fixture();
-    let argv = create_argv(&f);
-    let out = spawn_child(&f, &argv);
-    assert!(out.status.success(), "{out:?}");
-    let recorded = fs::read_to_string(f.root.join("record.argv")).unwrap();
-    let want: Vec<&str> = argv[1..].iter().map(|a| a.to_str().unwrap()).collect();
-    assert_eq!(recorded.lines().collect::<Vec<_>>(), want);
-    let env = fs::read_to_string(f.root.join("record.env")).unwrap();
-    assert!(
-        !env.contains("LD_LIBRARY_PATH"),
-        "LD_LIBRARY_PATH passed on"
-    );
-    assert_eq!(read_spec(&f)["linux"]["devices"][0]["path"], "/dev/nvidia0");
-
-    // Passthrough: `delete` execs with the same argv and no bundle needed.
-    let argv = os(&[
-        "gpuhook-runtime",
-        "--root",
-        "/r",
-        "delete",
-        "--force",
-        "ctr1",
-    ]);
-    let out = spawn_child(&f, &argv);
-    assert!(out.status.success(), "{out:?}");
-    let recorded = fs::read_to_string(f.root.join("record.argv")).unwrap();
-    assert_eq!(recorded, "--root\n/r\ndelete\n--force\nctr1\n");
-}
-
-#[test]
-fn failure_exits_1_and_reaches_the_log_without_running_the_runtime() {
-    let f = fixture();
-    set_env(&f, "7");
-    let log = f.root.join("log.json");
-    let b = f.bundle.to_str().unwrap();
-    let argv = os(&[
-        "gpuhook-runtime",
-        "--log",
-        log.to_str().unwrap(),
-        "--log-format",
-        "json",
-        "create",
-        "--bundle",
-        b,
-        "c",
-    ]);
-    let out = spawn_child(&f, &argv);
-    assert_eq!(out.status.code(), Some(EXIT_FAILURE), "{out:?}");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains("unresolvable CDI devices nvidia.com/gpu=7"),
-        "{stderr}"
-    );
-    let log = fs::read_to_string(&log).unwrap();
-    assert!(
-        log.contains("unresolvable CDI devices nvidia.com/gpu=7"),
-        "{log}"
-    );
-    assert!(!f.root.join("record.argv").exists(), "runtime ran");
-}
-
-struct EditsRequest(ContainerEdits);
-
-impl DeviceRequest for EditsRequest {
-    fn injection(
-        &self,
-        _: &Path,
-        _: Option<&str>,
-        _: &Value,
-    ) -> Result<Option<Injection>, BoxError> {
-        Ok(Some(Injection::Edits(Box::new(self.0.clone()))))
-    }
-}
-
-#[test]
-fn legacy_mode_edits_replace_an_old_hook_with_exactly_one_new_one() {
-    let f = fixture();
-    let mut spec = oci_spec();
-    spec["hooks"]["prestart"] = json!([
-        {"path": "/usr/local/bin/gpuhook", "args": ["gpuhook", "prestart"]},
-        {"path": "/usr/bin/keep-me"}
-    ]);
-    fs::write(
-        f.bundle.join("config.json"),
-        serde_json::to_vec(&spec).unwrap(),
-    )
-    .unwrap();
-    let edits: ContainerEdits = serde_json::from_value(json!({"hooks": [{
-        "hookName": "prestart",
-        "path": "/usr/local/bin/gpuhook",
-        "args": ["gpuhook", "prestart"],
-        "env": ["PATH=/usr/bin:/bin"]
-    }]}))
-    .unwrap();
-    prepare(&create_argv(&f), &f.config, &EditsRequest(edits), None).unwrap();
-    let hooks = read_spec(&f)["hooks"]["prestart"].clone();
-    assert_eq!(
-        hooks,
-        json!([
-            {"path": "/usr/bin/keep-me"},
-            {"path": "/usr/local/bin/gpuhook", "args": ["gpuhook", "prestart"], "env": ["PATH=/usr/bin:/bin"]}
-        ])
-    );
-}
-
-#[test]
-fn an_empty_cdi_request_is_no_request() {
-    let f = fixture();
-    let p = f.bundle.join("config.json");
-    let before = fs::read(&p).unwrap();
-    struct Empty;
-    impl DeviceRequest for Empty {
-        fn injection(
-            &self,
-            _: &Path,
-            _: Option<&str>,
-            _: &Value,
-        ) -> Result<Option<Injection>, BoxError> {
-            Ok(Some(Injection::Cdi(vec![])))
-        }
-    }
-    prepare(&create_argv(&f), &f.config, &Empty, None).unwrap();
-    // Not rewritten: the legacy hook is still there.
-    assert_eq!(fs::read(&p).unwrap(), before);
-}
-
-#[test]
-fn applying_the_same_devices_again_changes_nothing() {
-    // containerd 1.7 with enable_cdi may already have applied the pod's devices.
-    let f = fixture();
-    set_env(&f, "0,1");
-    prepare(&create_argv(&f), &f.config, &env_request, None).unwrap();
-    let once = read_spec(&f);
-    assert_eq!(
-        once["hooks"]["createContainer"].as_array().unwrap().len(),
-        1
-    );
-    assert_eq!(
-        once["linux"]["resources"]["devices"]
-            .as_array()
-            .unwrap()
-            .len(),
-        2
-    );
-    prepare(&create_argv(&f), &f.config, &env_request, None).unwrap();
-    assert_eq!(read_spec(&f), once);
 }
 
 /// Issue #14.11: a huge `config.json` (700 MB, sparse) is refused from its size with one clear
@@ -552,7 +325,7 @@ fn huge_config_json_is_refused_without_reading_it() {
     let path = f.bundle.join("config.json");
     let file = fs::OpenOptions::new().write(true).open(&path).unwrap();
     file.set_len(700 << 20).unwrap();
-    let request = |_: &Value| -> Result<Vec<String>, BoxError> { Ok(vec![]) };
+    let request = |_: &Value| -> Result<Vec<String>, InjectionError> { Ok(vec![]) };
     let err = edit_bundle(&f.bundle, None, &f.config, &request, None).unwrap_err();
     assert!(matches!(err, RuntimeError::ReadSpec(_)), "{err:?}");
     let msg = err.to_string();
@@ -569,7 +342,7 @@ fn huge_config_json_is_refused_without_reading_it() {
 #[test]
 fn unresolvable_error_lists_a_bounded_number_of_names() {
     let f = fixture();
-    let many = |_: &Value| -> Result<Vec<String>, BoxError> {
+    let many = |_: &Value| -> Result<Vec<String>, InjectionError> {
         Ok((0..4000).map(|i| format!("nvidia.com/gpu={i}x")).collect())
     };
     let err = edit_bundle(&f.bundle, None, &f.config, &many, None).unwrap_err();
@@ -584,3 +357,9 @@ fn unresolvable_error_lists_a_bounded_number_of_names() {
     );
     assert!(msg.len() < 1000, "{} bytes", msg.len());
 }
+
+#[path = "entry_tests.rs"]
+mod entry;
+
+#[path = "run_injection_tests.rs"]
+mod injection;

@@ -3,7 +3,7 @@ use std::cmp::Ordering;
 use gpuhook_node::DeviceRef;
 
 use super::*;
-use crate::request::test_support::inventory;
+use crate::test_support::inventory;
 
 fn parse(expr: &str) -> Constraint {
     parse_expression("NVIDIA_REQUIRE_TEST", expr).unwrap_or_else(|e| panic!("{expr:?}: {e}"))

@@ -15,11 +15,14 @@ use std::path::PathBuf;
 
 use gpuhook_cdi::{ContainerEdits, Device, EditOptions, GenerateOptions, Registry, Spec};
 use gpuhook_node::Inventory;
-use gpuhook_runtime::{BoxError, GenerateMissing};
 
-use crate::config::{Config, CONFIG_ENV};
-use crate::prestart::inventory::load_inventory;
-use crate::request::{parse_id, resolve_id, validate_device_name, RequestError, RequestSource};
+use gpuhook::config::{Config, CONFIG_ENV};
+use gpuhook::prestart::inventory::load_inventory;
+use gpuhook_request::limits::MAX_NAMES_SHOWN;
+use gpuhook_request::{parse_id, resolve_id, validate_device_name, RequestError, RequestSource};
+
+use crate::error::NodeError;
+use crate::resolve::GenerateMissing;
 
 /// Name of the gpuhook binary the generated hooks run, installed beside gpuhook-runtime.
 pub const GPUHOOK_BINARY: &str = "gpuhook";
@@ -56,7 +59,7 @@ impl<'a> NodeState<'a> {
     }
 
     /// The inventory: the fresh cache `gpuhook cdi generate` saved, else live discovery.
-    pub fn inventory(&self) -> Result<&Inventory, BoxError> {
+    pub fn inventory(&self) -> Result<&Inventory, NodeError> {
         let loaded = self.inventory.get_or_init(|| {
             load_inventory(self.config)
                 .map(|(inv, source)| {
@@ -65,43 +68,40 @@ impl<'a> NodeState<'a> {
                 })
                 .map_err(|e| e.to_string())
         });
-        loaded.as_ref().map_err(|e| e.clone().into())
+        loaded.as_ref().map_err(|e| NodeError::Inventory(e.clone()))
     }
 
     /// Options of the hooks in generated edits: the gpuhook binary beside gpuhook-runtime, with
     /// `GPUHOOK_CONFIG` passed on when set (the hooks read the same config).
-    pub fn edit_options(&self) -> Result<EditOptions, BoxError> {
+    pub fn edit_options(&self) -> Result<EditOptions, NodeError> {
         let path = match &self.gpuhook_path {
             Some(p) => p.clone(),
             None => {
-                let exe = std::env::current_exe()?.canonicalize()?;
-                let dir = exe
-                    .parent()
-                    .ok_or("gpuhook-runtime has no parent directory")?;
-                dir.join(GPUHOOK_BINARY)
+                let exe = std::env::current_exe()
+                    .and_then(|e| e.canonicalize())
+                    .map_err(NodeError::SelfPath)?;
+                // `/proc/self/exe` canonicalized is an absolute file path: it has a parent.
+                exe.parent().unwrap_or(&exe).join(GPUHOOK_BINARY)
             }
         };
         if !path.is_file() {
-            return Err(format!(
-                "{} does not exist: the generated CDI hooks run it; install gpuhook beside gpuhook-runtime",
-                path.display()
-            )
-            .into());
+            return Err(NodeError::NoGpuhook { path });
         }
         let mut opts = EditOptions::new(path);
         if let Some(c) = std::env::var_os(CONFIG_ENV).filter(|c| !c.is_empty()) {
-            let c = c.into_string().map_err(|_| "GPUHOOK_CONFIG is not UTF-8")?;
+            let c = c.into_string().map_err(|_| NodeError::NotUtf8 {
+                what: "GPUHOOK_CONFIG",
+            })?;
             opts.hook_env.push(format!("{CONFIG_ENV}={c}"));
         }
         Ok(opts)
     }
 
     /// The spec `gpuhook cdi generate` would write for this node.
-    pub fn generate_spec(&self) -> Result<Spec, BoxError> {
-        let (vendor, class) = self
-            .kind
-            .split_once('/')
-            .ok_or_else(|| format!("CDI kind {:?} has no '/'", self.kind))?;
+    pub fn generate_spec(&self) -> Result<Spec, NodeError> {
+        let (vendor, class) = self.kind.split_once('/').ok_or_else(|| NodeError::Kind {
+            kind: self.kind.clone(),
+        })?;
         let mut opts = GenerateOptions::new(PathBuf::new());
         opts.vendor = vendor.into();
         opts.class = class.into();
@@ -112,7 +112,7 @@ impl<'a> NodeState<'a> {
     /// The edits of a GPU container without GPUs (`NVIDIA_VISIBLE_DEVICES=none`): the common
     /// edits (driver files, control nodes, hooks) of the highest-priority spec file of our kind,
     /// else of the spec generated in memory.
-    pub fn common_edits(&self) -> Result<ContainerEdits, BoxError> {
+    pub fn common_edits(&self) -> Result<ContainerEdits, NodeError> {
         let registry = Registry::load(&self.config.cdi_spec_dirs);
         let from_file = registry
             .specs
@@ -124,27 +124,17 @@ impl<'a> NodeState<'a> {
             return Ok(s.spec.container_edits.clone());
         }
         if !self.config.runtime.generate_missing {
-            return Err(format!(
-                "no CDI spec of kind {} in {} (run `gpuhook cdi generate`, or set \
-                 generate-missing = true in [runtime])",
-                self.kind,
-                dirs(&self.config.cdi_spec_dirs)
-            )
-            .into());
+            return Err(NodeError::NoSpec {
+                kind: self.kind.clone(),
+                dirs: self.config.cdi_spec_dirs.clone(),
+            });
         }
         Ok(self.generate_spec()?.container_edits)
     }
 }
 
-fn dirs(d: &[PathBuf]) -> String {
-    d.iter()
-        .map(|p| p.display().to_string())
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 impl GenerateMissing for NodeState<'_> {
-    fn generate(&self, missing: &[String]) -> Result<Vec<Spec>, BoxError> {
+    fn generate(&self, missing: &[String]) -> Result<Vec<Spec>, NodeError> {
         let prefix = format!("{}=", self.kind);
         let ours: Vec<&str> = missing
             .iter()
@@ -177,7 +167,7 @@ impl GenerateMissing for NodeState<'_> {
             });
         }
         tracing::info!(
-            missing = %gpuhook_node::bounded::preview_list(missing, gpuhook_runtime::MAX_NAMES_SHOWN),
+            missing = %gpuhook_node::bounded::preview_list(missing, MAX_NAMES_SHOWN),
             "no spec file defines these devices; using a spec generated in memory"
         );
         Ok(vec![spec])

@@ -8,36 +8,11 @@
 use std::fs::OpenOptions;
 use std::io::{self, Write};
 use std::path::Path;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
+
+use gpuhook_containerd::timestamp::rfc3339;
 
 use serde_json::json;
-
-/// RFC 3339 UTC timestamp (`2026-11-22T04:53:13Z`) of `t`.
-pub fn rfc3339(t: SystemTime) -> String {
-    let secs = t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    let (y, m, d) = civil_from_days(days as i64);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
-
-/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian (H. Hinnant's algorithm).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
-}
 
 /// One log line in runc's format: logrus JSON or logrus text.
 pub fn format_line(json_format: bool, level: &str, msg: &str, time: SystemTime) -> String {
@@ -65,17 +40,7 @@ pub fn append_error(path: &Path, json_format: bool, msg: &str) -> io::Result<()>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
-
-    #[test]
-    fn timestamps() {
-        assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00Z");
-        let t = UNIX_EPOCH + Duration::from_secs(1_795_323_193);
-        assert_eq!(rfc3339(t), "2026-11-22T04:53:13Z");
-        // Leap day.
-        let t = UNIX_EPOCH + Duration::from_secs(951_782_400);
-        assert_eq!(rfc3339(t), "2000-02-29T00:00:00Z");
-    }
+    use std::time::UNIX_EPOCH;
 
     #[test]
     fn json_and_text_lines() {

@@ -1,5 +1,11 @@
-//! The `gpuhook-runtime` binary's glue: gpuhook's config, request parser and node inventory
-//! plugged into the wrapper core of the `gpuhook-runtime` library crate.
+//! `gpuhook-runtime`, the runc wrapper containerd's shim runs instead of runc: the whole wrapper,
+//! with a thin `main` in `src/bin/gpuhook-runtime.rs`.
+//!
+//! Read it top to bottom: [`main`] loads gpuhook's config; [`entry`] parses runc's argv
+//! ([`argv`]), edits the bundle for `create`/`run` ([`run`]: the container's request read once by
+//! `request.rs`, CDI names resolved by `resolve.rs` with specs made in memory by `node.rs`, our
+//! setup hook's work started early by `early.rs` and [`takeover`]), then execs the runtime
+//! ([`exec`]) or runs it beside that work; failures go to runc's `--log` file ([`runclog`]).
 //!
 //! containerd's runc shim runs this binary instead of runc for every runc command of a container
 //! (`create`, `start`, `state`, `kill`, `delete`, ...). runc's **stdout belongs to the container
@@ -15,37 +21,49 @@
 //! user through containerd), but every other command still passes through to the default
 //! runtimes: a typo in the config must not make existing containers impossible to stop/delete.
 //!
-//! What is injected ([`request`]): in `cdi` mode (the default) the request becomes CDI names,
+//! What is injected (`request.rs`): in `cdi` mode (the default) the request becomes CDI names,
 //! resolved from the spec dirs; names no spec file defines are generated in memory from the
-//! node's inventory ([`node`]) when `generate-missing = true` (the default), so a container
+//! node's inventory (`node.rs`) when `generate-missing = true` (the default), so a container
 //! started before `gpuhook cdi generate` ran at boot (or naming a device by an alias the spec
 //! file does not list, e.g. a PCI bus id) still works, while a spec file always wins.
 //!
 //! For `create`, the work of our own `gpuhook hook setup` hook (links, ld.so.cache) is done by
 //! the wrapper beside `runc create` instead of inside it, when it can be done the same way
-//! ([`early`], `[runtime] early-setup = true`, the default).
+//! (`early.rs`, `[runtime] early-setup = true`, the default).
 
+pub mod argv;
 mod early;
+pub mod entry;
+pub mod error;
+pub mod exec;
+pub mod legacy;
 mod logs;
 mod node;
+pub mod reinject;
 mod request;
+pub mod resolve;
+pub mod run;
+pub mod runclog;
+pub mod takeover;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-use gpuhook_runtime::{
-    parse_argv, report_error, Extensions, GenerateMissing, Intercept, EXIT_FAILURE,
-};
+use gpuhook::config::{Config, CONFIG_ENV};
 
+pub use argv::{parse as parse_argv, ArgvError, Intercept, RuncArgs};
 pub use early::EarlySetupTakeover;
+pub use entry::{main_with, prepare_with, report_error, Prepared};
+pub use error::{InjectionError, NodeError, RuntimeError, EXIT_FAILURE};
+pub use exec::{find_runtime, ExecPlan};
+pub use legacy::remove_legacy_hooks;
 pub use node::NodeState;
 pub use request::WrapperRequest;
-
-use crate::config::{Config, CONFIG_ENV};
+pub use run::{edit_bundle_with, Edited, Extensions, Injection, RuntimeConfig};
 
 /// The wrapper's settings from gpuhook's config.
-pub fn runtime_config(config: &Config) -> gpuhook_runtime::RuntimeConfig {
-    gpuhook_runtime::RuntimeConfig {
+pub fn runtime_config(config: &Config) -> run::RuntimeConfig {
+    run::RuntimeConfig {
         runtimes: config.runtime.runtimes.iter().map(PathBuf::from).collect(),
         spec_dirs: config.cdi_spec_dirs.clone(),
         path_env: None,
@@ -56,7 +74,7 @@ pub fn runtime_config(config: &Config) -> gpuhook_runtime::RuntimeConfig {
 /// Whether runc's argv is a command that creates a container (the only one that needs the config).
 fn creates(argv: &[OsString]) -> bool {
     // An argv the parser refuses is treated as `create`: the wrapper core fails it anyway.
-    parse_argv(argv).map_or(true, |a| matches!(a.intercept(), Intercept::Bundle { .. }))
+    argv::parse(argv).map_or(true, |a| matches!(a.intercept(), Intercept::Bundle { .. }))
 }
 
 /// The whole `gpuhook-runtime` binary.
@@ -68,8 +86,8 @@ pub fn main() -> ! {
     let config = match Config::load(path.as_deref()) {
         Ok(c) => c,
         Err(e) if creates(&argv) => {
-            report_error(&argv, &e);
-            std::process::exit(EXIT_FAILURE)
+            entry::report_error(&argv, &e);
+            std::process::exit(error::EXIT_FAILURE)
         }
         Err(e) => {
             // stderr of non-create commands is read by the shim only when the runtime fails.
@@ -89,13 +107,13 @@ pub fn main() -> ! {
     let node = NodeState::new(&config);
     let request = WrapperRequest::new(&config, &node);
     let takeover = EarlySetupTakeover::new(&config, &node);
-    let ext = Extensions {
+    let ext = run::Extensions {
         // Always plugged in: it generates only with `generate-missing = true`, and explains
         // an unresolvable name either way.
-        generate: Some(&node as &dyn GenerateMissing),
+        generate: Some(&node as &dyn resolve::GenerateMissing),
         takeover: Some(&takeover),
     };
-    gpuhook_runtime::main_with(&argv, &runtime_config(&config), &request, &ext)
+    entry::main_with(&argv, &runtime_config(&config), &request, &ext)
 }
 
 #[cfg(test)]

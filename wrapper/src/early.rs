@@ -5,7 +5,7 @@
 //! ldconfig is on the critical path of every GPU container start. Done here, the links are made
 //! and ldconfig starts before runc does, and runc creates the container while ldconfig runs
 //! (`gpuhook_inject::start_early_setup`; the wrapper core waits for both, see
-//! `gpuhook_runtime::takeover`).
+//! `crate::takeover`).
 //!
 //! The hook's effect must stay exactly the same, so the wrapper only takes it over when it can
 //! see everything the hook would see:
@@ -25,14 +25,43 @@
 
 use std::path::{Path, PathBuf};
 
-use clap::Parser;
+use gpuhook_inject::InjectError;
+
+use crate::error::NodeError;
+use crate::takeover::{EarlyWork, HookTakeover};
+use gpuhook_cdi::edits::SetupHookArgs;
 use gpuhook_inject::{EarlyBind, EarlySetup, LdcacheOptions, PendingSetup};
-use gpuhook_runtime::{BoxError, EarlyWork, HookTakeover};
 use serde_json::Value;
 
 use super::node::NodeState;
-use crate::cli::SetupArgs;
-use crate::config::Config;
+use gpuhook::config::Config;
+
+/// Why the `gpuhook hook setup` hook stays a hook (runc runs it) instead of being taken over.
+#[derive(Debug, thiserror::Error)]
+enum KeepHook {
+    #[error("{0} hooks run before the container, not just one createContainer hook")]
+    OtherHooks(usize),
+    #[error("the createContainer hook is not our `hook setup`")]
+    NotOurs,
+    #[error("the hook names its own --container-spec")]
+    OwnSpec,
+    #[error("the container gets no new mount namespace")]
+    NoMountNamespace,
+    #[error("the container has a user namespace")]
+    UserNamespace,
+    #[error("no root.path")]
+    NoRoot,
+    #[error("bad process.user")]
+    BadUser,
+    #[error("a mount without destination")]
+    NoDestination,
+    #[error("a bind mount without an absolute source")]
+    NoSource,
+    #[error(transparent)]
+    Node(#[from] NodeError),
+    #[error(transparent)]
+    Path(#[from] InjectError),
+}
 
 /// The hook phases that run before (or as part of) ours and could change the root.
 const EARLIER_HOOKS: &[&str] = &["prestart", "createRuntime", "createContainer"];
@@ -47,18 +76,11 @@ pub struct EarlySetupTakeover<'a> {
     host_params: PathBuf,
 }
 
-#[derive(Parser, Debug)]
-#[command(no_binary_name = true)]
-struct SetupCommand {
-    #[command(flatten)]
-    args: SetupArgs,
-}
-
 #[derive(Debug)]
 struct Running(PendingSetup);
 
 impl EarlyWork for Running {
-    fn wait(self: Box<Self>) -> Result<(), BoxError> {
+    fn wait(self: Box<Self>) -> Result<(), InjectError> {
         let rootfs = self.0.rootfs().to_path_buf();
         self.0.wait()?;
         tracing::info!(rootfs = %rootfs.display(), "hook setup done by the wrapper");
@@ -81,8 +103,8 @@ impl<'a> EarlySetupTakeover<'a> {
         self
     }
 
-    /// Whether `hook` is our `hook setup`; its parsed args when it is.
-    fn our_setup(&self, hook: &Value, gpuhook: &Path) -> Option<SetupArgs> {
+    /// Whether `hook` is our `hook setup`; its arguments when it is (and they parse).
+    fn our_setup(&self, hook: &Value, gpuhook: &Path) -> Option<SetupHookArgs> {
         let path = hook.get("path")?.as_str()?;
         let args: Vec<&str> = hook
             .get("args")?
@@ -93,13 +115,11 @@ impl<'a> EarlySetupTakeover<'a> {
         if Path::new(path) != gpuhook || args.get(1..3)? != ["hook", "setup"] {
             return None;
         }
-        SetupCommand::try_parse_from(&args[3..])
-            .ok()
-            .map(|c| c.args)
+        SetupHookArgs::from_args(&args[3..]).ok()
     }
 
     /// The plan, or why the hook must stay.
-    fn plan(&self, bundle: &Path, spec: &Value) -> Result<(EarlySetup, SetupArgs), String> {
+    fn plan(&self, bundle: &Path, spec: &Value) -> Result<(EarlySetup, SetupHookArgs), KeepHook> {
         let hooks = spec.get("hooks").and_then(Value::as_object);
         let earlier: Vec<(&str, &Value)> = EARLIER_HOOKS
             .iter()
@@ -107,43 +127,21 @@ impl<'a> EarlySetupTakeover<'a> {
             .flat_map(|(phase, list)| list.iter().map(move |h| (phase, h)))
             .collect();
         let [("createContainer", hook)] = earlier[..] else {
-            return Err(format!(
-                "{} hooks run before the container, not just one createContainer hook",
-                earlier.len()
-            ));
+            return Err(KeepHook::OtherHooks(earlier.len()));
         };
-        let gpuhook = self
-            .node
-            .edit_options()
-            .map_err(|e| e.to_string())?
-            .gpuhook_path;
-        let setup = self
-            .our_setup(hook, &gpuhook)
-            .ok_or("the createContainer hook is not our `hook setup`")?;
+        let gpuhook = self.node.edit_options()?.gpuhook_path;
+        let setup = self.our_setup(hook, &gpuhook).ok_or(KeepHook::NotOurs)?;
         if setup.container_spec.is_some() {
-            return Err("the hook names its own --container-spec".into());
+            return Err(KeepHook::OwnSpec);
         }
-        // (type, joins an existing one)
-        let namespaces: Vec<(&str, bool)> = spec
-            .pointer("/linux/namespaces")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(|ns| Some((ns.get("type")?.as_str()?, ns.get("path").is_some())))
-            .collect();
-        if !namespaces.contains(&("mount", false)) {
-            return Err("the container gets no new mount namespace".into());
-        }
-        if namespaces.iter().any(|(t, _)| *t == "user") {
-            return Err("the container has a user namespace".into());
-        }
+        check_namespaces(spec)?;
         let root = spec
             .pointer("/root/path")
             .and_then(Value::as_str)
-            .ok_or("no root.path")?;
+            .ok_or(KeepHook::NoRoot)?;
         let uid = spec.pointer("/process/user/uid").and_then(Value::as_u64);
         let gid = spec.pointer("/process/user/gid").and_then(Value::as_u64);
-        let id = |v: Option<u64>| u32::try_from(v.unwrap_or(0)).map_err(|_| "bad process.user");
+        let id = |v: Option<u64>| u32::try_from(v.unwrap_or(0)).map_err(|_| KeepHook::BadUser);
         let ldconfig = match &setup.ldconfig {
             Some(p) => p.clone(),
             None => self.config.ldconfig_path(Path::exists),
@@ -164,7 +162,7 @@ impl<'a> EarlySetupTakeover<'a> {
     }
 
     /// `spec`'s hooks without ours, plus a params-only `hook setup` when it is needed.
-    fn rewrite_hooks(&self, spec: &mut Value, setup: &SetupArgs) {
+    fn rewrite_hooks(&self, spec: &mut Value, setup: &SetupHookArgs) {
         let Some(list) = spec
             .pointer_mut("/hooks/createContainer")
             .and_then(Value::as_array_mut)
@@ -172,27 +170,55 @@ impl<'a> EarlySetupTakeover<'a> {
             return;
         };
         let keep_params = setup.disable_device_node_modification && self.host_params.exists();
-        if keep_params {
-            let hook = &mut list[0];
-            hook["args"] = serde_json::json!([
-                gpuhook_cdi::GPUHOOK_PROGRAM,
-                "hook",
-                gpuhook_cdi::SETUP_HOOK,
-                gpuhook_cdi::DISABLE_DEVICE_NODE_MODIFICATION_FLAG
-            ]);
+        if let (true, Some(hook)) = (keep_params, list.first_mut()) {
+            let params_only = SetupHookArgs {
+                disable_device_node_modification: true,
+                ..SetupHookArgs::default()
+            };
+            let mut args = vec![
+                gpuhook_cdi::GPUHOOK_PROGRAM.to_string(),
+                "hook".into(),
+                gpuhook_cdi::SETUP_HOOK.into(),
+            ];
+            args.extend(params_only.to_args());
+            hook["args"] = serde_json::json!(args);
             return;
         }
         list.clear();
-        let hooks = spec["hooks"].as_object_mut().expect("checked above");
-        hooks.remove("createContainer");
-        if hooks.is_empty() {
-            spec.as_object_mut().expect("an object").remove("hooks");
+        let no_hooks_left = spec
+            .get_mut("hooks")
+            .and_then(Value::as_object_mut)
+            .is_some_and(|hooks| {
+                hooks.remove("createContainer");
+                hooks.is_empty()
+            });
+        if let (true, Some(spec)) = (no_hooks_left, spec.as_object_mut()) {
+            spec.remove("hooks");
         }
     }
 }
 
+/// A new mount namespace of its own, and no user namespace (see the module docs).
+fn check_namespaces(spec: &Value) -> Result<(), KeepHook> {
+    // (type, joins an existing one)
+    let namespaces: Vec<(&str, bool)> = spec
+        .pointer("/linux/namespaces")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|ns| Some((ns.get("type")?.as_str()?, ns.get("path").is_some())))
+        .collect();
+    if !namespaces.contains(&("mount", false)) {
+        return Err(KeepHook::NoMountNamespace);
+    }
+    if namespaces.iter().any(|(t, _)| *t == "user") {
+        return Err(KeepHook::UserNamespace);
+    }
+    Ok(())
+}
+
 /// The spec's bind mounts ldconfig must see (see the module docs).
-fn binds(spec: &Value) -> Result<Vec<EarlyBind>, String> {
+fn binds(spec: &Value) -> Result<Vec<EarlyBind>, KeepHook> {
     let mounts: Vec<&Value> = spec
         .get("mounts")
         .and_then(Value::as_array)
@@ -211,12 +237,12 @@ fn binds(spec: &Value) -> Result<Vec<EarlyBind>, String> {
         m.get("type").and_then(Value::as_str) == Some("bind")
             || options(m).iter().any(|o| o == "bind" || o == "rbind")
     };
-    let destination = |m: &Value| -> Result<PathBuf, String> {
+    let destination = |m: &Value| -> Result<PathBuf, KeepHook> {
         let d = m
             .get("destination")
             .and_then(Value::as_str)
-            .ok_or("a mount without destination")?;
-        gpuhook_inject::normalize_container_path(Path::new(d)).map_err(|e| e.to_string())
+            .ok_or(KeepHook::NoDestination)?;
+        Ok(gpuhook_inject::normalize_container_path(Path::new(d))?)
     };
     let mut others = Vec::new();
     for m in mounts.iter().filter(|m| !is_bind(m)) {
@@ -233,7 +259,7 @@ fn binds(spec: &Value) -> Result<Vec<EarlyBind>, String> {
             .and_then(Value::as_str)
             .map(PathBuf::from)
             .filter(|s| s.is_absolute())
-            .ok_or("a bind mount without an absolute source")?;
+            .ok_or(KeepHook::NoSource)?;
         out.push(EarlyBind {
             source,
             destination: dst,
@@ -267,7 +293,7 @@ impl HookTakeover for EarlySetupTakeover<'_> {
         };
         // The steps that write into the image: CUDA compat before the early ldconfig reads its
         // linker config, the application profile from the nodes runc will create.
-        match crate::cli::app_profile::early_steps(&plan.rootfs, &setup, spec) {
+        match gpuhook::cli::app_profile::early_steps(&plan.rootfs, &setup, spec) {
             Ok(Some(compat)) if !plan.folders.is_empty() => plan.folders.insert(0, compat),
             Ok(_) => {}
             Err(e) => {

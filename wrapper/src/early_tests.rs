@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use serde_json::{json, Value};
 
 use super::{binds, EarlySetupTakeover};
-use crate::config::Config;
-use crate::wrapper::NodeState;
+use crate::NodeState;
+use gpuhook::config::Config;
 
 struct Fixture {
     tmp: tempfile::TempDir,
@@ -65,7 +65,7 @@ impl Fixture {
         let t = EarlySetupTakeover::new(&self.config, &node);
         match t.plan(Path::new("/bundle"), spec) {
             Ok(_) => "taken over".into(),
-            Err(e) => e,
+            Err(e) => e.to_string(),
         }
     }
 }
@@ -87,7 +87,10 @@ fn binds_in_spec_order_without_those_under_pseudo_filesystems() {
     );
     let mut bad = f.spec(json!({}));
     bad["mounts"][3]["source"] = "relative/lib".into();
-    assert!(binds(&bad).unwrap_err().contains("absolute source"));
+    assert!(binds(&bad)
+        .unwrap_err()
+        .to_string()
+        .contains("absolute source"));
 }
 
 #[test]
@@ -203,7 +206,7 @@ fn early_setup_off_leaves_the_spec_alone() {
     let t = EarlySetupTakeover::new(&f.config, &node);
     let mut spec = f.spec(json!({"createContainer": [f.setup_hook(&[])]}));
     let before = spec.clone();
-    use gpuhook_runtime::HookTakeover;
+    use crate::takeover::HookTakeover;
     assert!(t
         .take_over(Path::new("/bundle"), Some("c1"), &mut spec)
         .is_none());
@@ -214,9 +217,9 @@ fn early_setup_off_leaves_the_spec_alone() {
 /// default level (it used to be a debug line nobody saw).
 #[test]
 fn a_hook_left_to_runc_is_a_decision_line_with_the_reason() {
-    use gpuhook_runtime::HookTakeover;
+    use crate::takeover::HookTakeover;
 
-    use crate::logging::{self, LogFormat, LogSettings};
+    use gpuhook::logging::{self, LogFormat, LogSettings};
     let f = Fixture::new();
     let log = f.tmp.path().join("log.json");
     let gpuhook = f.gpuhook();
@@ -253,4 +256,31 @@ fn a_hook_left_to_runc_is_a_decision_line_with_the_reason() {
         let reason = line["fields"]["reason"].as_str().unwrap();
         assert!(reason.contains(why), "{reason}");
     }
+}
+
+/// The wrapper takes the hook over only when it does what `gpuhook hook setup` would: the CLI
+/// (clap) and the wrapper ([`SetupHookArgs::from_args`]) read the generator's encoding alike.
+#[test]
+fn the_cli_and_the_wrapper_read_the_generators_setup_args_alike() {
+    use clap::Parser;
+    use gpuhook::cli::{Cli, Command, HookCommand};
+    use gpuhook_cdi::edits::{SetupHookArgs, SetupLink};
+
+    let generated = SetupHookArgs {
+        links: vec![SetupLink::parse("libcuda.so.1::/usr/lib64/libcuda.so").unwrap()],
+        ldconfig: Some("/sbin/ldconfig.real".into()),
+        folders: vec!["/usr/lib64".into(), "/usr/lib/x86_64-linux-gnu".into()],
+        disable_device_node_modification: true,
+        cuda_compat_host_driver_version: Some("550.54.15".into()),
+        application_profile: true,
+        container_spec: None,
+    };
+    let mut argv = vec!["gpuhook".to_string(), "hook".into(), "setup".into()];
+    argv.extend(generated.to_args());
+    let cli = Cli::try_parse_from(&argv).unwrap();
+    let Command::Hook(HookCommand::Setup(args)) = cli.command else {
+        panic!("not hook setup: {argv:?}");
+    };
+    assert_eq!(SetupHookArgs::from(&args), generated);
+    assert_eq!(SetupHookArgs::from_args(&argv[3..]).unwrap(), generated);
 }

@@ -1,8 +1,8 @@
 use gpuhook_node::{DeviceRef, MigDevice};
 
 use super::*;
-use crate::request::devices::{parse_visible_devices, ListOutcome};
-use crate::request::test_support::*;
+use crate::devices::{parse_visible_devices, ListOutcome};
+use crate::test_support::*;
 
 const ENV: RequestSource = RequestSource::EnvVar;
 const KIND: &str = "nvidia.com/gpu";

@@ -1,13 +1,60 @@
-//! Why the wrapper could not start a container: one error per step of [`crate::wrapper`], each
-//! naming the file or names involved (bounded: a container chooses them) and the fix.
+//! Why the wrapper could not start a container: one error per step of [`crate::run`], each
+//! naming the file or names involved (bounded: a container chooses them) and the fix; and the
+//! typed errors of its parts ([`InjectionError`] of the request, [`NodeError`] of the node).
 
 use std::path::PathBuf;
 
 use gpuhook_node::bounded::{preview_list, BoundedReadError};
+use gpuhook_request::limits::MAX_NAMES_SHOWN;
+use gpuhook_request::RequestError;
 use thiserror::Error;
 
 use crate::argv::ArgvError;
-use crate::wrapper::{BoxError, MAX_NAMES_SHOWN};
+
+/// Exit status of the wrapper when it fails (runc's own failure status).
+pub const EXIT_FAILURE: i32 = 1;
+
+/// Why the node could not supply what a request needs (its inventory, the hooks' gpuhook
+/// binary, a spec generated in memory).
+#[derive(Debug, Error)]
+pub enum NodeError {
+    /// The inventory could not be loaded (the message of the first attempt, kept for the next).
+    #[error("{0}")]
+    Inventory(String),
+    #[error("cannot find gpuhook-runtime's own path: {0}")]
+    SelfPath(#[source] std::io::Error),
+    #[error(
+        "{} does not exist: the generated CDI hooks run it; install gpuhook beside gpuhook-runtime",
+        path.display()
+    )]
+    NoGpuhook { path: PathBuf },
+    #[error("{what} is not UTF-8")]
+    NotUtf8 { what: &'static str },
+    #[error("CDI kind {kind:?} has no '/'")]
+    Kind { kind: String },
+    #[error(
+        "no CDI spec of kind {kind} in {} (run `gpuhook cdi generate`, or set generate-missing = \
+         true in [runtime])",
+        dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
+    )]
+    NoSpec { kind: String, dirs: Vec<PathBuf> },
+    #[error(transparent)]
+    Cdi(#[from] gpuhook_cdi::CdiError),
+}
+
+/// Why the wrapper could not work out what to inject into a container.
+#[derive(Debug, Error)]
+pub enum InjectionError {
+    #[error(transparent)]
+    Request(#[from] RequestError),
+    #[error(transparent)]
+    Node(#[from] NodeError),
+    #[error(transparent)]
+    Edits(#[from] gpuhook_cdi::CdiError),
+    /// The MIG config/monitor or IMEX channel nodes the request asks for do not exist here.
+    #[error(transparent)]
+    Extras(#[from] gpuhook::prestart::extras::ExtrasError),
+}
 
 /// Why the wrapper could not start the container.
 #[derive(Debug, Error)]
@@ -24,14 +71,19 @@ pub enum RuntimeError {
         source: serde_json::Error,
     },
     #[error("cannot work out the GPU request of the container in {}: {source}", path.display())]
-    Request { path: PathBuf, source: BoxError },
+    Request {
+        path: PathBuf,
+        #[source]
+        source: Box<InjectionError>,
+    },
     #[error(
         "cannot generate CDI specs for {}: {source}",
         preview_list(names, MAX_NAMES_SHOWN)
     )]
     Generate {
         names: Vec<String>,
-        source: BoxError,
+        #[source]
+        source: Box<NodeError>,
     },
     /// The exact wording runtimes use, followed by where we looked and the fix.
     #[error(

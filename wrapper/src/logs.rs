@@ -6,7 +6,7 @@
 //!    `--log-format json`): one JSON object per line, so the shim's reader, which decodes every
 //!    line as JSON looking for runc's `"level":"error"` entry, still works (our levels are upper
 //!    case and never taken for runc's errors; our own failure line is added by
-//!    `gpuhook_runtime::report_error` in runc's format);
+//!    `crate::report_error` in runc's format);
 //! 3. else (run by hand, no `--log`) stderr, coloured only on a terminal;
 //!
 //! and in cases 2 and 3 the `gpuhook::decision` lines also to the journal (`/dev/log`), since
@@ -25,8 +25,8 @@ use std::sync::Mutex;
 use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::layer::SubscriberExt;
 
-use crate::config::Config;
-use crate::logging;
+use gpuhook::config::Config;
+use gpuhook::logging;
 
 pub fn init(config: &Config, argv: &[OsString]) {
     let mut settings = config.log_settings();
@@ -43,7 +43,7 @@ pub fn init(config: &Config, argv: &[OsString]) {
     let builder = tracing_subscriber::fmt()
         .with_max_level(level)
         .with_ansi(false);
-    let runc_log = gpuhook_runtime::parse_argv(argv).ok().and_then(|a| {
+    let runc_log = crate::parse_argv(argv).ok().and_then(|a| {
         let json = a.log_is_json();
         a.log.map(|p| (p, json))
     });

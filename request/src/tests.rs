@@ -42,7 +42,7 @@ pub(super) fn parse_with(c: &Value, policy: &RequestPolicy) -> Result<ParseOutco
     outcome
 }
 
-fn gpu(c: &Value, policy: &RequestPolicy) -> ContainerRequest {
+fn gpu(c: &Value, policy: &RequestPolicy) -> GpuRequest {
     match parse_with(c, policy).unwrap() {
         ParseOutcome::Gpu(r) => r,
         other => panic!("{c}: {other:?}"),
@@ -372,41 +372,3 @@ fn mps_and_imex() {
 }
 
 mod hostile;
-
-#[test]
-fn mps_share_annotations_make_a_gpu_container_for_the_fast_path() {
-    let policy = RequestPolicy::default();
-    let mut c = config(&[]);
-    c["annotations"] = json!({"cdi.k8s.io/mps": "nvidia.com/gpu-mps=0-half"});
-    assert!(is_gpu_container(&c, &policy));
-    // parse() leaves them to the prestart hook's CDI registry lookup.
-    assert_eq!(
-        parse(&c, &policy).unwrap(),
-        ParseOutcome::NotGpu(NotGpuReason::NoRequest)
-    );
-    assert_eq!(
-        mps_cdi_names(&c, &policy).unwrap(),
-        ["nvidia.com/gpu-mps=0-half"]
-    );
-
-    c["annotations"] = json!({
-        "cdi.k8s.io/a": "nvidia.com/gpu=1, nvidia.com/gpu-mps=0",
-        "cdi.k8s.io/b": "nvidia.com/gpu-mps=0,example.com/net=eth0,nvidia.com/gpu-mpsx=1",
-    });
-    assert!(is_gpu_container(&c, &policy));
-    assert_eq!(
-        mps_cdi_names(&c, &policy).unwrap(),
-        ["nvidia.com/gpu-mps=0"]
-    );
-    let ParseOutcome::Gpu(r) = parse(&c, &policy).unwrap() else {
-        panic!("nvidia.com/gpu=1 requested");
-    };
-    assert_eq!(r.source, RequestSource::CdiAnnotations);
-
-    // Other kinds alone stay non-GPU containers; a look-alike kind is not ours.
-    c["annotations"] = json!({"cdi.k8s.io/x": "nvidia.com/gpu-mpsx=0"});
-    assert!(!is_gpu_container(&c, &policy));
-    assert!(mps_cdi_names(&c, &policy).unwrap().is_empty());
-    c["annotations"] = json!({"cdi.k8s.io/x": "nvidia.com/gpu-mps=bad/name"});
-    assert!(mps_cdi_names(&c, &policy).is_err());
-}

@@ -1,5 +1,5 @@
 //! `gpuhook-runtime`: the runc wrapper containerd's shim runs instead of runc; see
-//! [`gpuhook::wrapper`]. Nothing is ever written to stdout (it belongs to runc's caller), except
+//! [`gpuhook_wrapper`]. Nothing is ever written to stdout (it belongs to runc's caller), except
 //! for the wrapper's own `--version` / `--help`, which only a person (or `docker info`) asks for.
 //!
 //! `no_main`: containerd runs this binary for every runc command of every container, and most of
@@ -29,7 +29,7 @@ pub extern "C" fn main(argc: c_int, _argv: *const *const std::ffi::c_char) -> c_
             return answer(flag);
         }
     }
-    gpuhook::wrapper::main()
+    gpuhook_wrapper::main()
 }
 
 /// A flag the wrapper answers itself instead of passing it to runc.
@@ -82,9 +82,9 @@ fn answer(flag: OwnFlag) -> c_int {
         .filter(|v| !v.is_empty())
         .map(PathBuf::from);
     let config = Config::load(path.as_deref()).unwrap_or_default();
-    let rc = gpuhook::wrapper::runtime_config(&config);
+    let rc = gpuhook_wrapper::runtime_config(&config);
     let path_env = std::env::var_os("PATH");
-    let found = gpuhook_runtime::find_runtime(
+    let found = gpuhook_wrapper::find_runtime(
         &rc.runtimes,
         path_env.as_deref(),
         &PathBuf::from("/proc/self/exe"),
