@@ -8,6 +8,8 @@
 //!
 //! - envvar (its default): `Envs = {NVIDIA_VISIBLE_DEVICES: <uuid,…>}` and nothing else
 //!   (passDeviceSpecs defaults to false): the container gets exactly those GPUs.
+//! - volume-mounts: `NVIDIA_VISIBLE_DEVICES=/var/run/nvidia-container-devices` and a `/dev/null`
+//!   mount per ID there, for nodes that refuse the env var from unprivileged containers.
 //! - migStrategy `none` on a MIG-enabled GPU: the GPU is advertised whole
 //!   (`buildGPUDeviceMap` skips MIG-enabled GPUs only for single/mixed), so the answer names the
 //!   MIG-enabled GPU's UUID: the container gets that GPU's `/dev/nvidia<minor>` and no MIG
@@ -29,7 +31,7 @@ use std::collections::HashMap;
 
 use cdi_support::{gpuhook_ok, s};
 use device_plugin_cri_support::rig::{ready, tmp, Bench};
-use gpuhook_device_plugin::api::ContainerAllocateResponse;
+use gpuhook_device_plugin::api::{ContainerAllocateResponse, Mount};
 
 /// NVIDIA's envvar answer for `ids` (deviceIDStrategy uuid, no passDeviceSpecs).
 fn envvar_response(ids: &[&str]) -> ContainerAllocateResponse {
@@ -52,6 +54,42 @@ async fn nvidia_envvar_strategy_gives_exactly_its_gpus() {
     let resp = envvar_response(&[&ids[0], &ids[1]]);
     let saw = bench.run("kdp-envvar", &[resp]).await;
     assert_eq!(saw.gpu_nodes(), bench.only_gpus(&[2, 5]), "{saw:?}");
+}
+
+/// A node that refuses `NVIDIA_VISIBLE_DEVICES` from unprivileged containers and reads the
+/// volume-mounts list: NVIDIA's envvar answer gives no GPU, its volume-mounts answer
+/// (`NVIDIA_VISIBLE_DEVICES=/var/run/nvidia-container-devices`, one `/dev/null` mount per ID)
+/// gives exactly its GPU.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nvidia_volume_mounts_strategy_when_envvar_is_refused() {
+    if !ready("nvidia_plugin_cri") {
+        return;
+    }
+    let tmp = tmp("kdp-volume-mounts");
+    let mut bench = Bench::start(tmp.path(), "rhel-a100", &[]).await;
+    let config = std::fs::read_to_string(&bench.node.gpuhook_config).unwrap();
+    let policy =
+        "accept-envvar-when-unprivileged = false\naccept-device-list-as-volume-mounts = true\n";
+    std::fs::write(&bench.node.gpuhook_config, format!("{policy}{config}")).unwrap();
+    let uuid = bench.node.profile.gpus[1].uuid.clone();
+
+    let saw = bench
+        .run("kdp-envvar-refused", &[envvar_response(&[&uuid])])
+        .await;
+    assert!(saw.gpu_nodes().is_empty(), "envvar refused: {saw:?}");
+
+    let root = "/var/run/nvidia-container-devices";
+    let resp = ContainerAllocateResponse {
+        envs: HashMap::from([("NVIDIA_VISIBLE_DEVICES".into(), root.into())]),
+        mounts: vec![Mount {
+            container_path: format!("{root}/{uuid}"),
+            host_path: "/dev/null".into(),
+            read_only: false,
+        }],
+        ..Default::default()
+    };
+    let saw = bench.run("kdp-volume-mounts", &[resp]).await;
+    assert_eq!(saw.gpu_nodes(), bench.only_gpus(&[1]), "{saw:?}");
 }
 
 /// migStrategy none hands out a MIG-enabled GPU's UUID (issue #13): the whole GPU, no MIG caps.
