@@ -2,7 +2,7 @@
 //! (`sharing.mps`, `flags.mpsRoot` = the daemon's root) on a simulated 2-GPU node, the fake
 //! kubelet, and containerd 1.6's CRI plugin with the `gpuhook` runtime handler (see
 //! `device_plugin_cri.rs` for the rig). The plugin advertises no MPS replica until the daemon is
-//! ready; then `nvidia.com/gpu: 1` gives a container its share:
+//! ready (and none once it has stopped); then `nvidia.com/gpu: 1` gives a container its share:
 //!
 //! - `CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps` (the daemon's default containerPipeDirectory),
 //!   the GPU's pipe directory mounted there (its control socket is visible), the daemon's shm
@@ -23,6 +23,7 @@
 mod cdi_support;
 mod device_plugin_cri_support;
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -45,7 +46,7 @@ fn plugin_config(mps: &Path, strategy: &str) -> String {
 /// What the container prints besides [`REPORT`]: its pipe directory and a file in `/dev/shm`.
 fn script(pod: &str) -> String {
     format!(
-        "ls /tmp/nvidia-mps | sed 's/^/PIPE /'\necho {pod} > /dev/shm/gpuhook-e2e-{pod}\n{REPORT}"
+        "ls /tmp/nvidia-mps | sed 's/^/PIPE /'\necho \"MARK $(cat /tmp/nvidia-mps/gpuhook-e2e-mark)\"\necho {pod} > /dev/shm/gpuhook-e2e-{pod}\n{REPORT}"
     )
 }
 
@@ -97,6 +98,11 @@ fn check_share(rig: &Rig, saw: &Seen, g: usize, pod: &str, mps: &Path) {
     assert!(
         saw.other.iter().any(|l| l == "PIPE control"),
         "the GPU's pipe directory with its control socket: {saw:?}"
+    );
+    let mark = format!("MARK {}", gpu.uuid);
+    assert!(
+        saw.other.contains(&mark),
+        "GPU {g}'s pipe directory: {saw:?}"
     );
     let shm = mps
         .join(&gpu.uuid)
@@ -169,6 +175,10 @@ async fn mps_share_reaches_the_container_with_envvar_and_cdi_annotations() {
         .map(|g| g.uuid.clone())
         .collect();
     wait_spec(&mps, &uuids, &daemon).await;
+    for u in &uuids {
+        // Which GPU's pipe directory a container got (the daemon keeps nothing of its own there).
+        std::fs::write(mps.join(u).join("pipe/gpuhook-e2e-mark"), u).unwrap();
+    }
 
     let resp = gpu.allocate(1).await.unwrap();
     let g = rig.bench.gpu_of(&gpu.allocated[0]);
@@ -191,5 +201,15 @@ async fn mps_share_reaches_the_container_with_envvar_and_cdi_annotations() {
         .run_script("mps-cdi", &script("mps-cdi"), &[resp])
         .await;
     check_share(&rig, &saw, 1 - g, "mps-cdi", &mps);
+
+    // The daemon stops: its GPUs' MPS replicas are no longer listed.
     drop(daemon);
+    let gone = gpu
+        .wait_list(Duration::from_secs(20), BTreeMap::is_empty)
+        .await;
+    assert!(
+        gone,
+        "MPS replicas still listed after the daemon stopped: {:?}",
+        gpu.devices
+    );
 }
