@@ -1,7 +1,7 @@
-//! Support for `device_plugin_cri`: a simulated node (driver root with the mock NVML, gpuhook's
-//! CDI spec and config for gpuhook-runtime), `gpuhook-device-plugin serve` as a process, a fake
-//! kubelet, the kubelet's allocation steps,
-//! and the container script that reports what a container saw.
+//! Support for `device_plugin_cri`, `device_plugin_cri_mps` and `nvidia_plugin_cri`: a simulated
+//! node (driver root with the mock NVML, gpuhook's CDI spec and config for gpuhook-runtime),
+//! `gpuhook-device-plugin serve` as a process, a fake kubelet, the kubelet's allocation steps, the
+//! node + CRI rig (`rig.rs`), and the container script that reports what a container saw.
 
 #![allow(dead_code)] // each test crate (device_plugin_cri, _mps, nvidia_plugin_cri) uses a different subset
 
