@@ -9,7 +9,8 @@
 //! - an MPS share: `nvidia.com/gpu-mps=<uuid|index>`, gpu-mps-daemon's spec device, which holds
 //!   the GPU, the pipe directory, `/dev/shm` and the share's limits.
 //!
-//! MPS under envvar/volume-mounts: `CUDA_MPS_PIPE_DIRECTORY` and mounts of gpu-mps-daemon's
+//! MPS under envvar/volume-mounts: `CUDA_MPS_PIPE_DIRECTORY`, the share's limits (from the
+//! daemon's spec, [`crate::mps_share`]) and mounts of gpu-mps-daemon's
 //! per-GPU layout (`<mpsRoot>/<uuid>/pipe`, `<mpsRoot>/<uuid>/shm` when the daemon made one),
 //! where NVIDIA mounts a per-resource `<mpsRoot>/<resource>/pipe`. A container gets one GPU's
 //! MPS share: one pipe directory.
@@ -171,6 +172,16 @@ fn mps_edits(
     let pipe_in = &served.settings.container_pipe_dir;
     r.envs
         .insert("CUDA_MPS_PIPE_DIRECTORY".into(), pipe_in.clone());
+    // The share's client limits, as gpu-mps-daemon's CDI device gives them (NVIDIA passes none:
+    // its clients get the server's limits only).
+    match crate::mps_share::share_env(root, uuid) {
+        Ok(env) => r.envs.extend(env),
+        Err(e) => tracing::warn!(
+            gpu = %uuid,
+            error = %crate::error::chain(&e),
+            "MPS share limits not passed to the container: its clients get the daemon's server limits"
+        ),
+    }
     r.mounts.push(Mount {
         container_path: pipe_in.clone(),
         host_path: dir.join("pipe").display().to_string(),

@@ -18,126 +18,11 @@
 mod cdi_support;
 mod device_plugin_cri_support;
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use device_plugin_cri_support::cri::Cri;
-use device_plugin_cri_support::fake_kubelet::FakeKubelet;
-use device_plugin_cri_support::kubelet::{container_config, run_options};
-use device_plugin_cri_support::{seen, Node, Plugin, Resource, Seen, REPORT};
+use device_plugin_cri_support::rig::{ready, Rig};
+use device_plugin_cri_support::{Node, Resource};
 use gpuhook_device_plugin::api::ContainerAllocateResponse;
-
-const TOOLS: &[&str] = &["containerd", "ctr", "runc", "busybox", "tar", "sha256sum"];
-
-/// A node with its device plugin, the fake kubelet and containerd's CRI.
-struct Rig {
-    // Dropped in this order: the plugin (SIGTERM), containerd (pods, shims, mounts), the dirs.
-    plugin: Plugin,
-    kubelet: FakeKubelet,
-    cri: Cri,
-    node: Node,
-    label: PathBuf,
-    _tmp: tempfile::TempDir,
-}
-
-/// The named configs of one ConfigMap (seed scenario: `time-slicing-config` with one key per
-/// node type, plus `default`), written as a ConfigMap volume is: one file per key.
-fn config_dir(dir: &Path, configs: &[(&str, &str)]) -> PathBuf {
-    let d = dir.join("config");
-    std::fs::create_dir_all(&d).unwrap();
-    for (name, text) in configs {
-        std::fs::write(d.join(name), text).unwrap();
-    }
-    d
-}
-
-impl Rig {
-    /// Node `profile`, configs `configs` (a ConfigMap dir), node label value `label`.
-    async fn start(profile: &str, configs: &[(&str, &str)], label: &str) -> Rig {
-        let tmp = tempfile::Builder::new()
-            .prefix(&format!("gpuhook-dpcri-{profile}-"))
-            .tempdir()
-            .unwrap();
-        Self::start_in(tmp, profile, configs, label, &[]).await
-    }
-
-    async fn start_in(
-        tmp: tempfile::TempDir,
-        profile: &str,
-        configs: &[(&str, &str)],
-        label: &str,
-        extra_spec_dirs: &[&Path],
-    ) -> Rig {
-        let dir = tmp.path();
-        let node = Node::new(dir, profile, extra_spec_dirs);
-        let cri = Cri::start(dir, &node.gpuhook_config).await;
-        let plugin_dir = dir.join("device-plugins");
-        std::fs::create_dir_all(&plugin_dir).unwrap();
-        let kubelet = FakeKubelet::start(&plugin_dir);
-        let cfg = config_dir(dir, configs);
-        let label_file = dir.join("node-label");
-        std::fs::write(&label_file, label).unwrap();
-        let plugin = Plugin::start(&node, &cfg, &label_file, &plugin_dir);
-        Rig {
-            plugin,
-            kubelet,
-            cri,
-            node,
-            label: label_file,
-            _tmp: tmp,
-        }
-    }
-
-    /// The next registered resource named `name` (others are skipped), with its first list.
-    async fn resource(&mut self, name: &str) -> Resource {
-        loop {
-            let reg =
-                tokio::time::timeout(Duration::from_secs(20), self.kubelet.registrations.recv())
-                    .await
-                    .unwrap_or_else(|_| {
-                        panic!("{name} never registered:\n{}", self.plugin.log_text())
-                    })
-                    .expect("kubelet stopped");
-            if reg.request.resource_name == name {
-                return Resource::new(reg).await;
-            }
-        }
-    }
-
-    /// Runs a pod whose one container got `responses` and reports what it saw.
-    async fn run(&mut self, pod: &str, responses: &[ContainerAllocateResponse]) -> Seen {
-        let config = container_config("gpu", REPORT, run_options(responses));
-        let ran = self.cri.run(pod, config).await;
-        assert_eq!(
-            ran.exit_code,
-            0,
-            "container failed:\n{}\ngpuhook log:\n{}",
-            ran.log,
-            std::fs::read_to_string(&self.node.gpuhook_log).unwrap_or_default()
-        );
-        seen(&ran.log)
-    }
-}
-
-fn ready() -> bool {
-    gpuhook_e2e::e2e_ready("device_plugin_cri", TOOLS)
-}
-
-/// The GPU index of a full-GPU device ID (`<uuid>` or `<uuid>::<n>`).
-fn gpu_of(node: &Node, id: &str) -> usize {
-    let uuid = id.split("::").next().unwrap();
-    node.profile
-        .gpus
-        .iter()
-        .position(|g| g.uuid == uuid)
-        .unwrap_or_else(|| panic!("{id} is no GPU of the node"))
-}
-
-/// Exactly this GPU's node, allowed.
-fn only_gpu(node: &Node, g: usize) -> BTreeMap<String, String> {
-    BTreeMap::from([(node.gpu_node(g), "ENXIO".to_string())])
-}
 
 const ENVVAR: &str = "version: v1\nflags:\n  plugin:\n    deviceListStrategy: envvar\n";
 const CDI_ANNOTATIONS: &str =
@@ -149,7 +34,7 @@ const CDI_ANNOTATIONS: &str =
 /// exactly its GPU.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_gpu_envvar_then_cdi_annotations_by_node_label() {
-    if !ready() {
+    if !ready("device_plugin_cri") {
         return;
     }
     let configs = [("default", ENVVAR), ("cdi", CDI_ANNOTATIONS)];
@@ -159,10 +44,10 @@ async fn one_gpu_envvar_then_cdi_annotations_by_node_label() {
 
     let resp = gpu.allocate(1).await.unwrap();
     let id = gpu.allocated[0].clone();
-    let g = gpu_of(&rig.node, &id);
+    let g = rig.bench.gpu_of(&id);
     assert_eq!(resp.envs.get("NVIDIA_VISIBLE_DEVICES"), Some(&id));
     let saw = rig.run("envvar", &[resp]).await;
-    assert_eq!(saw.gpu_nodes(), only_gpu(&rig.node, g), "{saw:?}");
+    assert_eq!(saw.gpu_nodes(), rig.bench.only_gpus(&[g]), "{saw:?}");
     // The CDI spec's common edits set `NVIDIA_VISIBLE_DEVICES=void` (as nvidia-ctk's do) so a
     // legacy hook further down does not act a second time: the request was consumed.
     assert_eq!(
@@ -180,9 +65,9 @@ async fn one_gpu_envvar_then_cdi_annotations_by_node_label() {
     let other = gpu.available()[0].clone();
     assert!(resp.envs.is_empty(), "cdi-annotations only: {resp:?}");
     let saw = rig.run("cdi-annotations", &[resp]).await;
-    let g2 = gpu_of(&rig.node, &other);
+    let g2 = rig.bench.gpu_of(&other);
     assert_ne!(g, g2);
-    assert_eq!(saw.gpu_nodes(), only_gpu(&rig.node, g2), "{saw:?}");
+    assert_eq!(saw.gpu_nodes(), rig.bench.only_gpus(&[g2]), "{saw:?}");
     assert_eq!(
         saw.env.get("NVIDIA_VISIBLE_DEVICES").map(String::as_str),
         Some("void")
@@ -220,13 +105,14 @@ fn mig_of(node: &Node, uuid: &str) -> (usize, usize) {
 /// (`nvidia-caps` GI and CI access), nothing of the other GPU or the other MIG devices.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mixed_mig_device_through_cri() {
-    if !ready() {
+    if !ready("device_plugin_cri") {
         return;
     }
     let mixed = "version: v1\nflags:\n  migStrategy: mixed\n";
     let mut rig = Rig::start("a100-mig-mixed", &[("default", mixed)], "").await;
     let mut mig = rig.resource("nvidia.com/mig-1g.10gb").await;
     let want_count = rig
+        .bench
         .node
         .profile
         .gpus
@@ -238,10 +124,10 @@ async fn mixed_mig_device_through_cri() {
     let resp = mig.allocate(1).await.unwrap();
     let id = mig.allocated[0].clone();
     assert_eq!(resp.envs.get("NVIDIA_VISIBLE_DEVICES"), Some(&id));
-    let (g, m) = mig_of(&rig.node, &id);
+    let (g, m) = mig_of(&rig.bench.node, &id);
     let saw = rig.run("mig", &[resp]).await;
-    let mut want = only_gpu(&rig.node, g);
-    for cap in rig.node.mig_caps(g, m) {
+    let mut want = rig.bench.only_gpus(&[g]);
+    for cap in rig.bench.node.mig_caps(g, m) {
         want.insert(cap, "ENXIO".into());
     }
     assert_eq!(saw.gpu_nodes(), want, "{saw:?}");
@@ -278,9 +164,9 @@ async fn seed_node(profile: &str, label: &str) -> usize {
         "{err}"
     );
     let resp = gpu.allocate(1).await.unwrap();
-    let g = gpu_of(&rig.node, &gpu.allocated[0]);
+    let g = rig.bench.gpu_of(&gpu.allocated[0]);
     let saw = rig.run(&format!("{label}-slot"), &[resp]).await;
-    assert_eq!(saw.gpu_nodes(), only_gpu(&rig.node, g), "{saw:?}");
+    assert_eq!(saw.gpu_nodes(), rig.bench.only_gpus(&[g]), "{saw:?}");
     while !gpu.available().is_empty() {
         gpu.allocate(1).await.unwrap();
     }
@@ -301,7 +187,7 @@ async fn seed_node(profile: &str, label: &str) -> usize {
 /// from one ConfigMap: 11 schedulable `nvidia.com/gpu` slots; each slot runs a real container.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seed_time_slicing_l20_and_t4_by_node_label_give_11_slots() {
-    if !ready() {
+    if !ready("device_plugin_cri") {
         return;
     }
     let l20 = seed_node("l20", "l20").await;
@@ -316,16 +202,17 @@ async fn seed_time_slicing_l20_and_t4_by_node_label_give_11_slots() {
 /// the healthy GPU.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unhealthy_gpu_is_no_longer_allocated() {
-    if !ready() {
+    if !ready("device_plugin_cri") {
         return;
     }
     let mut rig = Rig::start("rhel-a100", &[("default", ENVVAR)], "").await;
     let mut gpu = rig.resource("nvidia.com/gpu").await;
-    let bad = rig.node.profile.gpus[0].uuid.clone();
+    let bad = rig.bench.node.profile.gpus[0].uuid.clone();
     let events = rig
+        .bench
         .node
         .root
-        .join(rig.node.profile.lib_dir.trim_start_matches('/'))
+        .join(rig.bench.node.profile.lib_dir.trim_start_matches('/'))
         .join("gpuhook-sim-state/events");
     std::fs::create_dir_all(events.parent().unwrap()).unwrap();
     // Xid 48 (double-bit ECC) is critical: not in NVIDIA's default-ignored 13, 31, 43, 45, 68, 109.
@@ -341,10 +228,13 @@ async fn unhealthy_gpu_is_no_longer_allocated() {
         gpu.devices,
         rig.plugin.log_text()
     );
-    assert_eq!(gpu.available(), [rig.node.profile.gpus[1].uuid.clone()]);
+    assert_eq!(
+        gpu.available(),
+        [rig.bench.node.profile.gpus[1].uuid.clone()]
+    );
     let resp = gpu.allocate(1).await.unwrap();
     let saw = rig.run("healthy", &[resp]).await;
-    assert_eq!(saw.gpu_nodes(), only_gpu(&rig.node, 1), "{saw:?}");
+    assert_eq!(saw.gpu_nodes(), rig.bench.only_gpus(&[1]), "{saw:?}");
     let err = gpu.allocate(1).await.unwrap_err();
     assert!(err.contains("Requested: 1, Available: 0"), "{err}");
 }

@@ -1,11 +1,14 @@
-//! Support for `device_plugin_cri`: a simulated node (driver root with the mock NVML, gpuhook's
-//! CDI spec and config for gpuhook-runtime), `gpuhook-device-plugin serve` as a process, a fake
-//! kubelet, the kubelet's allocation steps,
-//! and the container script that reports what a container saw.
+//! Support for `device_plugin_cri`, `device_plugin_cri_mps` and `nvidia_plugin_cri`: a simulated
+//! node (driver root with the mock NVML, gpuhook's CDI spec and config for gpuhook-runtime),
+//! `gpuhook-device-plugin serve` as a process, a fake kubelet, the kubelet's allocation steps, the
+//! node + CRI rig (`rig.rs`), and the container script that reports what a container saw.
+
+#![allow(dead_code)] // each test crate (device_plugin_cri, _mps, nvidia_plugin_cri) uses a different subset
 
 pub mod cri;
 pub mod fake_kubelet;
 pub mod kubelet;
+pub mod rig;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -270,11 +273,13 @@ done
 env | grep -E '^(NVIDIA|CUDA)_' | sort | sed 's/^/ENV /'
 echo DONE"#;
 
-/// What a container reported: device node → open result, and its env.
+/// What a container reported: device node → open result, its env, and any other lines.
 #[derive(Debug, Default)]
 pub struct Seen {
     pub devices: BTreeMap<String, String>,
     pub env: BTreeMap<String, String>,
+    /// The script's other output lines (a test's own checks), in order.
+    pub other: Vec<String>,
 }
 
 /// Parses a CRI log (`<time> <stream> <tag> <line>`) of a [`REPORT`] run.
@@ -295,6 +300,8 @@ pub fn seen(log: &str) -> Seen {
         } else if let Some(kv) = l.strip_prefix("ENV ") {
             let (k, v) = kv.split_once('=').expect("ENV line");
             out.env.insert(k.into(), v.into());
+        } else if l != "DONE" {
+            out.other.push(l.to_string());
         }
     }
     out
