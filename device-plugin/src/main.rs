@@ -27,6 +27,38 @@ use gpuhook_node::DiscoverOptions;
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
+    /// Log format on stderr: `text` (colours only on a terminal) or `json` (one object a line).
+    #[arg(
+        long,
+        global = true,
+        value_name = "FORMAT",
+        env = "GPUHOOK_LOG_FORMAT",
+        value_enum
+    )]
+    log_format: Option<LogFormat>,
+}
+
+/// `--log-format` values.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Logs go to stderr (stdout carries `dry-run`/`labels` output): JSON on request, colours only
+/// when stderr is a terminal.
+fn init_logging(format: Option<LogFormat>) {
+    let logs = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        );
+    if format == Some(LogFormat::Json) {
+        logs.json().init();
+    } else {
+        logs.init();
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -162,13 +194,9 @@ fn serve(args: ServeArgs) -> Result<()> {
 }
 
 fn main() -> Result<()> {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .init();
-    match Cli::parse().cmd {
+    let cli = Cli::parse();
+    init_logging(cli.log_format);
+    match cli.cmd {
         Cmd::Serve(a) => serve(a),
         Cmd::DryRun(a) => {
             let src = a.source();

@@ -46,6 +46,25 @@ pub enum MpsShareError {
     NoDevice { path: PathBuf, uuid: String },
 }
 
+/// gpu-mps-daemon's status file in its root; it names the daemon's CDI spec.
+pub const STATUS_FILE: &str = "status.json";
+
+/// The CDI spec `<mps_root>/status.json` names.
+fn named_spec(mps_root: &Path) -> Result<PathBuf, MpsShareError> {
+    let status_path = mps_root.join(STATUS_FILE);
+    let status = read_json(&status_path, MAX_CONFIG_FILE_BYTES)?;
+    status
+        .pointer("/cdi/specPath")
+        .and_then(Value::as_str)
+        .map(PathBuf::from)
+        .ok_or(MpsShareError::NoSpec { path: status_path })
+}
+
+/// The daemon's CDI spec path, when its status can be read (for the config watcher).
+pub fn spec_path(mps_root: &Path) -> Option<PathBuf> {
+    named_spec(mps_root).ok()
+}
+
 fn read_json(path: &Path, limit: u64) -> Result<Value, MpsShareError> {
     let bytes = read_bounded(path, limit).map_err(MpsShareError::Read)?;
     serde_json::from_slice(&bytes).map_err(|source| MpsShareError::Json {
@@ -57,13 +76,7 @@ fn read_json(path: &Path, limit: u64) -> Result<Value, MpsShareError> {
 /// `(name, value)` of each `CUDA_MPS_*` variable (but the pipe directory) of the default share
 /// of GPU `uuid`, from the spec that `<mps_root>/status.json` names.
 pub fn share_env(mps_root: &Path, uuid: &str) -> Result<Vec<(String, String)>, MpsShareError> {
-    let status_path = mps_root.join("status.json");
-    let status = read_json(&status_path, MAX_CONFIG_FILE_BYTES)?;
-    let spec_path = status
-        .pointer("/cdi/specPath")
-        .and_then(Value::as_str)
-        .map(PathBuf::from)
-        .ok_or(MpsShareError::NoSpec { path: status_path })?;
+    let spec_path = named_spec(mps_root)?;
     let spec = read_json(&spec_path, MAX_CDI_SPEC_BYTES)?;
     let device = spec
         .get("devices")

@@ -121,8 +121,11 @@ impl ConfigSource {
         }
     }
 
-    /// The advertisement for the config and inventory now; `mps_ready` says whether a GPU's
-    /// MPS daemon is ready (`<mpsRoot>/<uuid>/ready` exists).
+    /// The advertisement for the config and inventory now; a GPU's MPS shares count as ready
+    /// when its daemon is ready (`<mpsRoot>/<uuid>/ready` exists) *and* the daemon's CDI spec
+    /// already lists the GPU: the daemon writes `ready` a moment before it publishes the spec,
+    /// and a share advertised in between would give a container no limits (envvar) or a CDI
+    /// name that does not resolve yet.
     pub fn advertisement(&self, inv: &Inventory) -> Result<Advertisement, PreferError> {
         Ok(self.advertisement_and_policy(inv)?.0)
     }
@@ -136,7 +139,11 @@ impl ConfigSource {
         let set = load_config_set(&self.config)?;
         let (name, config) = set.select(label.as_deref())?;
         let root = config.flags.mps_root.clone().map(PathBuf::from);
-        let ready = |uuid: &str| root.as_ref().is_some_and(|r| ready_file(r, uuid).exists());
+        let ready = |uuid: &str| {
+            root.as_ref().is_some_and(|r| {
+                ready_file(r, uuid).exists() && crate::mps_share::share_env(r, uuid).is_ok()
+            })
+        };
         let policy = match config.flags.plugin.shared_devices_allocation_policy {
             Some(gpuhook_sharing::config::AllocationPolicy::Packed) => AllocationPolicy::Packed,
             _ => AllocationPolicy::Distributed,
@@ -162,12 +169,16 @@ impl AdSource for ConfigSource {
     fn load(&mut self) -> Result<Loaded, PreferError> {
         let inv = self.inventory()?;
         let (ad, policy) = self.advertisement_and_policy(&inv)?;
+        // The ready files, the daemon's status (it names the spec) and the spec itself.
         self.ready_files = match &ad.mps_root {
-            Some(root) => inv
-                .gpus
-                .iter()
-                .map(|g| ready_file(Path::new(root), &g.uuid))
-                .collect(),
+            Some(root) => {
+                let root = Path::new(root);
+                let mut files: Vec<PathBuf> =
+                    inv.gpus.iter().map(|g| ready_file(root, &g.uuid)).collect();
+                files.push(root.join(crate::mps_share::STATUS_FILE));
+                files.extend(crate::mps_share::spec_path(root));
+                files
+            }
             None => Vec::new(),
         };
         Ok(Loaded {

@@ -134,10 +134,23 @@ async fn mps_replicas_are_listed_only_while_the_gpus_daemon_is_ready() {
         "no daemon is ready"
     );
 
-    // gpu-mps-daemon marks GPU 0 ready (`<mpsRoot>/<uuid>/ready`): its two shares appear.
+    // gpu-mps-daemon marks GPU 0 ready (`<mpsRoot>/<uuid>/ready`) a moment before its CDI
+    // spec lists the GPU: nothing is advertised yet (a share would have no limits) ...
     let uuid0 = common::node::inventory().gpus[0].uuid.clone();
     std::fs::create_dir_all(root.join(&uuid0)).unwrap();
     std::fs::write(root.join(&uuid0).join("ready"), "").unwrap();
+    let spec_path = root.join("nvidia.com-gpu-mps.json");
+    let status = serde_json::json!({"cdi": {"specPath": spec_path, "devices": []}});
+    std::fs::write(root.join("status.json"), status.to_string()).unwrap();
+    // (A reload may send the same empty list again or nothing at all; never devices.)
+    if let Ok(list) = tokio::time::timeout(Duration::from_secs(2), reg.lists.recv()).await {
+        let devices = list.expect("ListAndWatch ended").devices;
+        assert!(devices.is_empty(), "ready but not yet in the daemon's spec");
+    }
+    // ... then the daemon publishes the GPU's device in its spec: its two shares appear.
+    let spec = serde_json::json!({"kind": "nvidia.com/gpu-mps", "devices": [{"name": uuid0,
+        "containerEdits": {"env": ["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50"]}}]});
+    std::fs::write(&spec_path, spec.to_string()).unwrap();
     let ids: Vec<String> = next_list(&mut reg, WAIT)
         .await
         .devices
@@ -299,4 +312,41 @@ async fn mig_mixed_device_gets_its_cdi_name_and_device_nodes() {
     assert_eq!(specs, want);
     assert_eq!(terminate(plugin).await.code(), Some(0));
     kubelet.stop().await;
+}
+
+/// Logs are for operators' collectors: no colour codes off a terminal, and one JSON object a
+/// line with `--log-format json` (issue #17.6); the error itself stays on stderr, stdout empty.
+#[test]
+fn logs_have_no_colours_off_a_terminal_and_json_on_request() {
+    let files = tempfile::tempdir().unwrap();
+    let (cfg, _) = node_files(files.path());
+    let run = |format: &str| {
+        Command::new(BIN)
+            .args(["--log-format", format, "serve", "--config"])
+            .arg(&cfg)
+            .args(["--driver-root", "/nonexistent-driver-root", "--plugin-dir"])
+            .arg(files.path().join("plugins"))
+            .env_remove("RUST_LOG")
+            .output()
+            .unwrap()
+    };
+    let text = run("text");
+    let err = String::from_utf8_lossy(&text.stderr);
+    assert!(err.contains("WARN") && err.contains("no NVML"), "{err}");
+    assert!(
+        !err.contains('\u{1b}'),
+        "colour codes off a terminal: {err:?}"
+    );
+    assert!(text.stdout.is_empty());
+    let json = run("json");
+    let err = String::from_utf8_lossy(&json.stderr);
+    let logs: Vec<serde_json::Value> = err
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).expect("a log line is one JSON object"))
+        .collect();
+    assert!(
+        logs.iter().any(|l| l["level"] == "WARN"),
+        "no JSON log line in {err}"
+    );
 }
