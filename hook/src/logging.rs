@@ -54,13 +54,28 @@ impl LogFormat {
         }
     }
 
-    /// From [`LOG_FORMAT_ENV`], when set to a known format.
+    /// From [`LOG_FORMAT_ENV`], when set to a known format. Any other value is not an error
+    /// (a hook or the runtime wrapper must not fail a container over its log format): it warns
+    /// once on stderr, naming the value and the accepted ones, and the caller keeps its default
+    /// (text). Never stdout: the hook's and the wrapper's stdout belong to the runtime.
     pub fn from_env() -> Option<LogFormat> {
-        std::env::var(LOG_FORMAT_ENV)
-            .ok()
-            .as_deref()
-            .and_then(LogFormat::parse)
+        let value = std::env::var_os(LOG_FORMAT_ENV).filter(|v| !v.is_empty())?;
+        let parsed = value.to_str().and_then(LogFormat::parse);
+        if parsed.is_none() {
+            static WARNED: std::sync::Once = std::sync::Once::new();
+            WARNED.call_once(|| eprintln!("{}", invalid_format_warning(&value)));
+        }
+        parsed
     }
+}
+
+/// The warning for an unknown [`LOG_FORMAT_ENV`] value.
+pub fn invalid_format_warning(value: &std::ffi::OsStr) -> String {
+    format!(
+        "gpuhook: warning: {LOG_FORMAT_ENV}={:?} is not a log format (accepted: json|text); \
+         logging as text",
+        value.to_string_lossy()
+    )
 }
 
 /// Colours only for a person watching: stderr is a terminal (never in files, journald or a

@@ -308,3 +308,35 @@ fn policy_decisions_are_structured_json_lines_at_the_default_level() {
         "{error}"
     );
 }
+
+/// Issue #17.6: an unknown GPUHOOK_LOG_FORMAT is not silently ignored: one warning on stderr
+/// naming the value and the accepted ones, the log stays text, stdout stays runc's.
+#[test]
+fn unknown_log_format_warns_once_on_stderr_and_logs_text() {
+    let f = Fake::new();
+    let log = f.path("gpuhook.log");
+    let c = f.config(&format!("log-file = \"{}\"", log.display()));
+    let b = f.bundle("PATH=/bin");
+    let out = Command::new(env!("CARGO_BIN_EXE_gpuhook-runtime"))
+        .args(["create", "--bundle", b.to_str().unwrap(), "fmt-1"])
+        .env("PATH", f.path("bin"))
+        .env("GPUHOOK_CONFIG", &c)
+        .env("GPUHOOK_LOG_FORMAT", "xml")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "FAKE-RUNC-STDOUT\n");
+    let stderr = text(&out.stderr);
+    let warnings: Vec<&str> = stderr.lines().filter(|l| l.contains("warning")).collect();
+    assert_eq!(warnings.len(), 1, "{stderr}");
+    assert!(
+        warnings[0].contains("GPUHOOK_LOG_FORMAT=\"xml\"") && warnings[0].contains("json|text"),
+        "{stderr}"
+    );
+    let logged = std::fs::read_to_string(&log).unwrap();
+    let line = logged.lines().find(|l| l.contains("fmt-1")).unwrap();
+    assert!(
+        serde_json::from_str::<serde_json::Value>(line).is_err(),
+        "{line}"
+    );
+}

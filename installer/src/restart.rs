@@ -1,0 +1,135 @@
+//! Making containerd pick up the runtime `install` registered (and `uninstall` removed).
+//!
+//! containerd reads its config only at start, so a runtime class is unusable until it
+//! restarts. The modes are those of NVIDIA's toolkit container (`--restart-mode`,
+//! `RUNTIME_RESTART_MODE`; `Options.Restart` in `cmd/nvidia-ctk-installer/container/
+//! container.go`), with containerd's default `signal` (`DefaultRestartMode` in
+//! `.../runtime/containerd/containerd.go`):
+//! - `signal`: SIGHUP to the process serving containerd's socket (NVIDIA's `SignalContainerd`
+//!   finds it from the socket's peer credentials, as here). containerd does not handle SIGHUP,
+//!   so it exits and its service manager (`Restart=always`) starts it again on the new config.
+//! - `systemd`: `systemctl restart containerd`, run in the host root (NVIDIA: `chroot /host
+//!   systemctl restart containerd`; this process is already chrooted there).
+//! - `none`: nothing, and the command to run is printed.
+//!
+//! Unlike NVIDIA, which restarts on every run, this restarts only when containerd's config
+//! really changed (`runtime configure` says so by its exit status), so re-running the
+//! installer on a configured node disturbs nothing.
+
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use clap::{Args, ValueEnum};
+
+/// The command `--restart-mode none` tells the admin to run on the host.
+pub const RESTART_COMMAND: &str = "systemctl restart containerd";
+
+/// Tries to reach containerd's socket, one second apart (it may be restarting itself).
+const SIGNAL_ATTEMPTS: u32 = 3;
+
+/// How containerd is made to reload its config.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RestartMode {
+    /// SIGHUP to the process serving containerd's socket (it exits; its service restarts it)
+    Signal,
+    /// `systemctl restart containerd` in the host root
+    Systemd,
+    /// Do not restart; print the command to run
+    None,
+}
+
+/// The restart flags of `install` and `uninstall`.
+#[derive(Debug, Clone, Args)]
+pub struct RestartArgs {
+    /// How to make containerd load the changed config (only when it changed)
+    #[arg(
+        long,
+        value_enum,
+        value_name = "MODE",
+        default_value = "signal",
+        env = "RUNTIME_RESTART_MODE"
+    )]
+    pub restart_mode: RestartMode,
+    /// containerd's socket on the host (`--restart-mode signal` signals the process serving it)
+    #[arg(
+        long,
+        value_name = "SOCKET",
+        default_value = "/run/containerd/containerd.sock",
+        env = "CONTAINERD_SOCKET"
+    )]
+    pub containerd_socket: PathBuf,
+}
+
+/// Restarts containerd as `args` say. Call inside the host root.
+pub fn restart(args: &RestartArgs, path_env: &str) -> anyhow::Result<()> {
+    match args.restart_mode {
+        RestartMode::None => {
+            tracing::warn!("not restarting containerd (--restart-mode none)");
+            println!(
+                "containerd's config changed and containerd was not restarted \
+                 (--restart-mode none): run `{RESTART_COMMAND}` on the host"
+            );
+            Ok(())
+        }
+        RestartMode::Systemd => systemd_restart(path_env),
+        RestartMode::Signal => signal(&args.containerd_socket),
+    }
+}
+
+fn systemd_restart(path_env: &str) -> anyhow::Result<()> {
+    let mut cmd = Command::new("systemctl");
+    cmd.args(["restart", "containerd"])
+        .env_clear()
+        .env("PATH", path_env);
+    tracing::info!(command = ?cmd, "restarting containerd");
+    let status = cmd
+        .status()
+        .context("cannot run systemctl in the host root (use --restart-mode signal or none)")?;
+    if !status.success() {
+        bail!("`{RESTART_COMMAND}` failed ({status})");
+    }
+    Ok(())
+}
+
+fn signal(socket: &Path) -> anyhow::Result<()> {
+    let mut attempt = 1;
+    let pid = loop {
+        match peer_pid(socket) {
+            Ok(pid) => break pid,
+            Err(e) if attempt >= SIGNAL_ATTEMPTS => {
+                return Err(e).context(format!(
+                    "cannot signal containerd (is it running? use --restart-mode systemd or \
+                     none, and run `{RESTART_COMMAND}`)"
+                ))
+            }
+            Err(e) => {
+                tracing::warn!(attempt, error = %format!("{e:#}"), "cannot reach containerd");
+                std::thread::sleep(Duration::from_secs(1));
+                attempt += 1;
+            }
+        }
+    };
+    tracing::info!(pid = pid.as_raw(), "sending SIGHUP to containerd");
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP)
+        .with_context(|| format!("cannot send SIGHUP to containerd (pid {pid})"))
+}
+
+/// The pid of the process serving `socket`, from the connection's peer credentials.
+fn peer_pid(socket: &Path) -> anyhow::Result<nix::unistd::Pid> {
+    let stream = UnixStream::connect(socket)
+        .with_context(|| format!("cannot connect to {}", socket.display()))?;
+    let cred = nix::sys::socket::getsockopt(&stream, nix::sys::socket::sockopt::PeerCredentials)
+        .with_context(|| format!("cannot read the peer of {}", socket.display()))?;
+    let pid = cred.pid();
+    if pid <= 0 {
+        bail!(
+            "the process serving {} is outside this pid namespace: run the installer in the \
+             host's (podman --pid host, hostPID: true)",
+            socket.display()
+        );
+    }
+    Ok(nix::unistd::Pid::from_raw(pid))
+}
