@@ -26,7 +26,8 @@ pub const DEFAULT_INSTALL_DIR: &str = "/usr/local/nvidia-gpuhook/bin";
     name = "gpuhook-installer",
     version,
     about = "Install gpuhook on a node from a container, and uninstall it",
-    after_help = "Examples (the image's entrypoint is this binary):\n  \
+    after_help = "Examples:\n  \
+        # the image's entrypoint is this binary; --pid host for --restart-mode signal\n  \
         podman run --rm --privileged --pid host -v /:/host gpuhook-installer install\n  \
         podman run --rm --privileged --pid host -v /:/host gpuhook-installer uninstall"
 )]
@@ -50,7 +51,8 @@ enum Command {
     Uninstall(UninstallArgs),
     /// Keep the host's CDI spec fresh: chroot into the host root and become the installed
     /// `gpuhook cdi refresh --watch` (regenerates after a driver change or a MIG re-partition)
-    #[command(after_help = "Examples (the DaemonSet's cdi-refresh container):\n  \
+    #[command(after_help = "Examples:\n  \
+        # the DaemonSet's cdi-refresh container\n  \
         gpuhook-installer refresh --host-root /host --driver-root / --interval 2")]
     Refresh(RefreshArgs),
 }
