@@ -38,18 +38,18 @@ enum Cmd {
     /// Serve the node's resources to the kubelet.
     #[command(after_help = "Examples:\n  \
         gpuhook-device-plugin serve --config /etc/gpuhook/device-plugin --driver-root /driver-root\n  \
-        gpuhook-device-plugin serve --config /etc/gpuhook/device-plugin --config-name mps \
+        gpuhook-device-plugin serve --config /etc/gpuhook/device-plugin --config-name t4 \
         --plugin-dir /var/lib/kubelet/device-plugins")]
     Serve(ServeArgs),
     /// Print as JSON the resources, device IDs and labels this node would advertise.
     #[command(after_help = "Examples:\n  \
         gpuhook-device-plugin dry-run --config /etc/gpuhook/device-plugin\n  \
-        gpuhook-device-plugin dry-run --config config.yaml --config-name mps --driver-root /")]
+        gpuhook-device-plugin dry-run --config /etc/gpuhook/device-plugin --config-name t4 --driver-root /")]
     DryRun(NodeArgs),
     /// Print the node labels, or write them as a Node Feature Discovery feature file.
     #[command(after_help = "Examples:\n  \
         gpuhook-device-plugin labels --config /etc/gpuhook/device-plugin\n  \
-        gpuhook-device-plugin labels --config config.yaml --node-label-file /etc/node-labels \
+        gpuhook-device-plugin labels --config /etc/gpuhook/device-plugin --node-label-file /run/config-name \
         --output /etc/kubernetes/node-feature-discovery/features.d/gpuhook")]
     Labels {
         #[command(flatten)]

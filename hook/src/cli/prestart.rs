@@ -12,7 +12,7 @@ use crate::prestart::{self, PrestartOutcome};
 #[derive(Debug, Clone, Args)]
 #[command(after_help = "Examples:\n  \
     # by hand, on a bundle runc would run (the OCI state a runtime passes on stdin)\n  \
-    echo '{\"ociVersion\":\"1.0.2\",\"id\":\"c1\",\"pid\":1234,\"bundle\":\"/run/bundle\"}' \
+    echo '{\"ociVersion\":\"1.0.2\",\"id\":\"c1\",\"status\":\"creating\",\"pid\":1234,\"bundle\":\"/run/bundle\"}' \
     | gpuhook --log-level debug prestart\n  \
     gpuhook prestart --state /run/bundle/state.json\n  \
     # as an OCI hook: {\"path\": \"/usr/local/bin/gpuhook\", \"args\": [\"gpuhook\", \"prestart\"]}")]
