@@ -33,18 +33,18 @@ const SIGNAL_ATTEMPTS: u32 = 3;
 /// How containerd is made to reload its config.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum RestartMode {
-    /// SIGHUP to the process serving containerd's socket (it exits; its service restarts it)
+    // (No doc comments: clap would print them per value, in a long help for every flag.)
     Signal,
-    /// `systemctl restart containerd` in the host root
     Systemd,
-    /// Do not restart; print the command to run
     None,
 }
 
 /// The restart flags of `install` and `uninstall`.
 #[derive(Debug, Clone, Args)]
 pub struct RestartArgs {
-    /// How to make containerd load the changed config (only when it changed)
+    /// How to make containerd load its changed config (only when it changed): signal = SIGHUP
+    /// to containerd (it exits, its service restarts it), systemd = `systemctl restart
+    /// containerd` in the host root, none = print the command to run
     #[arg(
         long,
         value_enum,

@@ -69,7 +69,7 @@ pub fn assert_every_help_has_examples(bin: &Path, name: &str, min_pages: usize) 
             text.split_once("\nExamples:\n")
                 .is_none_or(|(_, examples)| !examples.contains(name))
         })
-        .map(|(path, _)| format!("{name} {}", path.join(" ")))
+        .map(|(path, _)| format!("{name} {}", path.join(" ")).trim_end().to_string())
         .collect();
     assert!(
         missing.is_empty(),
