@@ -1,6 +1,7 @@
 //! Issue #17.6: an unknown `GPUHOOK_LOG_FORMAT` on the prestart fast path (the argv a runtime
-//! passes, parsed without clap) is not silently dropped: one warning on stderr naming the value
-//! and the accepted ones, the hook still succeeds, and nothing goes to stdout (hook rule).
+//! passes, parsed without clap) is not silently dropped: one warning naming the value and the
+//! accepted ones in the hook's log (stderr without a log-file), the hook still succeeds, and
+//! nothing goes to stdout (hook rule).
 
 // Integration tests: a failed unwrap or expect is the test failure, with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -48,7 +49,7 @@ fn prestart_warns_once_about_an_unknown_log_format_and_still_succeeds() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(out.stdout.is_empty(), "stdout: {:?}", out.stdout);
-    let warnings: Vec<&str> = stderr.lines().filter(|l| l.contains("warning")).collect();
+    let warnings: Vec<&str> = stderr.lines().filter(|l| l.contains("WARN")).collect();
     assert_eq!(warnings.len(), 1, "{stderr}");
     assert!(
         warnings[0].contains("GPUHOOK_LOG_FORMAT=\"xml\"") && warnings[0].contains("json|text"),
