@@ -9,7 +9,8 @@
 //!   finds it from the socket's peer credentials, as here). containerd does not handle SIGHUP,
 //!   so it exits and its service manager (`Restart=always`) starts it again on the new config.
 //! - `systemd`: `systemctl restart containerd`, run in the host root (NVIDIA: `chroot /host
-//!   systemctl restart containerd`; this process is already chrooted there).
+//!   systemctl restart containerd`; this process is already chrooted there), with
+//!   `SYSTEMD_IGNORE_CHROOT=1`, without which systemctl ignores the request in a chroot.
 //! - `none`: nothing, and the command to run is printed.
 //!
 //! Unlike NVIDIA, which restarts on every run, this restarts only when containerd's config
@@ -81,9 +82,14 @@ pub fn restart(args: &RestartArgs, path_env: &str) -> anyhow::Result<()> {
 
 fn systemd_restart(path_env: &str) -> anyhow::Result<()> {
     let mut cmd = Command::new("systemctl");
+    // systemctl ignores `restart` (exit 0, nothing done) when it thinks it runs in a chroot:
+    // here it does, and pid 1 of this pid namespace has another root unless the pod has
+    // hostPID. The variable (systemd's docs/ENVIRONMENT.md) makes it talk to the host's
+    // systemd through /run/systemd anyway.
     cmd.args(["restart", "containerd"])
         .env_clear()
-        .env("PATH", path_env);
+        .env("PATH", path_env)
+        .env("SYSTEMD_IGNORE_CHROOT", "1");
     tracing::info!(command = ?cmd, "restarting containerd");
     let status = cmd
         .status()

@@ -7,7 +7,9 @@
 //! (`cmd/containerd/command/main_unix.go` `handledSignals`), so the signal ends it and its
 //! service manager starts it again on the new config. `systemctl` is a stub in the host root
 //! (busybox sh) recording its argv: the tests have no systemd, and what matters is that the
-//! installer runs `systemctl restart containerd` inside the host root, once per real change.
+//! installer runs `systemctl restart containerd` inside the host root, once per real change,
+//! with `SYSTEMD_IGNORE_CHROOT=1` (without it systemctl ignores requests in a chroot: systemd's
+//! docs/ENVIRONMENT.md, `running_in_chroot_or_offline` in src/shared/verbs.c).
 
 // Integration tests: a failed unwrap or expect is the test failure, with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -40,7 +42,14 @@ impl Node {
         std::fs::copy(gpuhook_e2e::which("busybox").unwrap(), root.join("bin/sh")).unwrap();
         let systemctl = root.join("usr/bin/systemctl");
         std::fs::create_dir_all(systemctl.parent().unwrap()).unwrap();
-        std::fs::write(&systemctl, "#!/bin/sh\necho \"$@\" >> /systemctl.calls\n").unwrap();
+        // Like the real one: in a chroot it ignores the request unless SYSTEMD_IGNORE_CHROOT=1.
+        std::fs::write(
+            &systemctl,
+            "#!/bin/sh\n[ \"$SYSTEMD_IGNORE_CHROOT\" = 1 ] || \
+             { echo \"Running in chroot, ignoring command '$1'\" >&2; exit 0; }\n\
+             echo \"$@\" >> /systemctl.calls\n",
+        )
+        .unwrap();
         std::fs::set_permissions(&systemctl, std::fs::Permissions::from_mode(0o755)).unwrap();
         Node { root, tmp }
     }
