@@ -22,7 +22,11 @@ use gpuhook_node::DiscoverOptions;
 #[command(
     name = "gpuhook-device-plugin",
     version,
-    about = "Kubernetes device plugin for GPUs, MIG, time-slicing and MPS"
+    about = "Kubernetes device plugin for GPUs, MIG, time-slicing and MPS",
+    after_help = "Examples:\n  \
+        gpuhook-device-plugin serve --config /etc/gpuhook/device-plugin --driver-root /\n  \
+        gpuhook-device-plugin dry-run --config /etc/gpuhook/device-plugin\n  \
+        gpuhook-device-plugin labels --config /etc/gpuhook/device-plugin"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -64,10 +68,21 @@ fn init_logging(format: Option<LogFormat>) {
 #[derive(Subcommand, Debug)]
 enum Cmd {
     /// Serve the node's resources to the kubelet.
+    #[command(after_help = "Examples:\n  \
+        gpuhook-device-plugin serve --config /etc/gpuhook/device-plugin --driver-root /driver-root\n  \
+        gpuhook-device-plugin serve --config /etc/gpuhook/device-plugin --config-name t4 \
+        --plugin-dir /var/lib/kubelet/device-plugins")]
     Serve(ServeArgs),
     /// Print as JSON the resources, device IDs and labels this node would advertise.
+    #[command(after_help = "Examples:\n  \
+        gpuhook-device-plugin dry-run --config /etc/gpuhook/device-plugin\n  \
+        gpuhook-device-plugin dry-run --config /etc/gpuhook/device-plugin --config-name t4 --driver-root /")]
     DryRun(NodeArgs),
     /// Print the node labels, or write them as a Node Feature Discovery feature file.
+    #[command(after_help = "Examples:\n  \
+        gpuhook-device-plugin labels --config /etc/gpuhook/device-plugin\n  \
+        gpuhook-device-plugin labels --config /etc/gpuhook/device-plugin --node-label-file /run/config-name \
+        --output /etc/kubernetes/node-feature-discovery/features.d/gpuhook")]
     Labels {
         #[command(flatten)]
         node: NodeArgs,

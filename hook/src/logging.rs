@@ -54,12 +54,38 @@ impl LogFormat {
         }
     }
 
-    /// From [`LOG_FORMAT_ENV`], when set to a known format.
+    /// From [`LOG_FORMAT_ENV`], when set to a known format. Any other value is not an error
+    /// (a hook or the runtime wrapper must not fail a container over its log format): the
+    /// caller keeps its default (text), and the value is kept for one warning in the log, which
+    /// [`init`] and the first [`Decision::log`] write (see [`warn_invalid_format`]).
     pub fn from_env() -> Option<LogFormat> {
-        std::env::var(LOG_FORMAT_ENV)
-            .ok()
-            .as_deref()
-            .and_then(LogFormat::parse)
+        let value = std::env::var_os(LOG_FORMAT_ENV).filter(|v| !v.is_empty())?;
+        let parsed = value.to_str().and_then(LogFormat::parse);
+        if parsed.is_none() {
+            let _ = INVALID_ENV_FORMAT.set(value.to_string_lossy().into_owned());
+        }
+        parsed
+    }
+}
+
+/// An unknown [`LOG_FORMAT_ENV`] value [`LogFormat::from_env`] saw, not yet warned about.
+static INVALID_ENV_FORMAT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Warns, once per process, about an unknown [`LOG_FORMAT_ENV`] value, naming it and the
+/// accepted ones. Through `tracing`, so into the log set up (file, runc's log, or stderr),
+/// never stdout, and never into a container's own stderr (the wrapper's stderr during
+/// `runc create` is the container's).
+pub fn warn_invalid_format() {
+    static WARNED: std::sync::Once = std::sync::Once::new();
+    if let Some(value) = INVALID_ENV_FORMAT.get() {
+        WARNED.call_once(|| {
+            tracing::warn!(
+                value = %value,
+                accepted = "json|text",
+                "{LOG_FORMAT_ENV}={value:?} is not a log format (accepted: json|text); logging \
+                 as text"
+            );
+        });
     }
 }
 
@@ -154,7 +180,9 @@ pub fn subscriber(
 /// Installs the global subscriber. Call once, at the binary's boundary.
 pub fn init(settings: &LogSettings) -> Result<(), LoggingError> {
     tracing::subscriber::set_global_default(subscriber(settings)?)
-        .map_err(|_| LoggingError::AlreadyInitialised)
+        .map_err(|_| LoggingError::AlreadyInitialised)?;
+    warn_invalid_format();
+    Ok(())
 }
 
 /// What a command decided.
@@ -210,6 +238,8 @@ impl<'a> Decision<'a> {
 
     /// Emits the line: `warn` for a refusal, `info` otherwise.
     pub fn log(&self) {
+        // A wrapper that set up its own subscriber (runc's log) has not warned yet.
+        warn_invalid_format();
         let Decision {
             command,
             outcome,

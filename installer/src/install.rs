@@ -8,8 +8,9 @@ use std::process::Command;
 
 use anyhow::{bail, Context};
 
+use crate::restart::restart;
 use crate::state::{missing_dirs, Snapshot, State, STATE_FILE};
-use crate::{CommonArgs, InstallArgs, RefreshArgs};
+use crate::{InstallArgs, RefreshArgs, UninstallArgs};
 
 /// The binaries installed on the host (the installer itself stays in the image).
 pub const BINARIES: [&str; 3] = ["gpuhook", "gpuhook-runtime", "gpu-mps-daemon"];
@@ -41,13 +42,15 @@ pub fn install(args: &InstallArgs) -> anyhow::Result<()> {
     state.created_dirs.retain(|d| d.exists());
     state.record(&before, &Snapshot::take(&watched)?);
     match result {
-        Ok(()) => {
+        Ok(changed) => {
+            state.containerd_configured |= changed;
             state.save(&state_file)?;
             tracing::info!(dir = %install_dir.display(), "gpuhook installed");
-            println!(
-                "gpuhook installed in {}; restart containerd if its config changed",
-                install_dir.display()
-            );
+            println!("gpuhook installed in {}", install_dir.display());
+            if changed {
+                restart(&args.restart, PATH_ENV)
+                    .context("gpuhook is installed, but containerd was not restarted")?;
+            }
             Ok(())
         }
         Err(e) if fresh => {
@@ -64,11 +67,12 @@ pub fn install(args: &InstallArgs) -> anyhow::Result<()> {
     }
 }
 
+/// Installs; true when containerd's config changed (so containerd must restart).
 fn install_steps(
     args: &InstallArgs,
     binaries: &[(&str, Vec<u8>)],
     state: &mut State,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<bool> {
     let dir = &args.common.install_dir;
     fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     for (name, bytes) in binaries {
@@ -90,7 +94,7 @@ fn install_steps(
     generate.extend(args.spec.gpuhook_flags(&gpuhook));
     run_gpuhook(&gpuhook, &generate, &[0])?;
     if args.no_containerd {
-        return Ok(());
+        return Ok(false);
     }
     let mut configure: Vec<OsString> = vec!["runtime".into(), "configure".into()];
     configure.extend([
@@ -104,10 +108,11 @@ fn install_steps(
         flag.push(drop_in);
         configure.push(flag);
     }
-    run_gpuhook(&gpuhook, &configure, &[0, UNCHANGED])
+    Ok(run_gpuhook(&gpuhook, &configure, &[0, UNCHANGED])? != UNCHANGED)
 }
 
-pub fn uninstall(args: &CommonArgs) -> anyhow::Result<()> {
+pub fn uninstall(uninstall: &UninstallArgs) -> anyhow::Result<()> {
+    let args = &uninstall.common;
     enter_host_root(&args.host_root)?;
     let state_file = args.install_dir.join(STATE_FILE);
     let Some(state) = State::load(&state_file)? else {
@@ -119,10 +124,11 @@ pub fn uninstall(args: &CommonArgs) -> anyhow::Result<()> {
         );
     };
     state.undo(&state_file)?;
-    println!(
-        "gpuhook uninstalled from {}; restart containerd if its config changed",
-        args.install_dir.display()
-    );
+    println!("gpuhook uninstalled from {}", args.install_dir.display());
+    if state.containerd_configured {
+        restart(&uninstall.restart, PATH_ENV)
+            .context("gpuhook is uninstalled, but containerd was not restarted")?;
+    }
     Ok(())
 }
 
@@ -212,8 +218,9 @@ fn enter_host_root(host_root: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Runs the installed gpuhook with a minimal environment; `ok` lists the accepted exit codes.
-fn run_gpuhook(gpuhook: &Path, args: &[OsString], ok: &[i32]) -> anyhow::Result<()> {
+/// Runs the installed gpuhook with a minimal environment; `ok` lists the accepted exit codes,
+/// and the one it exited with is returned.
+fn run_gpuhook(gpuhook: &Path, args: &[OsString], ok: &[i32]) -> anyhow::Result<i32> {
     let mut cmd = Command::new(gpuhook);
     cmd.args(args).env_clear().env("PATH", PATH_ENV);
     if let Some(filter) = std::env::var_os("RUST_LOG") {
@@ -227,7 +234,7 @@ fn run_gpuhook(gpuhook: &Path, args: &[OsString], ok: &[i32]) -> anyhow::Result<
         )
     })?;
     match status.code() {
-        Some(code) if ok.contains(&code) => Ok(()),
+        Some(code) if ok.contains(&code) => Ok(code),
         _ => bail!("`{} {}` failed ({status})", gpuhook.display(), join(args)),
     }
 }

@@ -10,6 +10,7 @@
 //! in the install directory, which `uninstall` replays backwards.
 
 mod install;
+mod restart;
 mod state;
 
 use std::path::PathBuf;
@@ -25,9 +26,10 @@ pub const DEFAULT_INSTALL_DIR: &str = "/usr/local/nvidia-gpuhook/bin";
     name = "gpuhook-installer",
     version,
     about = "Install gpuhook on a node from a container, and uninstall it",
-    after_help = "Example (the image's entrypoint is this binary):\n  \
-        podman run --rm --privileged -v /:/host gpuhook-installer install --host-root /host\n  \
-        podman run --rm --privileged -v /:/host gpuhook-installer uninstall --host-root /host"
+    after_help = "Examples:\n  \
+        # the image's entrypoint is this binary; --pid host for --restart-mode signal\n  \
+        podman run --rm --privileged --pid host -v /:/host gpuhook-installer install\n  \
+        podman run --rm --privileged --pid host -v /:/host gpuhook-installer uninstall"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -37,17 +39,20 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Copy the binaries to the host, write the CDI spec, register the runtime with containerd
-    #[command(
-        after_help = "Example:\n  gpuhook-installer install --host-root /host \
-        --containerd-config /etc/containerd/config.toml --drop-in"
-    )]
+    #[command(after_help = "Examples:\n  \
+        gpuhook-installer install --host-root /host --restart-mode signal\n  \
+        gpuhook-installer install --host-root / --drop-in --restart-mode systemd\n  \
+        gpuhook-installer install --host-root /host --no-containerd --restart-mode none")]
     Install(InstallArgs),
     /// Undo `install`: restore changed files, remove created files and directories
-    #[command(after_help = "Example:\n  gpuhook-installer uninstall --host-root /host")]
-    Uninstall(CommonArgs),
+    #[command(after_help = "Examples:\n  \
+        gpuhook-installer uninstall --host-root /host\n  \
+        gpuhook-installer uninstall --host-root / --restart-mode systemd")]
+    Uninstall(UninstallArgs),
     /// Keep the host's CDI spec fresh: chroot into the host root and become the installed
     /// `gpuhook cdi refresh --watch` (regenerates after a driver change or a MIG re-partition)
-    #[command(after_help = "Example (the DaemonSet's cdi-refresh container):\n  \
+    #[command(after_help = "Examples:\n  \
+        # the DaemonSet's cdi-refresh container\n  \
         gpuhook-installer refresh --host-root /host --driver-root / --interval 2")]
     Refresh(RefreshArgs),
 }
@@ -121,6 +126,17 @@ pub struct InstallArgs {
     /// Leave containerd's config alone (binaries and CDI spec only)
     #[arg(long)]
     pub no_containerd: bool,
+    #[command(flatten)]
+    pub restart: restart::RestartArgs,
+}
+
+/// Flags of `uninstall`.
+#[derive(Debug, Clone, Args)]
+pub struct UninstallArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    #[command(flatten)]
+    pub restart: restart::RestartArgs,
 }
 
 /// Flags of `refresh`. Every path except --host-root is a host path.

@@ -71,6 +71,9 @@ pub struct State {
     pub created_files: Vec<PathBuf>,
     /// Files the install changed.
     pub changed_files: Vec<Changed>,
+    /// An install changed containerd's config, so `uninstall` restarts containerd too.
+    #[serde(default)]
+    pub containerd_configured: bool,
 }
 
 impl State {

@@ -15,7 +15,11 @@ use crate::config::parse_duration;
     name = "gpu-mps-daemon",
     version,
     about = "Runs and supervises one nvidia-cuda-mps-control daemon per shared GPU",
-    args_conflicts_with_subcommands = true
+    args_conflicts_with_subcommands = true,
+    after_help = "Examples:\n  \
+        gpu-mps-daemon --config /etc/gpuhook/mps.yaml --listen 127.0.0.1:9464\n  \
+        gpu-mps-daemon check --config /etc/gpuhook/mps.yaml\n  \
+        gpu-mps-daemon status --mps-root /run/gpuhook/mps"
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -27,8 +31,15 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Print the per-GPU state of a running daemon (from <mpsRoot>/status.json).
+    #[command(after_help = "Examples:\n  \
+        gpu-mps-daemon status\n  \
+        gpu-mps-daemon status --json --mps-root /run/gpuhook/mps\n  \
+        gpu-mps-daemon status --config /etc/gpuhook/mps.yaml")]
     Status(StatusArgs),
     /// Check a config against the node and print the resulting limits, without starting anything.
+    #[command(after_help = "Examples:\n  \
+        gpu-mps-daemon check --config /etc/gpuhook/mps.yaml\n  \
+        gpu-mps-daemon check --config /etc/gpuhook/mps.yaml --driver-root /run/nvidia/driver")]
     Check(RunArgs),
 }
 

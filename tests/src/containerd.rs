@@ -105,6 +105,16 @@ impl Containerd {
             .expect("run ctr")
     }
 
+    /// containerd's pid.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// containerd's exit status, once it has exited.
+    pub fn try_wait(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().expect("wait for containerd")
+    }
+
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 pub mod containerd;
+pub mod help_walk;
 pub mod mps;
 
 /// Directory that holds the workspace's built binaries and cdylibs (`target/<profile>`).

@@ -13,6 +13,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod cdi_support;
+mod installer_support;
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, BTreeSet};
@@ -21,17 +22,11 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use cdi_support::{build_node, check_spec_file, device_names, gpuhook_ok, s, tmp};
+use cdi_support::{check_spec_file, device_names, gpuhook_ok, s, tmp};
 use gpuhook_e2e::{built, e2e_ready, run_ok, workspace_root};
+use installer_support::{check_runtime_in_dump, copy_glibc, host_root, source_dir, INSTALL_DIR};
 
-const INSTALL_DIR: &str = "usr/local/nvidia-gpuhook/bin";
 const BINARIES: [&str; 3] = ["gpuhook", "gpuhook-runtime", "gpu-mps-daemon"];
-
-/// The binaries the image is built from: the release build when `GPUHOOK_RELEASE_DIR` names
-/// it (`scripts/build-release.sh`, glibc 2.17), else the workspace's debug build.
-fn source_dir() -> PathBuf {
-    std::env::var_os("GPUHOOK_RELEASE_DIR").map_or_else(gpuhook_e2e::bin_dir, PathBuf::from)
-}
 
 /// The image, removed when dropped.
 struct Image(String);
@@ -80,34 +75,6 @@ fn ok(out: &Output, what: &str) -> String {
         out.status
     );
     stdout
-}
-
-/// Copies the shared libraries (and loader) `files` need into `root`, at the same paths.
-fn copy_glibc(root: &Path, files: &[PathBuf]) {
-    for file in files {
-        let ldd = run_ok(Command::new("ldd").arg(file));
-        for word in ldd.split_whitespace().filter(|w| w.starts_with('/')) {
-            let dest = root.join(word.trim_start_matches('/'));
-            std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
-            std::fs::copy(word, &dest).unwrap_or_else(|e| panic!("copy {word}: {e}"));
-        }
-    }
-}
-
-/// A node's root: simulated driver, glibc, `/var/run -> /run`, containerd's default config.
-fn host_root(dir: &Path) -> PathBuf {
-    let root = dir.join("host");
-    build_node("a100-mig-mixed", &root);
-    copy_glibc(
-        &root,
-        &[source_dir().join("gpuhook"), gpuhook_e2e::mock_nvml_lib()],
-    );
-    std::fs::create_dir_all(root.join("var")).unwrap();
-    std::fs::create_dir_all(root.join("run")).unwrap();
-    std::os::unix::fs::symlink("/run", root.join("var/run")).unwrap();
-    let config = run_ok(Command::new("containerd").args(["config", "default"]));
-    cdi_support::write(&root.join("etc/containerd/config.toml"), &config);
-    root
 }
 
 /// Every entry under `root` with its type, mode and content (hash) or target.
@@ -185,36 +152,11 @@ fn check_installed(root: &Path) {
     );
     assert!(root.join("run/gpuhook/inventory.json").is_file());
 
-    let config = root.join("etc/containerd/config.toml");
-    let dump = run_ok(
-        Command::new("containerd")
-            .arg("--config")
-            .arg(&config)
-            .args(["config", "dump"]),
-    );
-    let runtime = dump
-        .split("[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.gpuhook.options]")
-        .nth(1)
-        .unwrap_or_else(|| panic!("no gpuhook runtime options in the dump:\n{dump}"));
-    let binary = format!("BinaryName = \"/{INSTALL_DIR}/gpuhook-runtime\"");
-    assert!(
-        runtime.split("\n\n").next().unwrap().contains(&binary),
-        "{dump}"
-    );
+    check_runtime_in_dump(&root.join("etc/containerd/config.toml"));
 }
 
-#[test]
-fn image_installs_on_a_node_and_uninstall_restores_it() {
-    if !e2e_ready(
-        "installer_image",
-        &["podman", "containerd", "ldd", "ldconfig"],
-    ) {
-        return;
-    }
-    let dir = tmp("installer");
-    let root = host_root(dir.path());
-    let image = Image::build();
-    // deploy/kubernetes runs the MPS daemon from this image too: it must find its libraries.
+/// deploy/kubernetes runs the MPS daemon from this image too: it must find its libraries.
+fn check_mps_daemon_runs(image: &Image) {
     let out = Command::new("podman")
         .args(["run", "--rm", "--runtime", "runc", "--network", "none"])
         .args([
@@ -232,18 +174,42 @@ fn image_installs_on_a_node_and_uninstall_restores_it() {
         .output()
         .expect("spawn podman");
     assert!(ok(&out, "gpu-mps-daemon --version in the image").starts_with("gpu-mps-daemon"));
+}
+
+#[test]
+fn image_installs_on_a_node_and_uninstall_restores_it() {
+    if !e2e_ready(
+        "installer_image",
+        &["podman", "containerd", "ldd", "ldconfig"],
+    ) {
+        return;
+    }
+    let dir = tmp("installer");
+    let root = host_root(dir.path());
+    let image = Image::build();
+    check_mps_daemon_runs(&image);
     let before = tree(&root);
 
-    ok(
-        &image.run(&root, &["install", "--host-root", "/host"]),
+    let out = ok(
+        &image.run(
+            &root,
+            &["install", "--host-root", "/host", "--restart-mode", "none"],
+        ),
         "install",
+    );
+    assert!(
+        out.contains("run `systemctl restart containerd` on the host"),
+        "{out}"
     );
     check_installed(&root);
 
     // Again (a DaemonSet pod restarts): nothing new, containerd's config unchanged.
     let installed = tree(&root);
     ok(
-        &image.run(&root, &["install", "--host-root", "/host"]),
+        &image.run(
+            &root,
+            &["install", "--host-root", "/host", "--restart-mode", "none"],
+        ),
         "second install",
     );
     let again = diff(&installed, &tree(&root));
@@ -255,7 +221,16 @@ fn image_installs_on_a_node_and_uninstall_restores_it() {
     );
 
     ok(
-        &image.run(&root, &["uninstall", "--host-root", "/host"]),
+        &image.run(
+            &root,
+            &[
+                "uninstall",
+                "--host-root",
+                "/host",
+                "--restart-mode",
+                "none",
+            ],
+        ),
         "uninstall",
     );
     let changes = diff(&before, &tree(&root));
@@ -316,7 +291,14 @@ fn drop_in_install_and_uninstall_on_the_host() {
         cmd.args(args).args(["--host-root", s(&root)]);
         cmd.output().unwrap()
     };
-    let out = installer(&["install", "--drop-in", "--source-dir", s(&source_dir())]);
+    let out = installer(&[
+        "install",
+        "--drop-in",
+        "--restart-mode",
+        "none",
+        "--source-dir",
+        s(&source_dir()),
+    ]);
     ok(&out, "install --drop-in");
     let drop_in = std::fs::read_to_string(root.join("etc/containerd/conf.d/99-gpuhook.toml"))
         .expect("the drop-in");
@@ -330,7 +312,10 @@ fn drop_in_install_and_uninstall_on_the_host() {
             && !main.contains("gpuhook-runtime"),
         "{main}"
     );
-    ok(&installer(&["uninstall"]), "uninstall");
+    ok(
+        &installer(&["uninstall", "--restart-mode", "none"]),
+        "uninstall",
+    );
     let changes = diff(&before, &tree(&root));
     assert!(changes.is_empty(), "uninstall left changes: {changes:#?}");
 }

@@ -308,3 +308,62 @@ fn policy_decisions_are_structured_json_lines_at_the_default_level() {
         "{error}"
     );
 }
+
+/// Issue #17.6: an unknown GPUHOOK_LOG_FORMAT is not silently ignored: one warning naming the
+/// value and the accepted ones, in the wrapper's log (the config's log-file, else runc's
+/// `--log`), never on stdout (runc's) or stderr (the container's during `runc create`); the log
+/// stays text, or follows runc's `--log-format`.
+#[test]
+fn unknown_log_format_warns_once_in_the_log() {
+    let f = Fake::new();
+    let log = f.path("gpuhook.log");
+    let runc_log = f.path("runc.log");
+    let with_file = f.config(&format!("log-file = \"{}\"", log.display()));
+    let b = f.bundle("PATH=/bin");
+    let bundle = b.to_str().unwrap();
+    let run = |config: &Path, args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_gpuhook-runtime"))
+            .args(args)
+            .env("PATH", f.path("bin"))
+            .env("GPUHOOK_CONFIG", config)
+            .env("GPUHOOK_LOG_FORMAT", "xml")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        assert_eq!(text(&out.stdout), "FAKE-RUNC-STDOUT\n");
+        assert!(
+            !text(&out.stderr).contains("GPUHOOK_LOG_FORMAT"),
+            "{}",
+            text(&out.stderr)
+        );
+    };
+    run(&with_file, &["create", "--bundle", bundle, "fmt-1"]);
+    let logged = std::fs::read_to_string(&log).unwrap();
+    let warnings: Vec<&str> = logged.lines().filter(|l| l.contains("WARN")).collect();
+    assert_eq!(warnings.len(), 1, "{logged}");
+    assert!(
+        warnings[0].contains("GPUHOOK_LOG_FORMAT=\"xml\"") && warnings[0].contains("json|text"),
+        "{logged}"
+    );
+    let line = logged.lines().find(|l| l.contains("fmt-1")).unwrap();
+    assert!(
+        serde_json::from_str::<serde_json::Value>(line).is_err(),
+        "{line}"
+    );
+
+    let without_file = f.config("");
+    let runc_args = ["--log", runc_log.to_str().unwrap(), "--log-format", "json"];
+    run(
+        &without_file,
+        &[&runc_args[..], &["create", "--bundle", bundle, "fmt-2"]].concat(),
+    );
+    let logged = std::fs::read_to_string(&runc_log).unwrap();
+    let warnings: Vec<serde_json::Value> = logged
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|v: &serde_json::Value| v["level"] == "WARN")
+        .collect();
+    assert_eq!(warnings.len(), 1, "{logged}");
+    assert_eq!(warnings[0]["value"], "xml", "{logged}");
+    assert_eq!(warnings[0]["accepted"], "json|text", "{logged}");
+}

@@ -25,15 +25,25 @@ use crate::request::{validate_class, validate_vendor};
 
 /// `gpuhook cdi ...`.
 #[derive(Debug, Clone, Subcommand)]
+#[command(after_help = "Examples:\n  \
+    gpuhook cdi generate --output /var/run/cdi/nvidia.com-gpu.json\n  \
+    gpuhook cdi list\n  \
+    gpuhook cdi validate /var/run/cdi/nvidia.com-gpu.json")]
 pub enum CdiCommand {
     /// Generate a CDI spec for this node's GPUs
-    #[command(long_about = "Generate a CDI spec for this node's GPUs.\n\n\
+    #[command(
+        long_about = "Generate a CDI spec for this node's GPUs.\n\n\
         Discovers GPUs, MIG devices and driver files under --driver-root (NVML from --nvml-lib when \
         given, else the driver root's libnvidia-ml.so.1) and writes a spec with one device per GPU/MIG \
         device and name strategy plus an `all` device. The file is written atomically (temp file + \
         rename) with mode 0644 and the lowest cdiVersion its contents need; an unchanged spec is not \
         rewritten, and a file gpuhook did not write is never replaced. The discovered inventory is \
-        also saved for `gpuhook prestart` (--inventory-cache). A one-line summary goes to stderr.")]
+        also saved for `gpuhook prestart` (--inventory-cache). A one-line summary goes to stderr.",
+        after_help = "Examples:\n  \
+        gpuhook cdi generate --output /var/run/cdi/nvidia.com-gpu.json\n  \
+        gpuhook cdi generate --driver-root /run/nvidia/driver --output - --format yaml\n  \
+        gpuhook cdi generate --device-name-strategy uuid --output /etc/cdi/nvidia.yaml"
+    )]
     Generate(Box<GenerateArgs>),
     /// Generate the spec now and, with --watch, again whenever the driver or the MIG layout changes
     Refresh(Box<RefreshArgs>),
@@ -44,14 +54,20 @@ pub enum CdiCommand {
         wins for the same device), *.json and *.yaml files in lexical order, a device defined by two \
         files of one directory is dropped. Qualified names go to stdout, one per line; broken spec \
         files, and every device defined by more than one file (which files, which one wins, what \
-        to do), are reported on stderr. Exits non-zero when nothing could be listed because of errors."
+        to do), are reported on stderr. Exits non-zero when nothing could be listed because of errors.",
+        after_help = "Examples:\n  \
+        gpuhook cdi list\n  \
+        gpuhook cdi list --spec-dir /etc/cdi --spec-dir /var/run/cdi --verbose"
     )]
     List(ListArgs),
     /// Validate a CDI spec file (JSON schema and spec rules)
     #[command(
         long_about = "Validate a CDI spec file against the CDI JSON schema and the spec's \
         rules (names, paths, cdiVersion high enough for the contents).\n\n\
-        Each problem is printed on stderr with its JSON path; exits non-zero when there is one."
+        Each problem is printed on stderr with its JSON path; exits non-zero when there is one.",
+        after_help = "Examples:\n  \
+        gpuhook cdi validate /var/run/cdi/nvidia.com-gpu.json\n  \
+        gpuhook cdi validate /etc/cdi/nvidia.yaml"
     )]
     Validate(ValidateArgs),
 }

@@ -25,6 +25,11 @@ use crate::config::Config;
 
 /// `gpuhook hook ...`.
 #[derive(Debug, Clone, Subcommand)]
+#[command(after_help = "Examples:\n  \
+    # what a generated CDI spec runs (the OCI state on stdin), here on a bundle by hand\n  \
+    gpuhook hook setup --container-spec /run/bundle/config.json \
+    --link libcuda.so.1::/usr/lib64/libcuda.so --folder /usr/lib64\n  \
+    gpuhook hook disable-device-node-modification --container-spec /run/bundle/config.json")]
 pub enum HookCommand {
     #[command(
         long_about = "Prepare the container root in one step (the createContainer hook of our CDI \
@@ -32,7 +37,12 @@ pub enum HookCommand {
         --disable-device-node-modification is given, then update the ld.so.cache for the --folder \
         directories with the host's ldconfig.\n\n\
         One process instead of the three one-step hooks below: the runtime starts and waits for \
-        every hook on every container start."
+        every hook on every container start.",
+        after_help = "Examples:\n  \
+        gpuhook hook setup --container-spec /run/bundle/config.json \
+        --link libcuda.so.1::/usr/lib64/libcuda.so --folder /usr/lib64\n  \
+        gpuhook hook setup --container-spec /run/bundle/config.json \
+        --disable-device-node-modification --folder /usr/lib64 --ldconfig-path /sbin/ldconfig"
     )]
     Setup(SetupArgs),
     /// Create symlinks inside the container root
@@ -40,21 +50,33 @@ pub enum HookCommand {
         long_about = "Create symlinks inside the container root (createContainer hook).\n\n\
         Each --link TARGET::LINK creates LINK -> TARGET. LINK is an absolute path in the container and \
         is resolved inside the container root; TARGET is stored as given. Existing identical links are \
-        left alone; a link that would escape the root is refused."
+        left alone; a link that would escape the root is refused.",
+        after_help = "Examples:\n  \
+        gpuhook hook create-symlinks --container-spec /run/bundle/config.json \
+        --link libcuda.so.1::/usr/lib64/libcuda.so\n  \
+        # as a CDI createContainer hook: the OCI state on stdin names the bundle\n  \
+        gpuhook hook create-symlinks --link libnvidia-ml.so.1::/usr/lib64/libnvidia-ml.so < state.json"
     )]
     CreateSymlinks(CreateSymlinksArgs),
     /// Run the host's ldconfig, sandboxed, on the container's library folders
     #[command(
         long_about = "Update the container's ld.so.cache (createContainer hook).\n\n\
         Writes /etc/ld.so.conf.d/00-gpuhook.conf listing the --folder directories and runs the \
-        host's ldconfig (never one from the image) in a sandbox pivoted into the container root."
+        host's ldconfig (never one from the image) in a sandbox pivoted into the container root.",
+        after_help = "Examples:\n  \
+        gpuhook hook update-ldcache --container-spec /run/bundle/config.json --folder /usr/lib64\n  \
+        gpuhook hook update-ldcache --container-spec /run/bundle/config.json --folder /usr/lib64 \
+        --ldconfig-path /sbin/ldconfig"
     )]
     UpdateLdcache(UpdateLdcacheArgs),
     /// Stop NVML inside the container from creating device nodes
     #[command(
         long_about = "Mount a read-only copy of /proc/driver/nvidia/params with \
         `ModifyDeviceFiles: 0` over the container's, so NVML in the container does not create \
-        device nodes (createContainer hook)."
+        device nodes (createContainer hook).",
+        after_help = "Examples:\n  \
+        gpuhook hook disable-device-node-modification --container-spec /run/bundle/config.json\n  \
+        gpuhook hook disable-device-node-modification < state.json"
     )]
     DisableDeviceNodeModification(DisableDeviceNodeModificationArgs),
 }

@@ -92,6 +92,7 @@ pub enum Command {
     /// Explain why this node or a container has no GPU: each check ok/warn/fail with its fix
     Doctor(Box<DoctorArgs>),
     /// Print the version
+    #[command(after_help = "Examples:\n  gpuhook version\n  gpuhook --version")]
     Version,
 }
 

@@ -10,10 +10,12 @@ use crate::prestart::{self, PrestartOutcome};
 
 /// Arguments of `gpuhook prestart`.
 #[derive(Debug, Clone, Args)]
-#[command(after_help = "Example (by hand, on a bundle runc would run):\n  \
-    echo '{\"ociVersion\":\"1.0.2\",\"id\":\"c1\",\"pid\":1234,\"bundle\":\"/run/bundle\"}' \
-    | gpuhook --log-level debug prestart\n\
-    As an OCI hook: {\"path\": \"/usr/local/bin/gpuhook\", \"args\": [\"gpuhook\", \"prestart\"]}")]
+#[command(after_help = "Examples:\n  \
+    # by hand, on a bundle runc would run (the OCI state a runtime passes on stdin)\n  \
+    echo '{\"ociVersion\":\"1.0.2\",\"id\":\"c1\",\"status\":\"creating\",\"pid\":1234,\"bundle\":\"/run/bundle\"}' \
+    | gpuhook --log-level debug prestart\n  \
+    gpuhook prestart --state /run/bundle/state.json\n  \
+    # as an OCI hook: {\"path\": \"/usr/local/bin/gpuhook\", \"args\": [\"gpuhook\", \"prestart\"]}")]
 pub struct PrestartArgs {
     /// Read the OCI state from FILE instead of stdin (for debugging)
     #[arg(long, value_name = "FILE")]

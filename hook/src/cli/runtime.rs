@@ -18,6 +18,9 @@ use crate::config::Config;
 
 /// `gpuhook runtime ...`.
 #[derive(Debug, Clone, Subcommand)]
+#[command(after_help = "Examples:\n  \
+    gpuhook runtime configure --drop-in --dry-run\n  \
+    gpuhook runtime configure --drop-in && systemctl restart containerd")]
 pub enum RuntimeCommand {
     /// Add a gpuhook runtime to containerd's config
     #[command(

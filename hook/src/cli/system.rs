@@ -11,6 +11,9 @@ use crate::config::Config;
 
 /// `gpuhook system ...`.
 #[derive(Debug, Clone, Subcommand)]
+#[command(after_help = "Examples:\n  \
+    gpuhook system create-dev-char-symlinks --dry-run\n  \
+    gpuhook system create-dev-char-symlinks")]
 pub enum SystemCommand {
     /// Create /dev/char/MAJ:MIN symlinks for the NVIDIA device nodes
     #[command(
