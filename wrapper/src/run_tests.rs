@@ -363,3 +363,41 @@ mod entry;
 
 #[path = "run_injection_tests.rs"]
 mod injection;
+
+/// The error and its `source()` chain joined as `{:#}` prints it (anyhow, a caller's log).
+fn chain(e: &dyn std::error::Error) -> String {
+    std::iter::successors(Some(e), |e| e.source())
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(": ")
+}
+
+/// A cause (the JSON parser's, the request's) appears once in the error's chain.
+#[test]
+fn each_cause_is_printed_once() {
+    let f = fixture();
+    let p = f.bundle.join("config.json");
+    fs::write(&p, b"{not json").unwrap();
+    let err = prepare(&create_argv(&f), &f.config, &env_request, None).unwrap_err();
+    let cause = serde_json::from_slice::<Value>(b"{not json")
+        .unwrap_err()
+        .to_string();
+    assert_eq!(chain(&err).matches(&cause).count(), 1, "{}", chain(&err));
+
+    fs::write(&p, serde_json::to_vec(&oci_spec()).unwrap()).unwrap();
+    let failing = |_: &Value| -> Result<Vec<String>, InjectionError> {
+        Err(RequestError::InvalidValue {
+            variable: "NVIDIA_VISIBLE_DEVICES".into(),
+            reason: "bad".into(),
+        }
+        .into())
+    };
+    let err = prepare(&create_argv(&f), &f.config, &failing, None).unwrap_err();
+    let text = chain(&err);
+    assert!(matches!(err, RuntimeError::Request { .. }), "{text}");
+    assert_eq!(
+        text.matches("invalid NVIDIA_VISIBLE_DEVICES").count(),
+        1,
+        "{text}"
+    );
+}
