@@ -84,7 +84,7 @@ pub enum RequestError {
     RequirementSyntax {
         variable: String,
         token: String,
-        reason: String,
+        reason: SyntaxError,
     },
     /// A requirement that the node does not satisfy.
     #[error("requirement error: unsatisfied condition: {condition} ({variable}={expression:?}{on}){hint}")]
@@ -142,4 +142,28 @@ pub(crate) fn preview(s: &str) -> String {
         Some((cut, _)) => format!("{}…", &s[..cut]),
         None => s.to_string(),
     }
+}
+
+/// Why one condition of a requirement expression (`cuda>=12.4`, `brand=tesla`) does not parse;
+/// the `reason` of [`RequestError::RequirementSyntax`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SyntaxError {
+    #[error("empty condition (stray ',')")]
+    EmptyCondition,
+    #[error("expected a name: cuda, driver, arch or brand")]
+    NoName,
+    #[error("unknown name {name:?}: expected cuda, driver, arch or brand")]
+    UnknownName { name: String },
+    #[error("expected an operator (=, !=, <, <=, >, >=) after {name:?}")]
+    NoOperator { name: String },
+    #[error("missing value after {name}{op}")]
+    NoValue { name: String, op: &'static str },
+    #[error("brand only supports = and !=")]
+    BrandOperator,
+    /// `value` is capped (`preview`): the container chooses it.
+    #[error("invalid brand {value:?}: expected letters, digits, '-' or '_'")]
+    InvalidBrand { value: String },
+    /// `value` is capped (`preview`): the container chooses it.
+    #[error("invalid version {value:?}: expected a dotted number such as 12.4")]
+    InvalidVersion { value: String },
 }

@@ -44,7 +44,7 @@ pub use cdi_name::{
 };
 pub use container::{mps_cdi_names, parse, ContainerRequest};
 pub use devices::{normalize_pci_bus_id, parse_id, DeviceId, DeviceSelection};
-pub use error::{RequestError, RequestSource};
+pub use error::{RequestError, RequestSource, SyntaxError};
 pub use extras::{
     check_feature_gates, parse_imex_channels, parse_mig_access, parse_mps_pipe_dir, ImexChannels,
     FEATURE_GATES,

@@ -86,8 +86,9 @@ enum SandboxError {
     NoParent,
     #[error(transparent)]
     Read(#[from] gpuhook_node::bounded::BoundedReadError),
+    /// The parser's error is in the message only, not a `source` too (printed once).
     #[error("the pod sandbox's config.json: {0}")]
-    Parse(#[from] serde_json::Error),
+    Parse(serde_json::Error),
 }
 
 /// The sandbox's annotations, read from its bundle beside `bundle`.
@@ -104,7 +105,7 @@ fn sandbox_annotations(bundle: &Path, id: &str) -> Result<Value, SandboxError> {
     }
     let dir: PathBuf = bundle.parent().ok_or(SandboxError::NoParent)?.join(id);
     let bytes = read_bounded(&dir.join("config.json"), MAX_OCI_CONFIG_BYTES)?;
-    let spec: Value = serde_json::from_slice(&bytes)?;
+    let spec: Value = serde_json::from_slice(&bytes).map_err(SandboxError::Parse)?;
     Ok(spec.get("annotations").cloned().unwrap_or(Value::Null))
 }
 

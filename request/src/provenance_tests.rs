@@ -156,3 +156,20 @@ fn allow_list_globs() {
     assert!(!allowed(&p, "nvidia.com/gpu=all"));
     assert!(!allowed(&[], "nvidia.com/gpu=0"));
 }
+
+/// A sandbox config.json that does not parse: the parser's error is named once in the chain.
+#[test]
+fn an_unparsable_sandbox_config_names_its_cause_once() {
+    let (tmp, bundle) = task_dir(json!({}));
+    let bad = tmp.path().join(SANDBOX).join("config.json");
+    std::fs::write(&bad, b"{not json").unwrap();
+    let err = sandbox_annotations(&bundle, SANDBOX).unwrap_err();
+    let cause = serde_json::from_slice::<Value>(b"{not json")
+        .unwrap_err()
+        .to_string();
+    let text: Vec<String> =
+        std::iter::successors(Some(&err as &dyn std::error::Error), |e| e.source())
+            .map(ToString::to_string)
+            .collect();
+    assert_eq!(text.join(": ").matches(&cause).count(), 1, "{text:?}");
+}

@@ -8,7 +8,7 @@
 use std::cmp::Ordering;
 use std::fmt;
 
-use super::error::{preview, RequestError};
+use super::error::{preview, RequestError, SyntaxError};
 
 /// What a factor compares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -161,7 +161,7 @@ pub fn parse_version(s: &str) -> Option<Vec<u64>> {
 
 /// Parses one expression of variable `variable`.
 pub fn parse_expression(variable: &str, expression: &str) -> Result<Constraint, RequestError> {
-    let syntax = |token: &str, reason: String| RequestError::RequirementSyntax {
+    let syntax = |token: &str, reason: SyntaxError| RequestError::RequirementSyntax {
         variable: variable.to_string(),
         token: preview(token),
         reason,
@@ -171,7 +171,7 @@ pub fn parse_expression(variable: &str, expression: &str) -> Result<Constraint, 
         let mut factors = Vec::new();
         for text in term.split(',') {
             if text.is_empty() {
-                return Err(syntax(term, "empty condition (stray ',')".into()));
+                return Err(syntax(term, SyntaxError::EmptyCondition));
             }
             factors.push(parse_factor(text).map_err(|reason| syntax(text, reason))?);
         }
@@ -184,11 +184,11 @@ pub fn parse_expression(variable: &str, expression: &str) -> Result<Constraint, 
     })
 }
 
-fn parse_factor(text: &str) -> Result<Factor, String> {
+fn parse_factor(text: &str) -> Result<Factor, SyntaxError> {
     let name_len = text.bytes().take_while(u8::is_ascii_alphabetic).count();
     let (name, rest) = text.split_at(name_len);
     if name.is_empty() {
-        return Err("expected a name: cuda, driver, arch or brand".into());
+        return Err(SyntaxError::NoName);
     }
     let property = [
         Property::Cuda,
@@ -198,35 +198,36 @@ fn parse_factor(text: &str) -> Result<Factor, String> {
     ]
     .into_iter()
     .find(|p| p.as_str().eq_ignore_ascii_case(name))
-    .ok_or_else(|| format!("unknown name {name:?}: expected cuda, driver, arch or brand"))?;
+    .ok_or_else(|| SyntaxError::UnknownName { name: name.into() })?;
     let (op, value) = Op::TABLE
         .iter()
         .find_map(|(s, op)| rest.strip_prefix(s).map(|v| (*op, v)))
-        .ok_or_else(|| format!("expected an operator (=, !=, <, <=, >, >=) after {name:?}"))?;
+        .ok_or_else(|| SyntaxError::NoOperator { name: name.into() })?;
     if value.is_empty() {
-        return Err(format!("missing value after {name}{}", op.as_str()));
+        return Err(SyntaxError::NoValue {
+            name: name.into(),
+            op: op.as_str(),
+        });
     }
     let value = if property == Property::Brand {
         if !matches!(op, Op::Eq | Op::Ne) {
-            return Err("brand only supports = and !=".into());
+            return Err(SyntaxError::BrandOperator);
         }
         if !value
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
         {
-            return Err(format!(
-                "invalid brand {:?}: expected letters, digits, '-' or '_'",
-                preview(value)
-            ));
+            return Err(SyntaxError::InvalidBrand {
+                value: preview(value),
+            });
         }
         Value::Brand(value.to_ascii_lowercase())
     } else {
-        Value::Version(parse_version(value).ok_or_else(|| {
-            format!(
-                "invalid version {:?}: expected a dotted number such as 12.4",
-                preview(value)
-            )
-        })?)
+        Value::Version(
+            parse_version(value).ok_or_else(|| SyntaxError::InvalidVersion {
+                value: preview(value),
+            })?,
+        )
     };
     Ok(Factor {
         property,

@@ -115,6 +115,60 @@ fn syntax_errors_name_variable_and_token() {
     }
 }
 
+/// The reason of a syntax error is typed (a caller can match it) and reads as before.
+#[test]
+fn syntax_error_reasons_are_typed() {
+    for (expr, want, text) in [
+        (
+            "cuda>=12.0,",
+            SyntaxError::EmptyCondition,
+            "empty condition (stray ',')",
+        ),
+        (
+            "cuda~12",
+            SyntaxError::NoOperator {
+                name: "cuda".into(),
+            },
+            "expected an operator (=, !=, <, <=, >, >=) after \"cuda\"",
+        ),
+        (
+            "cuda>=",
+            SyntaxError::NoValue {
+                name: "cuda".into(),
+                op: ">=",
+            },
+            "missing value after cuda>=",
+        ),
+        (
+            "gpu>=1",
+            SyntaxError::UnknownName { name: "gpu".into() },
+            "unknown name \"gpu\": expected cuda, driver, arch or brand",
+        ),
+        (
+            "brand=te$la",
+            SyntaxError::InvalidBrand {
+                value: "te$la".into(),
+            },
+            "invalid brand \"te$la\": expected letters, digits, '-' or '_'",
+        ),
+        (
+            "cuda>=12.x",
+            SyntaxError::InvalidVersion {
+                value: "12.x".into(),
+            },
+            "invalid version \"12.x\": expected a dotted number such as 12.4",
+        ),
+    ] {
+        match parse_expression("NVIDIA_REQUIRE_X", expr) {
+            Err(RequestError::RequirementSyntax { reason, .. }) => {
+                assert_eq!(reason.to_string(), text, "{expr}");
+                assert_eq!(reason, want, "{expr}");
+            }
+            other => panic!("{expr}: {other:?}"),
+        }
+    }
+}
+
 #[test]
 fn every_op_evaluates() {
     // CUDA 12.8 on the test node.

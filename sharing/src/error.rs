@@ -6,13 +6,15 @@ use std::path::PathBuf;
 use gpuhook_node::bounded::{cap_message, preview};
 
 /// Errors reading, parsing or selecting a device-plugin config.
+///
+/// The I/O cause of [`ConfigError::Read`] is part of its message, in a field named `error` and
+/// deliberately not a `#[source]`: printed alone or as an `anyhow` chain (`{:#}`), it appears once.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("cannot read config file {path}: {source}")]
+    #[error("cannot read config file {path}: {error}")]
     Read {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("config file {path}: {key}: {message}")]
     Parse {

@@ -10,9 +10,9 @@ use crate::error::ConfigError;
 
 /// Reads at most `max` bytes of the regular file `path` as UTF-8 text.
 pub fn read_text(path: &Path, max: u64) -> Result<String, ConfigError> {
-    let read_err = |source| ConfigError::Read {
+    let read_err = |error| ConfigError::Read {
         path: path.to_path_buf(),
-        source,
+        error,
     };
     let bytes = read_regular(path, max).map_err(read_err)?;
     String::from_utf8(bytes).map_err(|e| {

@@ -63,9 +63,9 @@ struct Entry {
 
 /// Reads `path`: a config file (one config, named by its file name) or a directory of them.
 pub fn load_config_set(path: &Path) -> Result<ConfigSet, ConfigError> {
-    let meta = std::fs::metadata(path).map_err(|source| ConfigError::Read {
+    let meta = std::fs::metadata(path).map_err(|error| ConfigError::Read {
         path: path.to_path_buf(),
-        source,
+        error,
     })?;
     let mut set = ConfigSet {
         path: path.to_path_buf(),
@@ -93,7 +93,7 @@ pub fn load_config_set(path: &Path) -> Result<ConfigSet, ConfigError> {
         // Kept as key and message; `select` names the file once.
         let config = config::load(&file).map_err(|e| match e {
             ConfigError::Parse { key, message, .. } => (key, message),
-            ConfigError::Read { source, .. } => ("(file)".to_string(), source.to_string()),
+            ConfigError::Read { error, .. } => ("(file)".to_string(), error.to_string()),
             other => ("(file)".to_string(), other.to_string()),
         });
         set.entries.insert(name, Entry { path: file, config });
@@ -108,9 +108,9 @@ pub fn load_config_set(path: &Path) -> Result<ConfigSet, ConfigError> {
 
 /// `getConfigFileNameMap`: entries that are not directories and do not start with `..`.
 fn config_files(dir: &Path) -> Result<Vec<(String, PathBuf)>, ConfigError> {
-    let read_err = |source| ConfigError::Read {
+    let read_err = |error| ConfigError::Read {
         path: dir.to_path_buf(),
-        source,
+        error,
     };
     let mut out = Vec::new();
     for entry in std::fs::read_dir(dir).map_err(read_err)? {

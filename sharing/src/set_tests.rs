@@ -127,3 +127,21 @@ fn an_unreadable_config_names_its_file_once() {
     assert_eq!(e.matches(&file).count(), 1, "{e}");
     assert!(e.contains("not UTF-8"), "{e}");
 }
+
+/// A missing config names the file and the OS error once, printed alone or as a `source()`
+/// chain (`gpu-mps-daemon check --config missing` printed the OS error twice).
+#[test]
+fn a_missing_config_prints_its_cause_once() {
+    let t = tempfile::tempdir().unwrap();
+    let missing = t.path().join("missing");
+    let err = load_config_set(&missing).unwrap_err();
+    assert!(matches!(err, ConfigError::Read { .. }), "{err}");
+    let os = std::io::Error::from_raw_os_error(libc::ENOENT).to_string();
+    let chain: Vec<String> =
+        std::iter::successors(Some(&err as &dyn std::error::Error), |e| e.source())
+            .map(ToString::to_string)
+            .collect();
+    let text = chain.join(": ");
+    assert_eq!(text.matches(&os).count(), 1, "{text}");
+    assert_eq!(text.matches(missing.to_str().unwrap()).count(), 1, "{text}");
+}

@@ -106,7 +106,7 @@ pub fn main_with(
         Ok(Prepared {
             plan, work: None, ..
         }) => RuntimeError::Exec {
-            source: plan.exec(),
+            error: plan.exec(),
             path: plan.program,
         },
         Ok(Prepared {
@@ -125,8 +125,8 @@ pub fn main_with(
                 report_error(argv, &error);
                 std::process::exit(exit_code)
             }
-            Err(source) => RuntimeError::Exec {
-                source,
+            Err(error) => RuntimeError::Exec {
+                error,
                 path: plan.program,
             },
         },

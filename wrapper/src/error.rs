@@ -3,6 +3,9 @@
 //! typed errors of its parts ([`InjectionError`] of the request, [`NodeError`] of the node).
 
 use std::path::PathBuf;
+use std::sync::Arc;
+
+use gpuhook::prestart::PrestartError;
 
 use gpuhook_node::bounded::{preview_list, BoundedReadError};
 use gpuhook_request::limits::MAX_NAMES_SHOWN;
@@ -18,11 +21,12 @@ pub const EXIT_FAILURE: i32 = 1;
 /// binary, a spec generated in memory).
 #[derive(Debug, Error)]
 pub enum NodeError {
-    /// The inventory could not be loaded (the message of the first attempt, kept for the next).
-    #[error("{0}")]
-    Inventory(String),
+    /// The inventory could not be loaded: the error of the first attempt, shared with the later
+    /// calls of the same invocation (loading is not retried).
+    #[error(transparent)]
+    Inventory(Arc<PrestartError>),
     #[error("cannot find gpuhook-runtime's own path: {0}")]
-    SelfPath(#[source] std::io::Error),
+    SelfPath(std::io::Error),
     #[error(
         "{} does not exist: the generated CDI hooks run it; install gpuhook beside gpuhook-runtime",
         path.display()
@@ -57,6 +61,10 @@ pub enum InjectionError {
 }
 
 /// Why the wrapper could not start the container.
+///
+/// A cause is part of its variant's message, in a field named `error` and deliberately not a
+/// `#[source]`: the wrapper prints `to_string()` to runc's log and stderr, and an `anyhow` chain
+/// (`{:#}`) of the same error must not print the cause a second time.
 #[derive(Debug, Error)]
 pub enum RuntimeError {
     #[error(transparent)]
@@ -64,26 +72,23 @@ pub enum RuntimeError {
     /// Unreadable, or larger than [`MAX_OCI_CONFIG_BYTES`].
     #[error("{0} (is --bundle the container's bundle directory?)")]
     ReadSpec(BoundedReadError),
-    #[error("cannot parse {} as an OCI runtime spec: {source}", path.display())]
+    #[error("cannot parse {} as an OCI runtime spec: {error}", path.display())]
     ParseSpec {
         path: PathBuf,
-        #[source]
-        source: serde_json::Error,
+        error: serde_json::Error,
     },
-    #[error("cannot work out the GPU request of the container in {}: {source}", path.display())]
+    #[error("cannot work out the GPU request of the container in {}: {error}", path.display())]
     Request {
         path: PathBuf,
-        #[source]
-        source: Box<InjectionError>,
+        error: Box<InjectionError>,
     },
     #[error(
-        "cannot generate CDI specs for {}: {source}",
+        "cannot generate CDI specs for {}: {error}",
         preview_list(names, MAX_NAMES_SHOWN)
     )]
     Generate {
         names: Vec<String>,
-        #[source]
-        source: Box<NodeError>,
+        error: Box<NodeError>,
     },
     /// The exact wording runtimes use, followed by where we looked and the fix.
     #[error(
@@ -99,17 +104,15 @@ pub enum RuntimeError {
         /// What does exist, when the caller can tell ([`GenerateMissing::explain`]).
         hint: Option<String>,
     },
-    #[error("cannot apply CDI edits to {}: {source}", path.display())]
+    #[error("cannot apply CDI edits to {}: {error}", path.display())]
     Apply {
         path: PathBuf,
-        #[source]
-        source: gpuhook_cdi::CdiError,
+        error: gpuhook_cdi::CdiError,
     },
-    #[error("cannot write {}: {source}", path.display())]
+    #[error("cannot write {}: {error}", path.display())]
     WriteSpec {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error(
         "no OCI runtime found: looked for {} on PATH{} (install runc, or list the runtime's \
@@ -124,10 +127,42 @@ pub enum RuntimeError {
         candidates: Vec<PathBuf>,
         skipped_self: Vec<PathBuf>,
     },
-    #[error("cannot execute {}: {source}", path.display())]
+    #[error("cannot execute {}: {error}", path.display())]
     Exec {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An I/O cause is in the message and not a `source()`: any printer shows it once.
+    #[test]
+    fn an_io_cause_is_printed_once() {
+        let enoent = || std::io::Error::from_raw_os_error(libc::ENOENT);
+        let os = enoent().to_string();
+        let errors = [
+            RuntimeError::WriteSpec {
+                path: "/b/config.json".into(),
+                error: enoent(),
+            },
+            RuntimeError::Exec {
+                path: "/usr/bin/runc".into(),
+                error: enoent(),
+            },
+            RuntimeError::Generate {
+                names: vec!["nvidia.com/gpu=0".into()],
+                error: Box::new(NodeError::SelfPath(enoent())),
+            },
+        ];
+        for e in errors {
+            let chain: Vec<String> =
+                std::iter::successors(Some(&e as &dyn std::error::Error), |e| e.source())
+                    .map(ToString::to_string)
+                    .collect();
+            assert_eq!(chain.join(": ").matches(&os).count(), 1, "{chain:?}");
+        }
+    }
 }

@@ -12,12 +12,14 @@
 
 use std::cell::OnceCell;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use gpuhook_cdi::{ContainerEdits, Device, EditOptions, GenerateOptions, Registry, Spec};
 use gpuhook_node::Inventory;
 
 use gpuhook::config::{Config, CONFIG_ENV};
 use gpuhook::prestart::inventory::load_inventory;
+use gpuhook::prestart::PrestartError;
 use gpuhook_request::limits::MAX_NAMES_SHOWN;
 use gpuhook_request::{parse_id, resolve_id, validate_device_name, RequestError, RequestSource};
 
@@ -33,7 +35,7 @@ pub struct NodeState<'a> {
     config: &'a Config,
     kind: String,
     gpuhook_path: Option<PathBuf>,
-    inventory: OnceCell<Result<Inventory, String>>,
+    inventory: OnceCell<Result<Inventory, Arc<PrestartError>>>,
 }
 
 impl<'a> NodeState<'a> {
@@ -66,9 +68,11 @@ impl<'a> NodeState<'a> {
                     tracing::debug!(?source, "inventory loaded");
                     inv
                 })
-                .map_err(|e| e.to_string())
+                .map_err(Arc::new)
         });
-        loaded.as_ref().map_err(|e| NodeError::Inventory(e.clone()))
+        loaded
+            .as_ref()
+            .map_err(|e| NodeError::Inventory(Arc::clone(e)))
     }
 
     /// Options of the hooks in generated edits: the gpuhook binary beside gpuhook-runtime, with

@@ -63,9 +63,9 @@ pub(crate) fn resolve(
     if let (false, Some(generate)) = (unknown.is_empty(), generate) {
         let specs = generate
             .generate(&unknown)
-            .map_err(|source| RuntimeError::Generate {
+            .map_err(|error| RuntimeError::Generate {
                 names: unknown.clone(),
-                source: Box::new(source),
+                error: Box::new(error),
             })?;
         add_generated(&mut registry, specs);
         unknown = missing(&registry);

@@ -127,9 +127,9 @@ pub fn edit_bundle_with(
     let mut spec = read_spec(&path)?;
     let injection = request
         .injection(bundle, container, &spec)
-        .map_err(|source| RuntimeError::Request {
+        .map_err(|error| RuntimeError::Request {
             path: path.clone(),
-            source: Box::new(source),
+            error: Box::new(error),
         })?;
     let injection = injection.filter(|i| !matches!(i, Injection::Cdi(n) if n.is_empty()));
     let Some(injection) = injection else {
@@ -143,9 +143,9 @@ pub fn edit_bundle_with(
         None => Registry::default(),
     };
     let resolved = start.elapsed();
-    apply(&mut spec, &registry, &injection).map_err(|source| RuntimeError::Apply {
+    apply(&mut spec, &registry, &injection).map_err(|error| RuntimeError::Apply {
         path: path.clone(),
-        source,
+        error,
     })?;
     let work = ext
         .takeover
@@ -172,9 +172,9 @@ pub fn edit_bundle_with(
 /// Reads `config.json` (bounded: a container chooses its size).
 fn read_spec(path: &Path) -> Result<Value, RuntimeError> {
     let bytes = read_bounded(path, MAX_OCI_CONFIG_BYTES).map_err(RuntimeError::ReadSpec)?;
-    serde_json::from_slice(&bytes).map_err(|source| RuntimeError::ParseSpec {
+    serde_json::from_slice(&bytes).map_err(|error| RuntimeError::ParseSpec {
         path: path.to_path_buf(),
-        source,
+        error,
     })
 }
 
@@ -209,9 +209,9 @@ fn apply(
 
 /// Writes `spec` back: atomic, not durable (see `gpuhook_fs::AtomicWriter::durable`).
 fn write_spec(path: &Path, spec: &Value) -> Result<(), RuntimeError> {
-    let write_err = |source| RuntimeError::WriteSpec {
+    let write_err = |error| RuntimeError::WriteSpec {
         path: path.to_path_buf(),
-        source,
+        error,
     };
     let out = serde_json::to_vec(spec).map_err(|e| write_err(e.into()))?;
     AtomicWriter::new(0o644)

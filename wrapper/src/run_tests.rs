@@ -210,7 +210,7 @@ fn unresolvable_devices_leave_config_untouched() {
 }
 
 #[test]
-fn request_errors_and_bad_specs_leave_config_untouched() {
+fn request_and_spec_errors_name_each_cause_once_and_leave_config_untouched() {
     let f = fixture();
     let p = f.bundle.join("config.json");
     let before = fs::read(&p).unwrap();
@@ -226,11 +226,21 @@ fn request_errors_and_bad_specs_leave_config_untouched() {
     assert!(err
         .to_string()
         .contains("invalid NVIDIA_VISIBLE_DEVICES: bad"));
+    // Each cause is printed once (the request's, below the parser's).
+    let text = chain(&err);
+    assert_eq!(
+        text.matches("invalid NVIDIA_VISIBLE_DEVICES").count(),
+        1,
+        "{text}"
+    );
     assert_eq!(fs::read(&p).unwrap(), before);
 
     fs::write(&p, b"{not json").unwrap();
     let err = prepare(&create_argv(&f), &f.config, &env_request, None).unwrap_err();
     assert!(matches!(err, RuntimeError::ParseSpec { .. }), "{err}");
+    let parser = serde_json::from_slice::<Value>(b"{not json").unwrap_err();
+    let text = chain(&err);
+    assert_eq!(text.matches(&parser.to_string()).count(), 1, "{text}");
     assert_eq!(fs::read(&p).unwrap(), b"{not json");
 
     // A device node that cannot be described: apply fails, nothing written.
@@ -363,3 +373,11 @@ mod entry;
 
 #[path = "run_injection_tests.rs"]
 mod injection;
+
+/// The error and its `source()` chain joined as `{:#}` prints it (anyhow, a caller's log).
+fn chain(e: &dyn std::error::Error) -> String {
+    std::iter::successors(Some(e), |e| e.source())
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(": ")
+}

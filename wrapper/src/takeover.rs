@@ -157,7 +157,7 @@ mod tests {
     /// Work that ends with `result` and records whether it was waited for or dropped.
     #[derive(Debug)]
     struct FakeWork {
-        result: Result<(), String>,
+        result: Result<(), InjectError>,
         log: std::sync::Arc<std::sync::Mutex<Vec<&'static str>>>,
         waited: bool,
     }
@@ -166,11 +166,7 @@ mod tests {
         fn wait(mut self: Box<Self>) -> Result<(), InjectError> {
             self.waited = true;
             self.log.lock().unwrap().push("waited");
-            self.result.clone().map_err(|reason| InjectError::Ldconfig {
-                binary: "/sbin/ldconfig".into(),
-                rootfs: "/r".into(),
-                reason,
-            })
+            std::mem::replace(&mut self.result, Ok(()))
         }
     }
 
@@ -196,7 +192,10 @@ mod tests {
         path
     }
 
-    fn run(create_code: i32, work: Result<(), String>) -> (Outcome, Vec<&'static str>, String) {
+    fn run(
+        create_code: i32,
+        work: Result<(), InjectError>,
+    ) -> (Outcome, Vec<&'static str>, String) {
         let tmp = tempfile::tempdir().unwrap();
         let rt = fake_runtime(tmp.path(), create_code);
         let argv: Vec<OsString> = [
@@ -243,7 +242,14 @@ mod tests {
 
     #[test]
     fn failed_work_deletes_the_created_container() {
-        let (out, log, calls) = run(0, Err("exited with 1".into()));
+        let (out, log, calls) = run(
+            0,
+            Err(InjectError::Ldconfig {
+                binary: "/sbin/ldconfig".into(),
+                rootfs: "/r".into(),
+                reason: "exited with 1".into(),
+            }),
+        );
         assert_eq!(out.exit_code, crate::error::EXIT_FAILURE);
         assert_eq!(
             out.error.as_deref(),

@@ -13,9 +13,7 @@
 use std::path::Path;
 
 use gpuhook_inject::cuda_compat::{list_dir, DirEntry};
-use gpuhook_inject::ContainerRoot;
-
-use super::cdi::flat;
+use gpuhook_inject::{ContainerRoot, InjectError};
 
 /// Folder of the driver's application profiles in the container.
 pub const PROFILE_DIR: &str = "/etc/nvidia/nvidia-application-profiles-rc.d";
@@ -45,9 +43,9 @@ pub fn profile(mask: u64) -> String {
 }
 
 /// Writes the profile into the container root; false when the container has no GPU node.
-pub fn write_profile(rootfs: &Path) -> anyhow::Result<bool> {
-    let root = ContainerRoot::open(rootfs).map_err(flat)?;
-    let entries = list_dir(&root, Path::new("/dev")).map_err(flat)?;
+pub fn write_profile(rootfs: &Path) -> Result<bool, InjectError> {
+    let root = ContainerRoot::open(rootfs)?;
+    let entries = list_dir(&root, Path::new("/dev"))?;
     write_mask(&root, gpu_mask(entries.as_deref().unwrap_or_default()))
 }
 
@@ -81,28 +79,24 @@ pub fn early_steps(
     rootfs: &Path,
     setup: &gpuhook_cdi::edits::SetupHookArgs,
     spec: &serde_json::Value,
-) -> anyhow::Result<Option<std::path::PathBuf>> {
+) -> Result<Option<std::path::PathBuf>, InjectError> {
     let compat = match &setup.cuda_compat_host_driver_version {
-        Some(version) => {
-            gpuhook_inject::cuda_compat::enable_cuda_compat(rootfs, version).map_err(flat)?
-        }
+        Some(version) => gpuhook_inject::cuda_compat::enable_cuda_compat(rootfs, version)?,
         None => None,
     };
     if setup.application_profile {
-        let root = ContainerRoot::open(rootfs).map_err(flat)?;
+        let root = ContainerRoot::open(rootfs)?;
         write_mask(&root, spec_gpu_mask(spec))?;
     }
     Ok(compat)
 }
 
-fn write_mask(root: &ContainerRoot, mask: u64) -> anyhow::Result<bool> {
+fn write_mask(root: &ContainerRoot, mask: u64) -> Result<bool, InjectError> {
     if mask == 0 {
         return Ok(false);
     }
-    root.ensure_dir(Path::new(PROFILE_DIR), 0o555)
-        .map_err(flat)?;
-    root.write_file(Path::new(PROFILE_FILE), profile(mask).as_bytes(), 0o444)
-        .map_err(flat)?;
+    root.ensure_dir(Path::new(PROFILE_DIR), 0o555)?;
+    root.write_file(Path::new(PROFILE_FILE), profile(mask).as_bytes(), 0o444)?;
     Ok(true)
 }
 
@@ -142,5 +136,24 @@ mod tests {
             {"path": "/dev/nvidia-caps/nvidia-cap1", "type": "c", "major": 511, "minor": 1}
         ]}});
         assert_eq!(spec_gpu_mask(&spec), 0b100);
+    }
+
+    /// The early steps fail with the typed error of the container root (the wrapper, a library,
+    /// matches it), worded as `InjectError` words it.
+    #[test]
+    fn early_steps_fail_with_a_typed_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("no-rootfs");
+        let setup = gpuhook_cdi::edits::SetupHookArgs {
+            application_profile: true,
+            ..Default::default()
+        };
+        let spec = serde_json::json!({"linux": {"devices": [
+            {"path": "/dev/nvidia0", "type": "c", "major": 195, "minor": 0}
+        ]}});
+        let err: InjectError = early_steps(&missing, &setup, &spec).unwrap_err();
+        let want = ContainerRoot::open(&missing).err().unwrap();
+        assert_eq!(err.to_string(), want.to_string());
+        assert!(err.to_string().contains("no-rootfs"), "{err}");
     }
 }

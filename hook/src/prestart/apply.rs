@@ -58,9 +58,9 @@ pub fn apply(target: &Target<'_>, plan: &Plan) -> Result<Applied, PrestartError>
     in_mount_namespace_of(target.pid, || {
         tracing::dispatcher::with_default(&dispatch, || apply_in_namespace(target, plan))
     })
-    .map_err(|source| PrestartError::Preflight {
+    .map_err(|error| PrestartError::Preflight {
         container: target.container.to_string(),
-        source,
+        error,
     })?
 }
 
@@ -110,9 +110,9 @@ fn make_device_nodes(root: &ContainerRoot, plan: &Plan) -> Result<usize, InjectE
 }
 
 fn apply_in_namespace(t: &Target<'_>, plan: &Plan) -> Result<Applied, PrestartError> {
-    let pre = |source| PrestartError::Preflight {
+    let pre = |error| PrestartError::Preflight {
         container: t.container.to_string(),
-        source,
+        error,
     };
     check_own_mount_namespace(t)?;
     let root = ContainerRoot::open(t.rootfs).map_err(pre)?;
@@ -120,10 +120,10 @@ fn apply_in_namespace(t: &Target<'_>, plan: &Plan) -> Result<Applied, PrestartEr
     tracing::debug!(container = t.container, "preflight passed");
 
     let step = |step: &'static str| {
-        move |source| PrestartError::Inject {
+        move |error| PrestartError::Inject {
             container: t.container.to_string(),
             step,
-            source,
+            error,
         }
     };
     let mut done = Applied::default();

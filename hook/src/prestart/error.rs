@@ -10,6 +10,10 @@ use crate::request::RequestError;
 
 /// Why `gpuhook prestart` refused or failed. Whatever the variant, nothing was mounted or created
 /// in the container when it comes from validation ([`PrestartError::is_before_injection`]).
+///
+/// A cause is part of its variant's message (a field named `error`, deliberately not a
+/// `#[source]`): runc prints the hook's stderr line, the CLI prints an `anyhow` chain (`{:#}`),
+/// and either way the cause appears once.
 #[derive(Debug, thiserror::Error)]
 pub enum PrestartError {
     /// The OCI state on stdin is missing, too large or malformed.
@@ -26,17 +30,13 @@ pub enum PrestartError {
     Inventory { cache: PathBuf, reason: String },
     /// Building the edits from the inventory failed.
     #[error("cannot build the container edits: {0}")]
-    Edits(#[from] gpuhook_cdi::CdiError),
+    Edits(gpuhook_cdi::CdiError),
     /// The plan is not safe or not possible to apply; found before anything was injected.
     #[error("refusing to inject into container {container}: {reason}")]
     Invalid { container: String, reason: String },
     /// The edits cannot be planned (found before anything was injected).
-    #[error("refusing to inject into container {container}: {source}")]
-    Plan {
-        container: String,
-        #[source]
-        source: PlanError,
-    },
+    #[error("refusing to inject into container {container}: {error}")]
+    Plan { container: String, error: PlanError },
     /// A host file the plan needs does not match the inventory (stale cache, driver reloaded).
     #[error("host {what} {}: {reason} (the inventory cache looks stale: run `gpuhook cdi generate` again)", path.display())]
     Host {
@@ -45,20 +45,25 @@ pub enum PrestartError {
         reason: String,
     },
     /// Checking the container root before injecting found a problem (nothing was changed).
-    #[error("refusing to inject into container {container}: {source}")]
+    #[error("refusing to inject into container {container}: {error}")]
     Preflight {
         container: String,
-        #[source]
-        source: gpuhook_inject::InjectError,
+        error: gpuhook_inject::InjectError,
     },
     /// An operation inside the container root or its cgroup failed.
-    #[error("injecting into container {container} failed while {step}: {source}")]
+    #[error("injecting into container {container} failed while {step}: {error}")]
     Inject {
         container: String,
         step: &'static str,
-        #[source]
-        source: gpuhook_inject::InjectError,
+        error: gpuhook_inject::InjectError,
     },
+}
+
+/// By hand rather than `#[from]`, which would make the cause a `source` too (printed twice).
+impl From<gpuhook_cdi::CdiError> for PrestartError {
+    fn from(error: gpuhook_cdi::CdiError) -> Self {
+        PrestartError::Edits(error)
+    }
 }
 
 impl PrestartError {
@@ -100,12 +105,8 @@ pub enum PlanError {
     UnsupportedHook { args: Vec<String> },
     #[error("unsupported hook {name:?}")]
     UnsupportedHookName { name: String },
-    #[error("{hook}: {source}")]
-    HookArgs {
-        hook: String,
-        #[source]
-        source: SetupArgsError,
-    },
+    #[error("{hook}: {error}")]
+    HookArgs { hook: String, error: SetupArgsError },
     #[error("{hook}: unexpected {flag:?}")]
     UnexpectedFlag { hook: String, flag: &'static str },
     #[error("GPU {index} is not in the inventory")]
@@ -114,4 +115,49 @@ pub enum PlanError {
     NoMig { parent: u32, index: u32 },
     #[error(transparent)]
     Extras(#[from] ExtrasError),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpuhook_inject::InjectError;
+
+    fn ldconfig_failed() -> InjectError {
+        InjectError::Ldconfig {
+            binary: "/sbin/ldconfig".into(),
+            rootfs: "/r".into(),
+            reason: "exited with 7".into(),
+        }
+    }
+
+    /// Each wrapped cause appears once in the `source()` chain, as `{:#}` prints it.
+    #[test]
+    fn a_cause_is_printed_once() {
+        let errors = [
+            PrestartError::Inject {
+                container: "c1".into(),
+                step: "updating the ld cache",
+                error: ldconfig_failed(),
+            },
+            PrestartError::Preflight {
+                container: "c1".into(),
+                error: ldconfig_failed(),
+            },
+            PrestartError::Plan {
+                container: "c1".into(),
+                error: PlanError::Path(ldconfig_failed()),
+            },
+        ];
+        for e in errors {
+            let chain: Vec<String> =
+                std::iter::successors(Some(&e as &dyn std::error::Error), |e| e.source())
+                    .map(ToString::to_string)
+                    .collect();
+            assert_eq!(
+                chain.join(": ").matches("exited with 7").count(),
+                1,
+                "{chain:?}"
+            );
+        }
+    }
 }

@@ -249,9 +249,9 @@ fn validated_plan(
     edits: &ContainerEdits,
     resolved: Option<&ResolvedRequest>,
 ) -> Result<Plan, PrestartError> {
-    let invalid = |source| PrestartError::Plan {
+    let invalid = |error| PrestartError::Plan {
         container: container.to_string(),
-        source,
+        error,
     };
     let mut plan = Plan::from_edits(inv, edits).map_err(invalid)?;
     if let Some(resolved) = resolved {
@@ -280,9 +280,9 @@ fn inject(
     let pid = state.require_pid().map_err(|e| PrestartError::State {
         reason: e.to_string(),
     })?;
-    let cgroup = locate_device_cgroup(pid).map_err(|source| PrestartError::Preflight {
+    let cgroup = locate_device_cgroup(pid).map_err(|error| PrestartError::Preflight {
         container: container.to_string(),
-        source,
+        error,
     })?;
     tracing::debug!(
         container,
@@ -317,10 +317,10 @@ fn inject(
             V2Devices::new(pid, dir.clone()).apply(&bundle_cfg.device_rules, &rules)
         }
     }
-    .map_err(|source| PrestartError::Inject {
+    .map_err(|error| PrestartError::Inject {
         container: container.to_string(),
         step: "allowing the devices in the device cgroup",
-        source,
+        error,
     })?;
     Ok(applied)
 }

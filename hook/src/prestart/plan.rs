@@ -205,9 +205,9 @@ impl Plan {
         args: &[String],
         setup: bool,
     ) -> Result<(), PlanError> {
-        let a = SetupHookArgs::from_args(args).map_err(|source| PlanError::HookArgs {
+        let a = SetupHookArgs::from_args(args).map_err(|error| PlanError::HookArgs {
             hook: name.to_string(),
-            source,
+            error,
         })?;
         let links_ok = setup || name == "create-symlinks";
         let folders_ok = setup || name == "update-ldcache";

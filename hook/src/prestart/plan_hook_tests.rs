@@ -165,3 +165,30 @@ fn setup_flags_the_hook_does_not_do_are_refused() {
         "{e}"
     );
 }
+
+/// A bad hook argument is named once in the error's `source()` chain (as `{:#}` prints it).
+#[test]
+fn a_bad_hook_argument_is_printed_once() {
+    let inv = inventory();
+    let mut edits = edits_for(
+        &inv,
+        &[DeviceRef::Gpu { index: 0 }],
+        &caps(&[Capability::Compute]),
+        &EditOptions::new("/usr/bin/gpuhook"),
+    )
+    .unwrap();
+    edits.hooks[0]
+        .args
+        .extend(["--link".into(), "t::rel/x".into()]);
+    let e = Plan::from_edits(&inv, &edits).unwrap_err();
+    let chain: Vec<String> =
+        std::iter::successors(Some(&e as &dyn std::error::Error), |e| e.source())
+            .map(ToString::to_string)
+            .collect();
+    let text = chain.join(": ");
+    assert_eq!(
+        text.matches("must be an absolute path").count(),
+        1,
+        "{text}"
+    );
+}

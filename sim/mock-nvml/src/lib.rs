@@ -19,6 +19,7 @@ mod api_mig;
 mod api_profiles;
 mod api_system;
 mod api_topology;
+mod error;
 mod events;
 mod ffi;
 mod ffi_mig;

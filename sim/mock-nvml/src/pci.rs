@@ -6,6 +6,8 @@
 
 use std::os::raw::c_uint;
 
+use crate::error::TableError;
+
 /// A parsed `domain:bus:device.function`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PciAddr {
@@ -34,12 +36,8 @@ impl PciAddr {
 }
 
 /// Parses `[domain:]bus:device[.function]` (hex, any case; domain of up to 8 digits).
-pub fn parse_bus_id(s: &str) -> Result<PciAddr, String> {
-    let err = || {
-        format!(
-            "PCI bus id {s:?} must look like 00000000:07:00.0 (domain:bus:device.function, hex)"
-        )
-    };
+pub fn parse_bus_id(s: &str) -> Result<PciAddr, TableError> {
+    let err = || TableError::PciBusId(s.to_string());
     let (rest, function) = match s.trim().rsplit_once('.') {
         Some((rest, f)) => (rest, hex(f, 1).ok_or_else(err)?),
         None => (s.trim(), 0),

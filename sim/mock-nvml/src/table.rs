@@ -11,6 +11,7 @@ use std::path::PathBuf;
 
 use gpuhook_sim::profile::{GpuProfile, MigDeviceProfile, NodeProfile};
 
+use crate::error::TableError;
 use crate::ffi::{self, NvmlDevice, NvmlReturn};
 use crate::instances::{gi_profiles, gpu_instances, GiProfile, GpuInstance};
 use crate::pci::{self, PciAddr};
@@ -160,7 +161,7 @@ impl Table {
     }
 
     /// Builds the table from a parsed profile, rejecting what NVML could never report.
-    pub fn from_profile(profile: &NodeProfile, dir: PathBuf) -> Result<Table, String> {
+    pub fn from_profile(profile: &NodeProfile, dir: PathBuf) -> Result<Table, TableError> {
         let cuda_version = parse_cuda_version(&profile.cuda_driver_version)?;
         let mut gpus = profile
             .gpus
@@ -170,11 +171,11 @@ impl Table {
         gpus.sort_by_key(|g| g.index);
         for (pos, gpu) in gpus.iter().enumerate() {
             if gpu.index as usize != pos {
-                return Err(format!(
-                    "GPU indexes must be 0..{} without gaps or duplicates, found index {} at position {pos}: renumber the [[gpus]] entries",
-                    gpus.len(),
-                    gpu.index
-                ));
+                return Err(TableError::GpuIndexes {
+                    count: gpus.len(),
+                    index: gpu.index,
+                    position: pos,
+                });
             }
         }
         let mut uuids: Vec<&str> = gpus
@@ -185,10 +186,7 @@ impl Table {
             .collect();
         uuids.sort_unstable();
         if let Some(w) = uuids.windows(2).find(|w| w[0] == w[1]) {
-            return Err(format!(
-                "UUID {} is used twice: every GPU and MIG device needs its own",
-                w[0]
-            ));
+            return Err(TableError::DuplicateUuid(w[0].to_string()));
         }
         Ok(Table {
             dir,
@@ -200,17 +198,19 @@ impl Table {
     }
 }
 
-fn gpu_from_profile(p: &GpuProfile) -> Result<Gpu, String> {
-    let ctx = |msg: String| format!("GPU {} ({}): {msg}", p.index, p.uuid);
+fn gpu_from_profile(p: &GpuProfile) -> Result<Gpu, TableError> {
+    let ctx = |error: TableError| TableError::Gpu {
+        index: p.index,
+        uuid: p.uuid.clone(),
+        error: Box::new(error),
+    };
     check_uuid(&p.uuid, "GPU-").map_err(ctx)?;
     let pci = pci::parse_bus_id(&p.pci_bus_id).map_err(ctx)?;
     let arch = parse_arch(&p.architecture).map_err(ctx)?;
     let brand = parse_brand(&p.brand).map_err(ctx)?;
     let cc = parse_compute_capability(&p.compute_capability).map_err(ctx)?;
     if !p.mig_mode && !p.mig_devices.is_empty() {
-        return Err(ctx(
-            "has [[gpus.mig_devices]] but mig_mode = false: set mig_mode = true".into(),
-        ));
+        return Err(ctx(TableError::MigDevicesWithoutMigMode));
     }
     let migs = p
         .mig_devices
@@ -219,11 +219,7 @@ fn gpu_from_profile(p: &GpuProfile) -> Result<Gpu, String> {
         .collect::<Result<Vec<_>, _>>()
         .map_err(ctx)?;
     if p.nvlinks > ffi::NVLINK_MAX_LINKS {
-        return Err(ctx(format!(
-            "nvlinks = {} but NVML knows at most {} links per GPU",
-            p.nvlinks,
-            ffi::NVLINK_MAX_LINKS
-        )));
+        return Err(ctx(TableError::TooManyNvlinks(p.nvlinks)));
     }
     let mig_capable = p.mig_mode || model_supports_mig(&p.name, arch);
     // A30 has 4 MIG slices, every other MIG-capable model 7.
@@ -256,8 +252,11 @@ fn gpu_from_profile(p: &GpuProfile) -> Result<Gpu, String> {
     })
 }
 
-fn mig_from_profile(gpu: &GpuProfile, m: &MigDeviceProfile) -> Result<Mig, String> {
-    check_uuid(&m.uuid, "MIG-").map_err(|e| format!("MIG device {}: {e}", m.uuid))?;
+fn mig_from_profile(gpu: &GpuProfile, m: &MigDeviceProfile) -> Result<Mig, TableError> {
+    check_uuid(&m.uuid, "MIG-").map_err(|e| TableError::Mig {
+        uuid: m.uuid.clone(),
+        error: Box::new(e),
+    })?;
     Ok(Mig {
         gi: m.gi_id,
         ci: m.ci_id,
@@ -280,22 +279,23 @@ fn model_supports_mig(name: &str, arch: c_uint) -> bool {
 }
 
 /// UUIDs become file names (compute-mode state), so only `[A-Za-z0-9-]` is allowed.
-fn check_uuid(uuid: &str, prefix: &str) -> Result<(), String> {
+fn check_uuid(uuid: &str, prefix: &'static str) -> Result<(), TableError> {
     let ok = uuid.starts_with(prefix)
         && uuid.len() > prefix.len()
         && uuid.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
     if ok {
         Ok(())
     } else {
-        Err(format!(
-            "UUID {uuid:?} must look like {prefix}<hex and dashes>"
-        ))
+        Err(TableError::Uuid {
+            uuid: uuid.to_string(),
+            prefix,
+        })
     }
 }
 
 /// `"12.8"` -> 12080, NVML's `1000 * major + 10 * minor`.
-pub fn parse_cuda_version(v: &str) -> Result<c_int, String> {
-    let err = || format!("cuda_driver_version {v:?} must be major.minor, e.g. \"12.8\"");
+pub fn parse_cuda_version(v: &str) -> Result<c_int, TableError> {
+    let err = || TableError::CudaVersion(v.to_string());
     let (major, minor) = v.trim().split_once('.').ok_or_else(err)?;
     let major: c_int = major.parse().map_err(|_| err())?;
     let minor: c_int = minor.parse().map_err(|_| err())?;
@@ -306,8 +306,8 @@ pub fn parse_cuda_version(v: &str) -> Result<c_int, String> {
 }
 
 /// `"8.0"` -> (8, 0).
-pub fn parse_compute_capability(v: &str) -> Result<(c_int, c_int), String> {
-    let err = || format!("compute_capability {v:?} must be major.minor, e.g. \"8.0\"");
+pub fn parse_compute_capability(v: &str) -> Result<(c_int, c_int), TableError> {
+    let err = || TableError::ComputeCapability(v.to_string());
     let (major, minor) = v.trim().split_once('.').ok_or_else(err)?;
     Ok((
         major.parse().map_err(|_| err())?,
@@ -316,7 +316,7 @@ pub fn parse_compute_capability(v: &str) -> Result<(c_int, c_int), String> {
 }
 
 /// Architecture name (case-insensitive) -> `nvmlDeviceArchitecture_t`.
-pub fn parse_arch(v: &str) -> Result<c_uint, String> {
+pub fn parse_arch(v: &str) -> Result<c_uint, TableError> {
     let norm: String = v
         .to_ascii_lowercase()
         .chars()
@@ -333,26 +333,19 @@ pub fn parse_arch(v: &str) -> Result<c_uint, String> {
         "hopper" => ffi::NVML_DEVICE_ARCH_HOPPER,
         "blackwell" => ffi::NVML_DEVICE_ARCH_BLACKWELL,
         "t23x" | "orin" => ffi::NVML_DEVICE_ARCH_T23X,
-        _ => {
-            return Err(format!(
-                "unknown architecture {v:?}: use one of kepler, maxwell, pascal, volta, turing, ampere, ada, hopper, blackwell"
-            ))
-        }
+        _ => return Err(TableError::Arch(v.to_string())),
     })
 }
 
 /// Brand name (case-insensitive, `-`/space = `_`) -> `nvmlBrandType_t`.
-pub fn parse_brand(v: &str) -> Result<c_uint, String> {
+pub fn parse_brand(v: &str) -> Result<c_uint, TableError> {
     // `nvidia_rtx`, `nvidia-rtx` and `nvidiartx` (the NVIDIA_REQUIRE_CUDA spelling) are one brand.
     let norm = v.trim().to_ascii_lowercase().replace(['-', ' ', '_'], "");
     ffi::BRANDS
         .iter()
         .find(|(n, _)| n.replace('_', "") == norm)
         .map(|(_, b)| *b)
-        .ok_or_else(|| {
-            let names: Vec<&str> = ffi::BRANDS.iter().map(|(n, _)| *n).collect();
-            format!("unknown brand {v:?}: use one of {}", names.join(", "))
-        })
+        .ok_or_else(|| TableError::Brand(v.to_string()))
 }
 
 #[cfg(test)]
