@@ -291,3 +291,20 @@ async fn preferred_replicas(profile: &str, gpus: &[&str], size: i32) -> Vec<Stri
     s.stop().await;
     got
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn critical_xid_marks_the_gpu_nvidia_marks_and_an_ignored_one_nothing() {
+    // NVIDIA (`internal/rm/health.go:checkHealth`): Xid 13 is ignored by default; Xid 79 on
+    // GPU 0 made exactly that GPU Unhealthy in its next ListAndWatch update.
+    let root = node("dgx-h100");
+    let state = root
+        .path()
+        .join("usr/lib/x86_64-linux-gnu/gpuhook-sim-state");
+    std::fs::create_dir_all(&state).unwrap();
+    let events = state.join("events");
+    let mut s = Served::start(root.path(), MIXED, "nvidia.com/gpu").await;
+    let lines = format!("xid {} 13\nxid {} 79\n", DGX_H100[1], DGX_H100[0]);
+    std::fs::write(&events, lines).unwrap();
+    assert_eq!(s.next_unhealthy().await, [DGX_H100[0]]);
+    s.stop().await;
+}

@@ -193,6 +193,19 @@ impl Served {
         ids
     }
 
+    /// The next ListAndWatch update: the IDs that are not healthy.
+    pub async fn next_unhealthy(&mut self) -> Vec<String> {
+        let list = next_list(&mut self.reg, WAIT).await;
+        let mut bad: Vec<String> = list
+            .devices
+            .into_iter()
+            .filter(|d| d.health != api::HEALTHY)
+            .map(|d| d.id)
+            .collect();
+        bad.sort();
+        bad
+    }
+
     pub async fn stop(self) {
         common::node::terminate(self.plugin).await;
         self.kubelet.stop().await;
