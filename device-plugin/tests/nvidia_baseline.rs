@@ -308,3 +308,32 @@ async fn critical_xid_marks_the_gpu_nvidia_marks_and_an_ignored_one_nothing() {
     assert_eq!(s.next_unhealthy().await, [DGX_H100[0]]);
     s.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn volume_mounts_allocate_of_a_mig_device_matches_nvidia() {
+    // NVIDIA (`server.go:getAllocateResponse`): the env var points at the mount dir, one
+    // `/dev/null` mount per device, nothing else.
+    let root = node("a100-mig-mixed");
+    let yaml = "version: v1\nflags:\n  migStrategy: mixed\n  plugin:\n    deviceListStrategy: volume-mounts\n";
+    let got = allocate(root.path(), yaml, "nvidia.com/mig-1g.10gb", A100_1G10[0]).await;
+    let envs: Vec<(&str, &str)> = got
+        .envs
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    assert_eq!(
+        envs,
+        [(
+            "NVIDIA_VISIBLE_DEVICES",
+            "/var/run/nvidia-container-devices"
+        )]
+    );
+    let mounts: Vec<(&str, &str)> = got
+        .mounts
+        .iter()
+        .map(|m| (m.container_path.as_str(), m.host_path.as_str()))
+        .collect();
+    let path = format!("/var/run/nvidia-container-devices/{}", A100_1G10[0]);
+    assert_eq!(mounts, [(path.as_str(), "/dev/null")]);
+    assert!(got.devices.is_empty() && got.annotations.is_empty() && got.cdi_devices.is_empty());
+}
