@@ -10,6 +10,7 @@
 
 use std::collections::BTreeMap;
 
+use gpuhook_node::topology::read_numa_node;
 use gpuhook_node::Inventory;
 
 use crate::advertise::{
@@ -56,7 +57,8 @@ pub fn advertise_with_warnings(
     if let Some((section, _)) = replicated {
         warnings.extend(discarded_settings(section, config.sharing.mps.is_some()));
     }
-    let resources = replicate(&base, replicated, mps_ready)?;
+    let mut resources = replicate(&base, replicated, mps_ready)?;
+    set_numa_nodes(&mut resources, inventory);
     let labels = crate::labels::node_labels(config, inventory, &base);
     let ad = Advertisement {
         config_name: name.to_string(),
@@ -77,6 +79,25 @@ pub fn advertise_with_warnings(
         mps_root: config.flags.mps_root.clone().filter(|r| !r.is_empty()),
     };
     Ok((ad, warnings))
+}
+
+/// Every device and replica carries its GPU's NUMA node (a MIG device its parent's), as NVIDIA's
+/// plugin reads it (`internal/rm/nvml_devices.go:nvmlDevice.GetNumaNode`:
+/// `/sys/bus/pci/devices/<bus>/numa_node`, -1 or absent: none) for the TopologyInfo of each
+/// device (`devices.go`). Read under the driver root, like the topology behind
+/// GetPreferredAllocation (the host's `/sys` on a real node).
+fn set_numa_nodes(resources: &mut [Resource], inventory: &Inventory) {
+    let numa: BTreeMap<&str, Option<u32>> = inventory
+        .gpus
+        .iter()
+        .map(|g| {
+            let node = read_numa_node(&inventory.driver_root, &g.pci_bus_id);
+            (g.uuid.as_str(), node)
+        })
+        .collect();
+    for d in resources.iter_mut().flat_map(|r| r.devices.iter_mut()) {
+        d.numa_node = numa.get(d.backing.gpu_uuid.as_str()).copied().flatten();
+    }
 }
 
 /// The `devices` and explicit `rename` settings NVIDIA's running plugin discards.
