@@ -185,8 +185,8 @@ fn switch_links(links: &[crate::nvml::NvLink]) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
 }
 
-/// `<root>/sys/bus/pci/devices/<dddd:bb:dd.f>/numa_node`; -1, absent or garbage → `None`.
-pub fn read_numa_node(root: &Path, nvml_bus_id: &str) -> Option<u32> {
+/// `<root>/sys/bus/pci/devices/<dddd:bb:dd.f>/<attribute>`, trimmed; `None` when unreadable.
+fn read_pci_attribute(root: &Path, nvml_bus_id: &str, attribute: &str) -> Option<String> {
     // The kernel names PCI devices with a 4-digit domain; NVML prints 8 digits.
     let (domain, rest) = nvml_bus_id.split_once(':')?;
     let domain = u32::from_str_radix(domain, 16).ok()?;
@@ -194,9 +194,29 @@ pub fn read_numa_node(root: &Path, nvml_bus_id: &str) -> Option<u32> {
     let path = root
         .join("sys/bus/pci/devices")
         .join(kernel)
-        .join("numa_node");
+        .join(attribute);
     let text = read_bounded_string(&path, 64).ok()?;
-    text.trim().parse::<u32>().ok()
+    Some(text.trim().to_string())
+}
+
+/// `<root>/sys/bus/pci/devices/<dddd:bb:dd.f>/numa_node`; -1, absent or garbage → `None`.
+pub fn read_numa_node(root: &Path, nvml_bus_id: &str) -> Option<u32> {
+    read_pci_attribute(root, nvml_bus_id, "numa_node")?
+        .parse::<u32>()
+        .ok()
+}
+
+/// The PCI class of a GPU (`…/class`, e.g. `0x030200`: a 3D controller, `0x030000`: VGA).
+pub fn read_pci_class(root: &Path, nvml_bus_id: &str) -> Option<u32> {
+    let text = read_pci_attribute(root, nvml_bus_id, "class")?;
+    u32::from_str_radix(text.trim_start_matches("0x"), 16).ok()
+}
+
+/// The machine's DMI product name (`<root>/sys/class/dmi/id/product_name`), trimmed.
+pub fn read_machine_type(root: &Path) -> Option<String> {
+    let path = root.join("sys/class/dmi/id/product_name");
+    let text = read_bounded_string(&path, 256).ok()?;
+    Some(text.trim().to_string())
 }
 
 #[cfg(test)]
@@ -234,6 +254,14 @@ mod tests {
         std::fs::create_dir_all(&dev).expect("mkdir");
         std::fs::write(dev.join("numa_node"), "1\n").expect("write");
         assert_eq!(read_numa_node(dir.path(), "00000000:9A:00.0"), Some(1));
+        let dev = dir.path().join("sys/bus/pci/devices/0000:9a:00.0");
+        std::fs::write(dev.join("class"), "0x030200\n").unwrap();
+        assert_eq!(
+            read_pci_class(dir.path(), "00000000:9A:00.0"),
+            Some(0x0003_0200)
+        );
+        assert_eq!(read_pci_class(dir.path(), "00000000:9B:00.0"), None);
+        assert_eq!(read_machine_type(dir.path()), None);
         std::fs::write(dev.join("numa_node"), "-1\n").expect("write");
         assert_eq!(read_numa_node(dir.path(), "00000000:9a:00.0"), None);
         assert_eq!(read_numa_node(dir.path(), "00000000:18:00.0"), None);

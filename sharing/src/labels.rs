@@ -246,6 +246,14 @@ pub fn node_labels(config: &Config, inv: &Inventory, base: &[BaseDevice]) -> Lab
         mig_labels(&mut l, config, inv, base);
     }
     let capable = inv.gpus.iter().any(mig_capable);
+    l.insert(
+        "nvidia.com/gpu.mode".into(),
+        crate::host_labels::gpu_mode(inv).into(),
+    );
+    l.insert(
+        "nvidia.com/gpu.machine".into(),
+        crate::host_labels::machine(inv),
+    );
     l.insert("nvidia.com/mig.capable".into(), capable.to_string());
     let mps = config.sharing.strategy() == SharingStrategy::Mps
         && !inv.gpus.iter().any(|g| g.mig_enabled);

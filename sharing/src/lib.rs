@@ -15,6 +15,7 @@ mod devices;
 pub mod dryrun;
 pub mod error;
 mod files;
+pub mod host_labels;
 pub mod kdp;
 pub mod labels;
 pub mod model;

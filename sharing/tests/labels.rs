@@ -1,7 +1,8 @@
 //! GFD-compatible node labels and the NFD feature file, against the worked examples A and B of
 //! `shared/reference/kdp-facts.md` §9 (NVIDIA k8s-device-plugin v0.20.0 `internal/lm`).
-//! Labels from NVML facts the inventory lacks (`gpu.mode`, `gpu.machine`, `vgpu.present`,
-//! `gfd.timestamp`, MIG multiprocessors and engines) are not made.
+//! `gpu.mode` and `gpu.machine` come from sysfs under the node's driver root (a node built here
+//! per example); labels from facts the inventory lacks (`vgpu.present`, `gfd.timestamp`, MIG
+//! multiprocessors and engines) are not made.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test crate: a panic is the failure report
 
 mod common;
@@ -11,6 +12,26 @@ use std::collections::BTreeMap;
 use gpuhook_node::Inventory;
 use gpuhook_sharing::config::parse;
 use gpuhook_sharing::{advertise, nfd_feature_file, Advertisement};
+
+/// A driver root with the sysfs files GFD reads: each GPU's PCI `class` and, when given, the
+/// DMI product name. The inventory is pointed at it.
+fn with_sysfs(inv: &mut Inventory, class: &str, machine: Option<&str>) -> tempfile::TempDir {
+    let root = tempfile::tempdir().unwrap();
+    for g in &inv.gpus {
+        let (domain, rest) = g.pci_bus_id.split_once(':').unwrap();
+        let kernel = format!("{}:{}", &domain[4..], rest.to_ascii_lowercase());
+        let dev = root.path().join("sys/bus/pci/devices").join(kernel);
+        std::fs::create_dir_all(&dev).unwrap();
+        std::fs::write(dev.join("class"), format!("{class}\n")).unwrap();
+    }
+    if let Some(m) = machine {
+        let dmi = root.path().join("sys/class/dmi/id");
+        std::fs::create_dir_all(&dmi).unwrap();
+        std::fs::write(dmi.join("product_name"), format!("{m}\n")).unwrap();
+    }
+    inv.driver_root = root.path().to_path_buf();
+    root
+}
 
 fn ad(yaml: &str, inv: &Inventory) -> Advertisement {
     advertise("test", &parse(yaml).unwrap(), inv, &|_| true).unwrap()
@@ -61,9 +82,14 @@ const EXAMPLE_A: &str = "version: v1\nflags: {migStrategy: none}\nsharing:\n  ti
 
 #[test]
 fn worked_example_a_time_sliced_t4_node() {
-    let ad = ad(EXAMPLE_A, &four_t4());
+    let mut inv = four_t4();
+    // A 3D controller (what a T4 reports) on a machine with a DMI product name.
+    let _root = with_sysfs(&mut inv, "0x030200", Some("PowerEdge R750xa"));
+    let ad = ad(EXAMPLE_A, &inv);
     let mut want = labels(VERSIONS);
     want.extend(labels(&[
+        ("gpu.mode", "compute"),
+        ("gpu.machine", "PowerEdge-R750xa"),
         ("gpu.count", "4"),
         ("gpu.replicas", "4"),
         ("gpu.sharing-strategy", "time-slicing"),
@@ -122,10 +148,14 @@ fn a100_40gb() -> Inventory {
 #[test]
 fn worked_example_b_mig_mixed_node() {
     let yaml = "version: v1\nflags: {migStrategy: mixed}\nsharing:\n  timeSlicing:\n    resources:\n      - {name: nvidia.com/mig-1g.5gb, replicas: 4}\n";
-    let inv = a100_40gb();
+    let mut inv = a100_40gb();
+    // No DMI product name on this machine: `unknown`, as newMachineTypeLabeler falls back.
+    let _root = with_sysfs(&mut inv, "0x030200", None);
     let ad = ad(yaml, &inv);
     let mut want = labels(VERSIONS);
     want.extend(labels(&[
+        ("gpu.mode", "compute"),
+        ("gpu.machine", "unknown"),
         ("mig.strategy", "mixed"),
         ("mig.capable", "true"),
         ("mps.capable", "false"),
@@ -221,4 +251,21 @@ fn mig_capable_follows_the_model_when_mig_is_off() {
         g.name = name.into();
         assert_eq!(gpuhook_sharing::labels::mig_capable(&g), capable, "{name}");
     }
+}
+
+/// `getModeForClasses`: one VGA-class GPU among 3D controllers, or an unreadable class, makes
+/// the node's mode `unknown`; all VGA controllers make it `graphics`.
+#[test]
+fn gpu_mode_follows_the_pci_classes_as_gfd() {
+    let mut inv = four_t4();
+    let root = with_sysfs(&mut inv, "0x030000", None);
+    assert_eq!(gpuhook_sharing::host_labels::gpu_mode(&inv), "graphics");
+    let mut mixed = inv.clone();
+    mixed.gpus[1].pci_bus_id = "00000000:AF:00.0".into();
+    let dev = root.path().join("sys/bus/pci/devices/0000:af:00.0");
+    std::fs::create_dir_all(&dev).unwrap();
+    std::fs::write(dev.join("class"), "0x030200\n").unwrap();
+    assert_eq!(gpuhook_sharing::host_labels::gpu_mode(&mixed), "unknown");
+    inv.driver_root = root.path().join("elsewhere");
+    assert_eq!(gpuhook_sharing::host_labels::gpu_mode(&inv), "unknown");
 }

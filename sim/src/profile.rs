@@ -76,6 +76,9 @@ pub struct NodeProfile {
     pub majors: DynamicMajors,
     #[serde(default)]
     pub features: Features,
+    /// The machine's DMI product name (`/sys/class/dmi/id/product_name`), when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine: Option<String>,
     pub gpus: Vec<GpuProfile>,
 }
 
@@ -167,6 +170,10 @@ pub struct GpuProfile {
     /// NVLinks from this GPU to the node's NVSwitch fabric (0: PCIe only).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub nvlinks: u32,
+    /// PCI class (`/sys/bus/pci/devices/<bus>/class`): `0x030200` (3D controller, the default for
+    /// data-centre GPUs) or `0x030000` (VGA controller: a GPU with display outputs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pci_class: Option<u32>,
 }
 
 fn is_zero(v: &u32) -> bool {

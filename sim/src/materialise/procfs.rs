@@ -12,6 +12,8 @@ use crate::profile::{
 /// `DeviceFileMode` of a capability: 0400 for `config`, 0444 for the others.
 const MODE_CONFIG: u32 = 0o400;
 const MODE_READ_ALL: u32 = 0o444;
+/// PCI class of a 3D controller: what data-centre GPUs report.
+const PCI_3D_CONTROLLER_CLASS: u32 = 0x0003_0200;
 
 /// `/proc/devices`: character majors (ours among a few ordinary ones, sorted), then block devices.
 pub fn devices(p: &NodeProfile) -> String {
@@ -176,6 +178,11 @@ pub fn proc_files(p: &NodeProfile) -> Vec<(String, String)> {
             let path = format!("/sys/bus/pci/devices/{}/numa_node", g.kernel_bus_id());
             files.push((path, format!("{node}\n")));
         }
+        // Its PCI class (read by GPU feature discovery's `gpu.mode`): a 3D controller unless the
+        // profile says the GPU drives displays.
+        let class = g.pci_class.unwrap_or(PCI_3D_CONTROLLER_CLASS);
+        let path = format!("/sys/bus/pci/devices/{}/class", g.kernel_bus_id());
+        files.push((path, format!("0x{class:06x}\n")));
         for m in &g.mig_devices {
             let gi_dir = format!(
                 "/proc/driver/nvidia/capabilities/gpu{}/mig/gi{}",
@@ -193,6 +200,10 @@ pub fn proc_files(p: &NodeProfile) -> Vec<(String, String)> {
                 capability(m.ci_cap_minor, MODE_READ_ALL),
             ));
         }
+    }
+    if let Some(machine) = &p.machine {
+        let path = "/sys/class/dmi/id/product_name".to_string();
+        files.push((path, format!("{machine}\n")));
     }
     files
 }
