@@ -29,7 +29,7 @@ use crate::status::{self, Board, StatusReadError};
 
 /// Why a command failed; each message says what to fix. Every cause is part of its variant's
 /// message and none is a `source`: `main` prints the error with its chain, and a cause that is
-/// both (as in `ConfigError::Read`) would be printed twice.
+/// both would be printed twice (`ConfigError::Read` keeps its I/O cause in its message only).
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
     #[error("--config FILE is required")]

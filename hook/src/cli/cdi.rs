@@ -12,14 +12,14 @@ mod nvidia_flags;
 mod refresh;
 mod takeover;
 
-pub use nvidia_flags::NvidiaFlags;
+pub use nvidia_flags::{FlagsError, NvidiaFlags};
 pub use refresh::RefreshArgs;
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context};
 use clap::{Args, Subcommand, ValueEnum};
 
+use super::{CdiCliError, CliError};
 use crate::config::Config;
 use crate::request::{validate_class, validate_vendor};
 
@@ -222,7 +222,7 @@ pub struct ValidateArgs {
     pub file: PathBuf,
 }
 
-pub(super) fn run(command: &CdiCommand, config: &Config) -> anyhow::Result<()> {
+pub(super) fn run(command: &CdiCommand, config: &Config) -> Result<(), CliError> {
     match command {
         CdiCommand::Generate(args) => generate::run(args, config),
         CdiCommand::Refresh(args) => refresh::run(args, config),
@@ -231,7 +231,7 @@ pub(super) fn run(command: &CdiCommand, config: &Config) -> anyhow::Result<()> {
     }
 }
 
-fn list(args: &ListArgs, config: &Config) -> anyhow::Result<()> {
+fn list(args: &ListArgs, config: &Config) -> Result<(), CliError> {
     let dirs: &[PathBuf] = if args.spec_dirs.is_empty() {
         &config.cdi_spec_dirs
     } else {
@@ -259,30 +259,29 @@ fn list(args: &ListArgs, config: &Config) -> anyhow::Result<()> {
     let shown: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
     if registry.devices.is_empty() {
         if !registry.errors.is_empty() {
-            bail!(
-                "no CDI device could be listed from {}: {} problem(s) reported above; fix or remove \
-                 the broken spec files",
-                shown.join(", "),
-                registry.errors.len()
-            );
+            return Err(CdiCliError::NothingListed {
+                dirs: shown.join(", "),
+                problems: registry.errors.len(),
+            }
+            .into());
         }
         eprintln!("gpuhook: no CDI specs found in {}", shown.join(", "));
     }
     Ok(())
 }
 
-fn print_stdout(text: &str) -> anyhow::Result<()> {
+fn print_stdout(text: &str) -> Result<(), CliError> {
     use std::io::Write;
     let mut stdout = std::io::stdout().lock();
     stdout
         .write_all(text.as_bytes())
         .and_then(|()| stdout.flush())
-        .context("cannot write to stdout")
+        .map_err(|error| CliError::Stdout { error })
 }
 
-fn validate(args: &ValidateArgs) -> anyhow::Result<()> {
+fn validate(args: &ValidateArgs) -> Result<(), CliError> {
     let file = &args.file;
-    let bytes = gpuhook_cdi::read_spec_file(file).map_err(flat)?;
+    let bytes = gpuhook_cdi::read_spec_file(file)?;
     let format = gpuhook_cdi::Format::from_path(file);
     if format.is_none() {
         eprintln!(
@@ -310,32 +309,30 @@ fn validate(args: &ValidateArgs) -> anyhow::Result<()> {
                 };
                 eprintln!("{}: {at}: {}", file.display(), e.message);
             }
-            bail!(
-                "{} is not a valid CDI spec: {} error(s) (listed above with their JSON paths); fix \
-                 them or regenerate it with `gpuhook cdi generate`",
-                file.display(),
-                errors.len()
-            )
+            Err(CdiCliError::InvalidSpec {
+                file: file.clone(),
+                errors: errors.len(),
+            }
+            .into())
         }
     }
 }
 
-/// A library error as one message. Our library errors already spell out their cause (and the
-/// fix) in their `Display`, so keeping the cause chain would print it twice on the error line.
-pub(crate) fn flat(e: impl std::fmt::Display) -> anyhow::Error {
-    anyhow::Error::msg(e.to_string())
-}
-
 /// `path` made absolute and canonical; it must exist.
-fn canonical_dir(what: &str, path: &Path) -> anyhow::Result<PathBuf> {
-    let canonical = path.canonicalize().with_context(|| {
-        format!(
-            "{what} {} does not exist or cannot be resolved (pass an existing directory)",
-            path.display()
-        )
-    })?;
+fn canonical_dir(what: &'static str, path: &Path) -> Result<PathBuf, CliError> {
+    let canonical = path
+        .canonicalize()
+        .map_err(|error| CdiCliError::Unresolvable {
+            what,
+            path: path.to_path_buf(),
+            error,
+        })?;
     if !canonical.is_dir() {
-        bail!("{what} {} is not a directory", path.display());
+        return Err(CdiCliError::NotADirectory {
+            what,
+            path: path.to_path_buf(),
+        }
+        .into());
     }
     Ok(canonical)
 }

@@ -6,12 +6,12 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use anyhow::{bail, Context};
 use clap::Args;
 use gpuhook_containerd::configure::{
     DEFAULT_BINARY, DEFAULT_CONFIG, DEFAULT_DROP_IN, DEFAULT_RUNTIME_NAME,
 };
 
+use super::CliError;
 use crate::config::Config;
 use crate::doctor::{self, ContainerTarget, Options, Status};
 
@@ -72,7 +72,7 @@ pub struct DoctorArgs {
     pub json: bool,
 }
 
-pub(super) fn run(args: &DoctorArgs, config: &Config) -> anyhow::Result<()> {
+pub(super) fn run(args: &DoctorArgs, config: &Config) -> Result<(), CliError> {
     let spec_dirs = if args.spec_dirs.is_empty() {
         config.cdi_spec_dirs.clone()
     } else {
@@ -107,7 +107,8 @@ pub(super) fn run(args: &DoctorArgs, config: &Config) -> anyhow::Result<()> {
     };
     let report = doctor::run(&opts);
     let text = if args.json {
-        let mut s = serde_json::to_string_pretty(&report).context("cannot encode the report")?;
+        let mut s = serde_json::to_string_pretty(&report)
+            .map_err(|error| CliError::EncodeReport { error })?;
         s.push('\n');
         s
     } else {
@@ -117,14 +118,14 @@ pub(super) fn run(args: &DoctorArgs, config: &Config) -> anyhow::Result<()> {
     stdout
         .write_all(text.as_bytes())
         .and_then(|()| stdout.flush())
-        .context("cannot write to stdout")?;
+        .map_err(|error| CliError::Stdout { error })?;
     if report.worst() == Status::Fail {
         let n = report
             .findings
             .iter()
             .filter(|f| f.status == Status::Fail)
             .count();
-        bail!("{n} check(s) failed; each finding above says how to fix it");
+        return Err(CliError::ChecksFailed { n });
     }
     Ok(())
 }

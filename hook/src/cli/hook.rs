@@ -13,14 +13,13 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::Context;
 use clap::{Args, Subcommand};
 use gpuhook_cdi::edits::{SetupHookArgs, SetupLink, SetupLinkError};
 use gpuhook_inject::hooks::PARAMS_PATH;
 use gpuhook_inject::{BundleConfig, OciState};
 use gpuhook_node::join_under;
 
-use super::cdi::flat;
+use super::CliError;
 use crate::config::Config;
 
 /// `gpuhook hook ...`.
@@ -168,25 +167,27 @@ pub struct DisableDeviceNodeModificationArgs {
 
 /// The container's bundle config: from `--container-spec FILE`, else from the bundle named by
 /// the OCI state on stdin (what a runtime gives a createContainer hook).
-fn bundle_config(container_spec: Option<&Path>) -> anyhow::Result<BundleConfig> {
+fn bundle_config(container_spec: Option<&Path>) -> Result<BundleConfig, CliError> {
     match container_spec {
         Some(file) => {
-            let bytes = std::fs::read(file)
-                .with_context(|| format!("cannot read container spec {}", file.display()))?;
+            let bytes = std::fs::read(file).map_err(|error| CliError::ReadContainerSpec {
+                path: file.to_path_buf(),
+                error,
+            })?;
             let bundle = file
                 .parent()
                 .filter(|d| !d.as_os_str().is_empty())
                 .unwrap_or(Path::new("."));
-            BundleConfig::parse(bundle, &bytes).map_err(flat)
+            Ok(BundleConfig::parse(bundle, &bytes)?)
         }
         None => {
-            let state = OciState::from_reader(std::io::stdin().lock()).map_err(flat)?;
-            BundleConfig::load(&state.bundle).map_err(flat)
+            let state = OciState::from_reader(std::io::stdin().lock())?;
+            Ok(BundleConfig::load(&state.bundle)?)
         }
     }
 }
 
-pub(super) fn run(command: &HookCommand, config: &Config) -> anyhow::Result<()> {
+pub(super) fn run(command: &HookCommand, config: &Config) -> Result<(), CliError> {
     match command {
         HookCommand::Setup(args) => {
             let args = SetupHookArgs::from(args);
@@ -194,8 +195,7 @@ pub(super) fn run(command: &HookCommand, config: &Config) -> anyhow::Result<()> 
             let ldconfig = ldconfig_path(config, args.ldconfig.as_deref());
             // Bad folders or a bad ldconfig fail before the first link is made.
             if !args.folders.is_empty() {
-                gpuhook_inject::check_ldcache_inputs(&bundle.rootfs, &args.folders, &ldconfig)
-                    .map_err(flat)?;
+                gpuhook_inject::check_ldcache_inputs(&bundle.rootfs, &args.folders, &ldconfig)?;
             }
             // The order of `gpuhook prestart`: links and params, ldcache last so that ldconfig
             // sees the links.
@@ -204,8 +204,7 @@ pub(super) fn run(command: &HookCommand, config: &Config) -> anyhow::Result<()> 
                 args.disable_device_node_modification && override_params(&bundle, config)?;
             // Before ldconfig: the compat folder's conf must be in place when the cache is built.
             let compat = match &args.cuda_compat_host_driver_version {
-                Some(v) => gpuhook_inject::cuda_compat::enable_cuda_compat(&bundle.rootfs, v)
-                    .map_err(flat)?,
+                Some(v) => gpuhook_inject::cuda_compat::enable_cuda_compat(&bundle.rootfs, v)?,
                 None => None,
             };
             let profile =
@@ -249,18 +248,21 @@ pub(super) fn run(command: &HookCommand, config: &Config) -> anyhow::Result<()> 
 fn create_links(
     bundle: &BundleConfig,
     links: &[LinkSpec],
-) -> anyhow::Result<Vec<gpuhook_inject::SymlinkOutcome>> {
+) -> Result<Vec<gpuhook_inject::SymlinkOutcome>, CliError> {
     let links: Vec<(PathBuf, PathBuf)> = links
         .iter()
         .map(|l| (l.target.clone(), l.link.clone()))
         .collect();
-    gpuhook_inject::create_symlinks(&bundle.rootfs, &links).map_err(flat)
+    Ok(gpuhook_inject::create_symlinks(&bundle.rootfs, &links)?)
 }
 
 /// Mounts the params override; false when the container's procfs has no driver params.
-fn override_params(bundle: &BundleConfig, config: &Config) -> anyhow::Result<bool> {
+fn override_params(bundle: &BundleConfig, config: &Config) -> Result<bool, CliError> {
     let host_params = join_under(&config.driver_root, Path::new(PARAMS_PATH));
-    gpuhook_inject::disable_device_node_modification(&bundle.rootfs, &host_params).map_err(flat)
+    Ok(gpuhook_inject::disable_device_node_modification(
+        &bundle.rootfs,
+        &host_params,
+    )?)
 }
 
 /// The host's ldconfig (`ldconfig`, else the config's) for `folders`, as the container's user.
@@ -269,10 +271,10 @@ fn update_ldcache(
     config: &Config,
     folders: &[PathBuf],
     ldconfig: Option<&Path>,
-) -> anyhow::Result<()> {
+) -> Result<(), CliError> {
     let ldconfig = ldconfig_path(config, ldconfig);
-    gpuhook_inject::update_ldcache(&bundle.rootfs, folders, &ldconfig, bundle.uid, bundle.gid)
-        .map_err(flat)
+    gpuhook_inject::update_ldcache(&bundle.rootfs, folders, &ldconfig, bundle.uid, bundle.gid)?;
+    Ok(())
 }
 
 /// `--ldconfig-path` when given, else the config's.

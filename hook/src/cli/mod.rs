@@ -1,12 +1,13 @@
 //! The `gpuhook` command line: argument definitions and dispatch.
 //!
 //! It lives in the library (not the binary) so that argument parsing is unit-tested and the
-//! binary is only its process start-up ([`status`] is its whole work). This is the one place in the crate that uses `anyhow`: it is
-//! the process boundary, where library errors become one line on stderr and an exit status.
+//! binary is only its process start-up ([`status`] is its whole work). [`status`] is the process
+//! boundary, where a [`CliError`] becomes one line on stderr ([`one_line`]) and an exit status.
 
 pub mod app_profile;
 mod cdi;
 mod doctor;
+mod error;
 mod fast_path;
 mod hook;
 mod prestart;
@@ -20,6 +21,7 @@ use clap::{Parser, Subcommand};
 
 pub use cdi::{CdiCommand, GenerateArgs, ListArgs, NameStrategy, SpecFormat, ValidateArgs};
 pub use doctor::DoctorArgs;
+pub use error::{one_line, CdiCliError, CliError};
 pub use fast_path::{cdi_generate_fast_path, prestart_fast_path};
 pub use hook::{
     CreateSymlinksArgs, DisableDeviceNodeModificationArgs, HookCommand, LinkSpec, SetupArgs,
@@ -116,13 +118,8 @@ pub fn status() -> u8 {
     }
 }
 
-/// The error and its causes on one line (`outer: inner: root`).
-pub fn one_line(e: &anyhow::Error) -> String {
-    format!("{e:#}").replace(['\n', '\r'], " ")
-}
-
 /// Loads the config, initialises logging once, and dispatches.
-pub fn run(cli: Cli) -> anyhow::Result<()> {
+pub fn run(cli: Cli) -> Result<(), CliError> {
     if let Command::Version = cli.command {
         println!("gpuhook {}", env!("CARGO_PKG_VERSION"));
         return Ok(());
@@ -143,7 +140,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     result
 }
 
-fn dispatch(command: Command, config: &Config) -> anyhow::Result<()> {
+fn dispatch(command: Command, config: &Config) -> Result<(), CliError> {
     match command {
         Command::Prestart(args) => prestart::run(&args, config),
         Command::Cdi(c) => cdi::run(&c, config),

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
+use super::CliError;
 use crate::config::Config;
 use crate::logging;
 use crate::prestart::{self, PrestartOutcome};
@@ -26,7 +27,7 @@ pub struct PrestartArgs {
     pub config: Option<PathBuf>,
 }
 
-pub(super) fn run(args: &PrestartArgs, config: &Config) -> anyhow::Result<()> {
+pub(super) fn run(args: &PrestartArgs, config: &Config) -> Result<(), CliError> {
     let Some(path) = &args.config else {
         return run_with(args, config);
     };
@@ -36,7 +37,7 @@ pub(super) fn run(args: &PrestartArgs, config: &Config) -> anyhow::Result<()> {
     tracing::subscriber::with_default(subscriber, || run_with(args, &config))
 }
 
-fn run_with(args: &PrestartArgs, config: &Config) -> anyhow::Result<()> {
+fn run_with(args: &PrestartArgs, config: &Config) -> Result<(), CliError> {
     let outcome = match &args.state {
         Some(file) => prestart::run(std::fs::File::open(file)?, config)?,
         None => prestart::run(std::io::stdin().lock(), config)?,

@@ -7,13 +7,13 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
 use gpuhook_containerd::{
     configure, ConfigureOptions, DEFAULT_BINARY, DEFAULT_CONFIG, DEFAULT_DROP_IN,
     DEFAULT_RUNTIME_NAME, EXIT_UNCHANGED,
 };
 
+use super::CliError;
 use crate::config::Config;
 
 /// `gpuhook runtime ...`.
@@ -121,7 +121,7 @@ impl ConfigureArgs {
     }
 }
 
-pub(super) fn run(command: &RuntimeCommand, _config: &Config) -> anyhow::Result<()> {
+pub(super) fn run(command: &RuntimeCommand, _config: &Config) -> Result<(), CliError> {
     match command {
         RuntimeCommand::Configure(args) => {
             let RuntimeKind::Containerd = args.runtime;
@@ -132,7 +132,7 @@ pub(super) fn run(command: &RuntimeCommand, _config: &Config) -> anyhow::Result<
             let mut out = std::io::stdout().lock();
             out.write_all(outcome.summary().as_bytes())
                 .and_then(|()| out.flush())
-                .context("cannot write to stdout")?;
+                .map_err(|error| CliError::Stdout { error })?;
             tracing::info!(
                 containerd_config = %args.containerd_config().display(),
                 exit = outcome.exit_code(),

@@ -3,10 +3,10 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use anyhow::Context;
 use clap::{Args, Subcommand};
 use gpuhook_inject::discover_dev_char_nodes;
 
+use super::CliError;
 use crate::config::Config;
 
 /// `gpuhook system ...`.
@@ -46,32 +46,30 @@ pub struct CreateDevCharSymlinksArgs {
     pub dry_run: bool,
 }
 
-pub(super) fn run(command: &SystemCommand, config: &Config) -> anyhow::Result<()> {
+pub(super) fn run(command: &SystemCommand, config: &Config) -> Result<(), CliError> {
     match command {
         SystemCommand::CreateDevCharSymlinks(args) => create_dev_char_symlinks(args, config),
     }
 }
 
 /// The host directory holding the device nodes (`<dev-root>/dev`), from `--dev-char-path`.
-fn devices_dir(args: &CreateDevCharSymlinksArgs, config: &Config) -> anyhow::Result<PathBuf> {
+fn devices_dir(args: &CreateDevCharSymlinksArgs, config: &Config) -> Result<PathBuf, CliError> {
     let dev_root = match (&args.dev_root, &args.driver_root) {
         (Some(d), _) => d.clone(),
         (None, Some(driver)) if config.dev_root.is_none() => driver.clone(),
         (None, _) => config.dev_root().to_path_buf(),
     };
-    anyhow::ensure!(
-        dev_root.is_absolute(),
-        "--dev-root {} is not an absolute path",
-        dev_root.display()
-    );
+    if !dev_root.is_absolute() {
+        return Err(CliError::DevRootNotAbsolute { path: dev_root });
+    }
     let char_dir = &args.dev_char_path;
     let parent = match (char_dir.file_name(), char_dir.parent()) {
         (Some(name), Some(parent)) if name == "char" && char_dir.is_absolute() => parent,
-        _ => anyhow::bail!(
-            "--dev-char-path {} must be an absolute path ending in /char (e.g. /dev/char): the \
-             links point at ../<node>",
-            char_dir.display()
-        ),
+        _ => {
+            return Err(CliError::DevCharPath {
+                path: char_dir.clone(),
+            })
+        }
     };
     Ok(gpuhook_node::join_under(&dev_root, parent))
 }
@@ -79,10 +77,12 @@ fn devices_dir(args: &CreateDevCharSymlinksArgs, config: &Config) -> anyhow::Res
 fn create_dev_char_symlinks(
     args: &CreateDevCharSymlinksArgs,
     config: &Config,
-) -> anyhow::Result<()> {
+) -> Result<(), CliError> {
     let dev = devices_dir(args, config)?;
-    let nodes = discover_dev_char_nodes(&dev)
-        .with_context(|| format!("listing NVIDIA device nodes in {}", dev.display()))?;
+    let nodes = discover_dev_char_nodes(&dev).map_err(|error| CliError::ListDevNodes {
+        dev: dev.clone(),
+        error,
+    })?;
     if nodes.is_empty() {
         tracing::warn!(dev = %dev.display(), "no NVIDIA device nodes found; is the driver loaded?");
     }
@@ -100,8 +100,12 @@ fn create_dev_char_symlinks(
         }
         return Ok(());
     }
-    let made = gpuhook_inject::create_dev_char_symlinks(&dev, &nodes)
-        .with_context(|| format!("creating links in {}/char", dev.display()))?;
+    let made = gpuhook_inject::create_dev_char_symlinks(&dev, &nodes).map_err(|error| {
+        CliError::CreateDevLinks {
+            dev: dev.clone(),
+            error,
+        }
+    })?;
     for ((link, outcome), n) in made.iter().zip(&nodes) {
         writeln!(
             out,

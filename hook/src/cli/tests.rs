@@ -256,5 +256,27 @@ fn prestart_fast_path_means_what_clap_means() {
 #[test]
 fn one_line_errors() {
     let e = anyhow::anyhow!("root\ncause").context("outer");
-    assert_eq!(one_line(&e), "outer: root cause");
+    assert_eq!(one_line(e.as_ref()), "outer: root cause");
+}
+
+#[test]
+fn one_line_of_a_typed_error_is_the_anyhow_chain_it_replaces() {
+    // Before `CliError`, `run` returned an anyhow chain printed with `{:#}`: context, then cause.
+    let io = || std::io::Error::new(std::io::ErrorKind::NotFound, "gone");
+    let typed = CliError::ReadContainerSpec {
+        path: "/b/config.json".into(),
+        error: io(),
+    };
+    let chained = anyhow::Error::from(io()).context("cannot read container spec /b/config.json");
+    assert_eq!(one_line(&typed), format!("{chained:#}"));
+    assert_eq!(
+        one_line(&typed),
+        "cannot read container spec /b/config.json: gone"
+    );
+    // A wrapped sub-error prints as itself, once.
+    let wrapped = CliError::from(CdiCliError::NotADirectory {
+        what: "driver root",
+        path: "/x".into(),
+    });
+    assert_eq!(one_line(&wrapped), "driver root /x is not a directory");
 }

@@ -9,11 +9,11 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context};
 use gpuhook_cdi::{default_file_name, Format, GenerateOptions, Spec, WriteOutcome};
 use gpuhook_node::{discover, DiscoverOptions, DiscoverySource, Inventory};
 
-use super::{canonical_dir, empty, flat, print_stdout, takeover, GenerateArgs};
+use super::{canonical_dir, empty, print_stdout, takeover, GenerateArgs};
+use crate::cli::{CdiCliError, CliError};
 use crate::config::Config;
 
 /// Where generated specs go by default (the runtimes' higher-priority, generated-specs directory).
@@ -30,7 +30,11 @@ enum Output {
 }
 
 impl Output {
-    fn resolve(output: Option<&Path>, format: Option<Format>, kind: &str) -> anyhow::Result<Self> {
+    fn resolve(
+        output: Option<&Path>,
+        format: Option<Format>,
+        kind: &str,
+    ) -> Result<Self, CdiCliError> {
         let in_dir = |dir: &Path| {
             let f = format.unwrap_or(Format::Json);
             Output::InDir(dir.join(default_file_name(kind, f)), f)
@@ -49,12 +53,12 @@ impl Output {
         let by_extension = Format::from_path(p)
             .or_else(|| (p.extension() == Some("yml".as_ref())).then_some(Format::Yaml));
         match (format, by_extension) {
-            (Some(f), Some(e)) if f != e => bail!(
-                "--format {} does not match the extension of {}: runtimes read *.json as JSON and \
-                 *.yaml as YAML; rename the file or drop --format",
-                f.as_str(),
-                p.display()
-            ),
+            (Some(f), Some(e)) if f != e => {
+                return Err(CdiCliError::FormatMismatch {
+                    format: f.as_str(),
+                    path: p.to_path_buf(),
+                })
+            }
             _ if p.extension() == Some("yml".as_ref()) || by_extension.is_none() => tracing::warn!(
                 output = %p.display(),
                 "runtimes load only *.json and *.yaml files from their spec directories; this file \
@@ -70,7 +74,7 @@ impl Output {
 }
 
 /// The gpuhook binary the spec's hooks run: `--gpuhook-path`, else this executable (canonical).
-fn gpuhook_path(given: Option<&PathBuf>) -> anyhow::Result<PathBuf> {
+fn gpuhook_path(given: Option<&PathBuf>) -> Result<PathBuf, CdiCliError> {
     match given {
         Some(p) if p.is_absolute() => {
             if !p.is_file() {
@@ -78,14 +82,10 @@ fn gpuhook_path(given: Option<&PathBuf>) -> anyhow::Result<PathBuf> {
             }
             Ok(p.clone())
         }
-        Some(p) => bail!(
-            "--gpuhook-path {} is not absolute: hooks run with the runtime's working directory, pass \
-             the absolute host path of the gpuhook binary",
-            p.display()
-        ),
+        Some(p) => Err(CdiCliError::RelativeGpuhookPath { path: p.clone() }),
         None => std::env::current_exe()
             .and_then(|p| p.canonicalize())
-            .context("cannot find the path of the running gpuhook binary; pass --gpuhook-path"),
+            .map_err(|error| CdiCliError::CurrentExe { error }),
     }
 }
 
@@ -119,7 +119,7 @@ fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
-pub(super) fn run(args: &GenerateArgs, config: &Config) -> anyhow::Result<()> {
+pub(super) fn run(args: &GenerateArgs, config: &Config) -> Result<(), CliError> {
     let start = Instant::now();
     let (driver_root, dev_root) = roots(args, config)?;
     let flags = args.nvidia.resolve()?;
@@ -137,8 +137,7 @@ pub(super) fn run(args: &GenerateArgs, config: &Config) -> anyhow::Result<()> {
         driver_root,
         dev_root,
         nvml_lib: args.nvml_lib.clone(),
-    })
-    .map_err(flat)?;
+    })?;
     let needs_gpus = matches!(flags.mode, None | Some(gpuhook_cdi::Mode::Management));
     check_nvml(&discovery, needs_gpus && !args.allow_procfs_fallback)?;
     let inv = discovery.inventory;
@@ -158,13 +157,20 @@ pub(super) fn run(args: &GenerateArgs, config: &Config) -> anyhow::Result<()> {
     };
     let spec = match spec {
         Err(gpuhook_cdi::CdiError::NothingToDescribe { reason }) if !args.fail_on_empty => {
-            return nothing_to_describe(&reason, &output, &kind, &config.cdi_spec_dirs, || {
+            let save = || {
                 if let Some(path) = cache_path(args, config) {
                     save_cache(&inv, path);
                 }
-            });
+            };
+            return Ok(nothing_to_describe(
+                &reason,
+                &output,
+                &kind,
+                &config.cdi_spec_dirs,
+                save,
+            )?);
         }
-        other => other.map_err(flat)?,
+        other => other?,
     };
     let generated = start.elapsed();
 
@@ -193,7 +199,7 @@ pub(super) fn run(args: &GenerateArgs, config: &Config) -> anyhow::Result<()> {
 }
 
 /// The driver root and the dev root (when one is set), canonical.
-fn roots(args: &GenerateArgs, config: &Config) -> anyhow::Result<(PathBuf, Option<PathBuf>)> {
+fn roots(args: &GenerateArgs, config: &Config) -> Result<(PathBuf, Option<PathBuf>), CliError> {
     let driver_root = args.driver_root.as_deref().unwrap_or(&config.driver_root);
     let dev_root = args.dev_root.as_deref().or(config.dev_root.as_deref());
     Ok((
@@ -210,12 +216,13 @@ fn nothing_to_describe(
     kind: &str,
     spec_dirs: &[PathBuf],
     save_cache: impl FnOnce(),
-) -> anyhow::Result<()> {
+) -> Result<(), CdiCliError> {
     let (path, named) = match output {
-        Output::Stdout(_) => bail!(
-            "the node has no GPU or MIG device to describe: {reason}; no spec printed (a CDI \
-             spec needs a device)"
-        ),
+        Output::Stdout(_) => {
+            return Err(CdiCliError::NothingToPrint {
+                reason: reason.to_string(),
+            })
+        }
         Output::File(p, _) => (p, true),
         Output::InDir(p, _) => (p, false),
     };
@@ -251,7 +258,7 @@ fn options(
 
 /// Logs discovery's warnings; with `required`, an unusable NVML is an error (its warnings become
 /// the error line instead of being logged twice).
-fn check_nvml(discovery: &gpuhook_node::Discovery, required: bool) -> anyhow::Result<()> {
+fn check_nvml(discovery: &gpuhook_node::Discovery, required: bool) -> Result<(), CdiCliError> {
     let nvml_failed = discovery.inventory.source != DiscoverySource::Nvml && required;
     let (nvml, other): (Vec<&String>, Vec<&String>) = discovery
         .warnings
@@ -262,16 +269,13 @@ fn check_nvml(discovery: &gpuhook_node::Discovery, required: bool) -> anyhow::Re
     }
     if nvml_failed {
         let nvml: Vec<&str> = nvml.into_iter().map(String::as_str).collect();
-        bail!(
-            "{}; a spec made without NVML lacks MIG devices: fix NVML (or point --nvml-lib at a \
-             working libnvidia-ml.so.1), or pass --allow-procfs-fallback to describe full GPUs from \
-             /proc/driver/nvidia only",
-            if nvml.is_empty() {
+        return Err(CdiCliError::NvmlRequired {
+            nvml: if nvml.is_empty() {
                 "NVML is unusable".to_string()
             } else {
                 nvml.join("; ")
-            }
-        );
+            },
+        });
     }
     Ok(())
 }
@@ -283,10 +287,10 @@ fn write(
     output: &Output,
     force: bool,
     spec_dirs: &[PathBuf],
-) -> anyhow::Result<(String, WriteOutcome)> {
+) -> Result<(String, WriteOutcome), CliError> {
     match output {
         Output::Stdout(format) => {
-            let bytes = spec.to_bytes(*format).map_err(flat)?;
+            let bytes = spec.to_bytes(*format)?;
             print_stdout(&String::from_utf8_lossy(&bytes))?;
             Ok(("<stdout>".into(), WriteOutcome::Written))
         }
@@ -306,8 +310,7 @@ fn write(
                 gpuhook_cdi::write_spec_replacing(spec, &t.path, t.format)
             } else {
                 gpuhook_cdi::write_spec(spec, &t.path, t.format)
-            }
-            .map_err(flat)?;
+            }?;
             if let Some(old) = &t.retire {
                 retire(old, &spec.kind);
             }

@@ -9,7 +9,6 @@
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
-use anyhow::bail;
 use clap::Args;
 use gpuhook_cdi::edits::HOOK_NAMES;
 use gpuhook_cdi::Mode;
@@ -125,6 +124,53 @@ pub struct Resolved {
     pub gpuhook_path: Option<PathBuf>,
 }
 
+/// A flag of NVIDIA's that gpuhook refuses; each message names what to do instead.
+#[derive(Debug, thiserror::Error)]
+pub enum FlagsError {
+    #[error(
+        "--mode {value}: gpuhook supports discrete GPUs through NVML only (--mode nvml); Tegra \
+         (csv) and WSL specs come from NVIDIA's nvidia-ctk"
+    )]
+    UnsupportedMode { value: String },
+    /// `value` is already capped.
+    #[error(
+        "invalid discovery mode {value:?}: use auto, nvml, management, gds, mofed, nvswitch, \
+         gdrcopy or imex"
+    )]
+    InvalidMode { value: String },
+    /// `name` is already capped.
+    #[error("unknown hook {name:?}: use {}", HOOK_NAMES.join(", "))]
+    UnknownHook { name: String },
+    #[error("--enable-hook all: enabling all hooks is not supported (as in nvidia-ctk)")]
+    EnableAllHooks,
+    #[error(
+        "--enable-hook {hook}: gpuhook's setup hook has no {hook} step (chmod was a workaround for \
+         old crun; device nodes carry their mode in the spec instead)"
+    )]
+    NoSuchStep { hook: String },
+    #[error("--feature-flag {flag} is not supported by gpuhook; leave it out")]
+    UnsupportedFeature { flag: String },
+    #[error(
+        "--config-search-path is not supported: gpuhook finds the driver's config files \
+         (Vulkan/EGL/OpenCL ICDs) at their standard places under --driver-root; point \
+         --driver-root at the driver installation instead"
+    )]
+    ConfigSearchPath,
+    #[error("--csv.* flags belong to CSV (Tegra) mode, which gpuhook does not support")]
+    Csv,
+    #[error(
+        "--nvidia-cdi-hook-path {}: gpuhook's specs run gpuhook's own setup hook, not \
+         NVIDIA's; pass --gpuhook-path with the absolute path of the gpuhook binary",
+        path.display()
+    )]
+    NvidiaHookPath { path: PathBuf },
+    #[error(
+        "--device-id none would give a spec without devices, which CDI runtimes reject; \
+         leave the spec out instead"
+    )]
+    DeviceIdNone,
+}
+
 /// NVIDIA's feature flags that do not change a gpuhook spec, and why.
 const NEUTRAL_FEATURES: &[(&str, &str)] = &[
     (
@@ -138,7 +184,7 @@ const NEUTRAL_FEATURES: &[(&str, &str)] = &[
     ("disable-multiple-csv-devices", "CSV mode only"),
 ];
 
-fn mode(value: &str) -> anyhow::Result<Option<Mode>> {
+fn mode(value: &str) -> Result<Option<Mode>, FlagsError> {
     Ok(Some(match value.to_ascii_lowercase().as_str() {
         "auto" | "nvml" => return Ok(None),
         "management" => Mode::Management,
@@ -147,39 +193,35 @@ fn mode(value: &str) -> anyhow::Result<Option<Mode>> {
         "nvswitch" => Mode::Nvswitch,
         "gdrcopy" => Mode::Gdrcopy,
         "imex" => Mode::Imex,
-        "csv" | "wsl" => bail!(
-            "--mode {value}: gpuhook supports discrete GPUs through NVML only (--mode nvml); Tegra \
-             (csv) and WSL specs come from NVIDIA's nvidia-ctk"
-        ),
-        _ => bail!(
-            "invalid discovery mode {:?}: use auto, nvml, management, gds, mofed, nvswitch, \
-             gdrcopy or imex",
-            gpuhook_cdi::error::capped(value)
-        ),
+        "csv" | "wsl" => {
+            return Err(FlagsError::UnsupportedMode {
+                value: value.to_string(),
+            })
+        }
+        _ => {
+            return Err(FlagsError::InvalidMode {
+                value: gpuhook_cdi::error::capped(value),
+            })
+        }
     }))
 }
 
-fn hooks(disable: &[String], enable: &[String]) -> anyhow::Result<BTreeSet<String>> {
+fn hooks(disable: &[String], enable: &[String]) -> Result<BTreeSet<String>, FlagsError> {
     for h in disable.iter().chain(enable) {
         if !HOOK_NAMES.contains(&h.as_str()) {
-            bail!(
-                "unknown hook {:?}: use {}",
-                gpuhook_cdi::error::capped(h),
-                HOOK_NAMES.join(", ")
-            );
+            return Err(FlagsError::UnknownHook {
+                name: gpuhook_cdi::error::capped(h),
+            });
         }
     }
     if enable.iter().any(|h| h == "all") {
-        bail!("--enable-hook all: enabling all hooks is not supported (as in nvidia-ctk)");
+        return Err(FlagsError::EnableAllHooks);
     }
     if let Some(h) = enable
         .iter()
         .find(|h| *h == "chmod" || *h == "update-application-profile")
     {
-        bail!(
-            "--enable-hook {h}: gpuhook's setup hook has no {h} step (chmod was a workaround for \
-             old crun; device nodes carry their mode in the spec instead)"
-        );
+        return Err(FlagsError::NoSuchStep { hook: h.clone() });
     }
     Ok(disable
         .iter()
@@ -188,13 +230,13 @@ fn hooks(disable: &[String], enable: &[String]) -> anyhow::Result<BTreeSet<Strin
         .collect())
 }
 
-fn features(flags: &[String]) -> anyhow::Result<bool> {
+fn features(flags: &[String]) -> Result<bool, FlagsError> {
     let mut no_ipc = false;
     for f in flags {
         match f.as_str() {
             "disable-ipc-discoverer" => no_ipc = true,
             "enable-explicit-driver-libraries" | "enable-coherent-annotations" => {
-                bail!("--feature-flag {f} is not supported by gpuhook; leave it out")
+                return Err(FlagsError::UnsupportedFeature { flag: f.clone() })
             }
             other => match NEUTRAL_FEATURES.iter().find(|(n, _)| *n == other) {
                 Some((_, why)) => tracing::info!(flag = other, "feature flag has no effect: {why}"),
@@ -209,19 +251,15 @@ fn features(flags: &[String]) -> anyhow::Result<bool> {
 
 impl NvidiaFlags {
     /// Checks the flags; refuses those gpuhook cannot honour, naming the way to do it here.
-    pub fn resolve(&self) -> anyhow::Result<Resolved> {
+    pub fn resolve(&self) -> Result<Resolved, FlagsError> {
         if !self.config_search_paths.is_empty() {
-            bail!(
-                "--config-search-path is not supported: gpuhook finds the driver's config files \
-                 (Vulkan/EGL/OpenCL ICDs) at their standard places under --driver-root; point \
-                 --driver-root at the driver installation instead"
-            );
+            return Err(FlagsError::ConfigSearchPath);
         }
         if !self.csv_files.is_empty()
             || !self.csv_ignore_patterns.is_empty()
             || self.csv_compat_container_root.is_some()
         {
-            bail!("--csv.* flags belong to CSV (Tegra) mode, which gpuhook does not support");
+            return Err(FlagsError::Csv);
         }
         if !self.library_search_paths.is_empty() {
             tracing::warn!(
@@ -230,11 +268,7 @@ impl NvidiaFlags {
         }
         let gpuhook_path = match &self.nvidia_cdi_hook_path {
             Some(p) if p.file_name() == Some("gpuhook".as_ref()) => Some(p.clone()),
-            Some(p) => bail!(
-                "--nvidia-cdi-hook-path {}: gpuhook's specs run gpuhook's own setup hook, not \
-                 NVIDIA's; pass --gpuhook-path with the absolute path of the gpuhook binary",
-                p.display()
-            ),
+            Some(p) => return Err(FlagsError::NvidiaHookPath { path: p.clone() }),
             None => None,
         };
         let ids: Vec<String> = self
@@ -243,10 +277,7 @@ impl NvidiaFlags {
             .map(|s| s.trim().to_string())
             .collect();
         if ids.iter().any(|i| i == "none") {
-            bail!(
-                "--device-id none would give a spec without devices, which CDI runtimes reject; \
-                 leave the spec out instead"
-            );
+            return Err(FlagsError::DeviceIdNone);
         }
         Ok(Resolved {
             mode: mode(&self.mode)?,

@@ -119,7 +119,7 @@ fn generate_args(args: &[&str]) -> GenerateArgs {
     }
 }
 
-fn resolved(args: &[&str]) -> anyhow::Result<Resolved> {
+fn resolved(args: &[&str]) -> Result<Resolved, FlagsError> {
     generate_args(args).nvidia.resolve()
 }
 

@@ -14,12 +14,11 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
 use clap::Args;
 use gpuhook_node::fingerprint::Fingerprint;
 
 use super::{generate, GenerateArgs};
-use crate::cli::one_line;
+use crate::cli::{one_line, CdiCliError, CliError};
 use crate::config::Config;
 
 /// After a failed generation with an unchanged node, try again this often (a driver that is still
@@ -65,7 +64,7 @@ impl Watch {
     }
 
     /// Runs `generate` for the node state `now` and remembers the outcome.
-    fn generate(&mut self, now: Fingerprint, run: &mut impl FnMut() -> anyhow::Result<()>) {
+    fn generate(&mut self, now: Fingerprint, run: &mut impl FnMut() -> Result<(), CliError>) {
         if let Some(before) = &self.generated_for {
             let changed = before.changed_paths(&now);
             tracing::info!(changed = %gpuhook_node::bounded::preview_list(&changed, 4), "node state changed; regenerating the CDI spec");
@@ -87,7 +86,7 @@ impl Watch {
     }
 }
 
-pub(super) fn run(args: &RefreshArgs, config: &Config) -> anyhow::Result<()> {
+pub(super) fn run(args: &RefreshArgs, config: &Config) -> Result<(), CliError> {
     let driver_root: PathBuf = args
         .generate
         .driver_root
@@ -100,8 +99,10 @@ pub(super) fn run(args: &RefreshArgs, config: &Config) -> anyhow::Result<()> {
     let mut watch = Watch::default();
     let mut run = || generate::run(&args.generate, config);
     loop {
-        let now = Fingerprint::take(&driver_root)
-            .with_context(|| format!("cannot read the node state under {}", driver_root.display()));
+        let now = Fingerprint::take(&driver_root).map_err(|error| CdiCliError::NodeState {
+            driver_root: driver_root.clone(),
+            error,
+        });
         match now {
             Ok(now) if watch.due(&now) => watch.generate(now, &mut run),
             Ok(_) => {}
@@ -149,7 +150,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut w = Watch::default();
         let a = fp(dir.path(), "580.1.2");
-        w.generate(a.clone(), &mut || anyhow::bail!("NVML is unusable"));
+        w.generate(a.clone(), &mut || {
+            Err(std::io::Error::other("NVML is unusable").into())
+        });
         assert!(!w.due(&a), "same node, fresh failure: wait");
         let b = fp(dir.path(), "590.1.2");
         assert!(w.due(&b), "the node changed: try again");

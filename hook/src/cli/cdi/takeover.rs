@@ -12,10 +12,10 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::bail;
 use gpuhook_cdi::{is_ours, read_spec_file, Format, Spec};
 
 use super::conflicts::some_names;
+use crate::cli::CdiCliError;
 
 /// Another spec file defining some of the same qualified devices.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -105,7 +105,7 @@ pub(super) fn target(
     format: Format,
     force: bool,
     named: bool,
-) -> anyhow::Result<Target> {
+) -> Result<Target, CdiCliError> {
     let dir = out.parent().unwrap_or(Path::new("."));
     let plain = Target::plain(out, format);
     let rivals = rivals_in(dir, spec, out);
@@ -117,46 +117,31 @@ pub(super) fn target(
             .iter()
             .map(|r| r.path.display().to_string())
             .collect();
-        bail!(
-            "{} spec files in {} define devices of {} ({}): runtimes drop every device defined \
-             twice in one directory; remove all but one of them, then run `gpuhook cdi generate` \
-             again",
-            rivals.len(),
-            dir.display(),
-            spec.kind,
-            paths.join(", ")
-        );
+        return Err(CdiCliError::Rivals {
+            count: rivals.len(),
+            dir: dir.to_path_buf(),
+            kind: spec.kind.clone(),
+            files: paths.join(", "),
+        });
     };
     if named {
-        bail!(
-            "{} already defines {} of the same devices ({}) in {}: runtimes drop every device \
-             that two files of one directory define. Write to that file instead (--output {}), \
-             pass the directory (--output {}; with --force to take over a file of another \
-             tool), or remove it",
-            rival.path.display(),
-            rival.shared.len(),
-            some_names(&rival.shared),
-            dir.display(),
-            rival.path.display(),
-            dir.display()
-        );
+        return Err(CdiCliError::NamedRival {
+            rival: rival.path.clone(),
+            shared: rival.shared.len(),
+            names: some_names(&rival.shared),
+            dir: dir.to_path_buf(),
+        });
     }
     if let Some(reason) = &rival.foreign {
         if !force {
-            bail!(
-                "{} already defines {} of the same devices ({}) in {}, and {reason}: runtimes drop \
-                 every device that two files of one directory define, so writing {} beside it \
-                 would leave no GPU usable. Pass --force to replace {} with gpuhook's spec (and \
-                 stop the tool that writes it, e.g. `systemctl disable --now \
-                 nvidia-cdi-refresh.path`), remove it, or write to another spec directory with \
-                 --output (a later directory wins: /var/run/cdi over /etc/cdi)",
-                rival.path.display(),
-                rival.shared.len(),
-                some_names(&rival.shared),
-                dir.display(),
-                out.display(),
-                rival.path.display()
-            );
+            return Err(CdiCliError::ForeignRival {
+                rival: rival.path.clone(),
+                shared: rival.shared.len(),
+                names: some_names(&rival.shared).into(),
+                dir: dir.to_path_buf(),
+                reason: reason.as_str().into(),
+                out: out.to_path_buf(),
+            });
         }
     }
     let retire = out.is_file().then(|| out.to_path_buf());
