@@ -12,7 +12,7 @@ use crate::request::RequestError;
 /// in the container when it comes from validation ([`PrestartError::is_before_injection`]).
 ///
 /// A cause is part of its variant's message (a field named `error`, deliberately not a
-/// `#[source]`): runc prints the hook's stderr line, the CLI prints an `anyhow` chain (`{:#}`),
+/// `#[source]`): runc prints the hook's stderr line, the CLI prints the chain on one line (`CliError`, `cli::one_line`),
 /// and either way the cause appears once.
 #[derive(Debug, thiserror::Error)]
 pub enum PrestartError {
