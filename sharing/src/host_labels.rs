@@ -7,8 +7,6 @@
 use gpuhook_node::topology::{read_machine_type, read_pci_class};
 use gpuhook_node::Inventory;
 
-use crate::labels::sanitise;
-
 /// PCI class of a VGA controller (a GPU driving displays): `graphics`.
 const PCI_VGA_CONTROLLER_CLASS: u32 = 0x0003_0000;
 /// PCI class of a 3D controller (a compute GPU without display engine): `compute`.
@@ -32,7 +30,8 @@ pub fn gpu_mode(inv: &Inventory) -> &'static str {
     }
 }
 
-/// `nvidia.com/gpu.machine`: the sanitised DMI product name, `unknown` when it cannot be read.
+/// The DMI product name behind `nvidia.com/gpu.machine` (the caller sanitises it as every GFD
+/// value), `unknown` when it cannot be read.
 pub fn machine(inv: &Inventory) -> String {
-    read_machine_type(&inv.driver_root).map_or_else(|| "unknown".to_string(), |m| sanitise(&m))
+    read_machine_type(&inv.driver_root).unwrap_or_else(|| "unknown".to_string())
 }

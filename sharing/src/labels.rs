@@ -252,7 +252,7 @@ pub fn node_labels(config: &Config, inv: &Inventory, base: &[BaseDevice]) -> Lab
     );
     l.insert(
         "nvidia.com/gpu.machine".into(),
-        crate::host_labels::machine(inv),
+        sanitise(&crate::host_labels::machine(inv)),
     );
     l.insert("nvidia.com/mig.capable".into(), capable.to_string());
     let mps = config.sharing.strategy() == SharingStrategy::Mps
