@@ -2,5 +2,16 @@
 //! to the kubelet over the device plugin API v1beta1 (gRPC on a unix socket), and answers
 //! Allocate with what gpuhook-runtime, the prestart hook and CDI-aware runtimes turn into a
 //! container.
+
+pub mod allocate;
+pub mod api;
+pub mod error;
 pub mod health;
+pub mod kubelet;
+pub mod monitor;
 pub mod preferred;
+pub mod run;
+pub mod served;
+pub mod server;
+pub mod service;
+pub mod source;

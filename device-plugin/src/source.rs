@@ -1,0 +1,165 @@
+//! The node's advertisement from the config set (file or directory of named configs, as
+//! NVIDIA's config-manager reads it) and the node's inventory, reloaded when any of them
+//! changes: the config files, the node-label file, or an MPS daemon's `ready` file (a GPU's MPS
+//! resources are advertised only while its daemon is ready).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use gpuhook_node::{discover, DiscoverOptions, Inventory};
+use gpuhook_sharing::{advertise, load_config_set, Advertisement};
+
+use crate::run::{AdSource, Loaded};
+use crate::service::PreferError;
+
+/// Largest node-label file read.
+const MAX_LABEL_FILE: u64 = 4096;
+
+/// How the node's config is chosen.
+#[derive(Debug, Clone)]
+pub enum ConfigName {
+    /// The `nvidia.com/device-plugin.config` label value, given.
+    Fixed(Option<String>),
+    /// The label value, read from a file (empty or missing: no label).
+    File(PathBuf),
+}
+
+/// Where GPU facts come from.
+#[derive(Debug, Clone)]
+pub enum InventoryFrom {
+    /// Discovery under a driver root (NVML through the root's library or `nvml_lib`).
+    Discover(DiscoverOptions),
+    /// A serialised [`Inventory`] (JSON).
+    File(PathBuf),
+}
+
+/// Reads the config set and the inventory on every load.
+#[derive(Debug, Clone)]
+pub struct ConfigSource {
+    pub config: PathBuf,
+    pub name: ConfigName,
+    pub inventory: InventoryFrom,
+    /// `ready` files seen at the last load (watched for changes).
+    ready_files: Vec<PathBuf>,
+}
+
+/// Why the node's advertisement could not be computed.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    #[error("cannot read node label file {}", path.display())]
+    Label {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot read inventory {}: {message}", path.display())]
+    Inventory { path: PathBuf, message: String },
+    #[error("cannot discover the node's GPUs")]
+    Discover(#[source] gpuhook_node::NodeError),
+}
+
+impl ConfigSource {
+    pub fn new(config: PathBuf, name: ConfigName, inventory: InventoryFrom) -> Self {
+        ConfigSource {
+            config,
+            name,
+            inventory,
+            ready_files: Vec::new(),
+        }
+    }
+
+    /// The label value now.
+    pub fn label(&self) -> Result<Option<String>, SourceError> {
+        match &self.name {
+            ConfigName::Fixed(v) => Ok(v.clone()),
+            ConfigName::File(path) => {
+                use std::io::Read;
+                let text = match std::fs::File::open(path) {
+                    Ok(f) => {
+                        let mut s = String::new();
+                        f.take(MAX_LABEL_FILE)
+                            .read_to_string(&mut s)
+                            .map_err(|source| SourceError::Label {
+                                path: path.clone(),
+                                source,
+                            })?;
+                        s
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+                    Err(source) => {
+                        return Err(SourceError::Label {
+                            path: path.clone(),
+                            source,
+                        })
+                    }
+                };
+                let v = text.trim();
+                Ok((!v.is_empty()).then(|| v.to_string()))
+            }
+        }
+    }
+
+    /// The node's inventory now.
+    pub fn inventory(&self) -> Result<Inventory, SourceError> {
+        match &self.inventory {
+            InventoryFrom::Discover(opts) => {
+                let d = discover(opts).map_err(SourceError::Discover)?;
+                for w in &d.warnings {
+                    tracing::warn!(warning = %w, "discovery");
+                }
+                Ok(d.inventory)
+            }
+            InventoryFrom::File(path) => {
+                let err = |message: String| SourceError::Inventory {
+                    path: path.clone(),
+                    message,
+                };
+                let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
+                serde_json::from_str(&text).map_err(|e| err(e.to_string()))
+            }
+        }
+    }
+
+    /// The advertisement for the config and inventory now; `mps_ready` says whether a GPU's
+    /// MPS daemon is ready (`<mpsRoot>/<uuid>/ready` exists).
+    pub fn advertisement(&self, inv: &Inventory) -> Result<Advertisement, PreferError> {
+        let label = self.label()?;
+        let set = load_config_set(&self.config)?;
+        let (name, config) = set.select(label.as_deref())?;
+        let root = config.flags.mps_root.clone().map(PathBuf::from);
+        let ready = |uuid: &str| root.as_ref().is_some_and(|r| ready_file(r, uuid).exists());
+        Ok(advertise(name, config, inv, &ready)?)
+    }
+}
+
+fn ready_file(root: &Path, uuid: &str) -> PathBuf {
+    root.join(uuid).join("ready")
+}
+
+impl AdSource for ConfigSource {
+    fn watched(&self) -> Vec<PathBuf> {
+        let mut v = vec![self.config.clone()];
+        if let ConfigName::File(p) = &self.name {
+            v.push(p.clone());
+        }
+        v.extend(self.ready_files.iter().cloned());
+        v
+    }
+
+    fn load(&mut self) -> Result<Loaded, PreferError> {
+        let inv = self.inventory()?;
+        let ad = self.advertisement(&inv)?;
+        self.ready_files = match &ad.mps_root {
+            Some(root) => inv
+                .gpus
+                .iter()
+                .map(|g| ready_file(Path::new(root), &g.uuid))
+                .collect(),
+            None => Vec::new(),
+        };
+        Ok(Loaded {
+            ad,
+            inventory: Some(Arc::new(inv)),
+        })
+    }
+}

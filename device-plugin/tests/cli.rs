@@ -1,0 +1,153 @@
+//! The node's config chosen by its `nvidia.com/device-plugin.config` label (read from a file),
+//! switched without a restart; an invalid config keeps the last good one; `labels` writes the
+//! GFD labels as an NFD feature file.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test crate: a panic is a test failure
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use common::node::{node_files, serve, terminate, BIN};
+use common::{next_list, FakeKubelet, WAIT};
+
+/// A ConfigMap-like directory: `l20` (8 replicas) and `t4` (3 replicas, renameByDefault).
+fn config_dir(dir: &Path) -> std::path::PathBuf {
+    let cfgs = dir.join("configs");
+    std::fs::create_dir(&cfgs).unwrap();
+    let ts = |replicas: u32, rename: bool| {
+        format!(
+            "version: v1\nsharing:\n  timeSlicing:\n    renameByDefault: {rename}\n    resources:\n    - name: nvidia.com/gpu\n      replicas: {replicas}\n"
+        )
+    };
+    std::fs::write(cfgs.join("l20"), ts(8, false)).unwrap();
+    std::fs::write(cfgs.join("t4"), ts(3, true)).unwrap();
+    cfgs
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_label_selects_the_config_and_a_change_applies_without_restart() {
+    let files = tempfile::tempdir().unwrap();
+    let (_, inv) = node_files(files.path());
+    let cfgs = config_dir(files.path());
+    let label = files.path().join("label");
+    std::fs::write(&label, "l20\n").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut kubelet = FakeKubelet::start(dir.path());
+    let plugin = serve(
+        &cfgs,
+        &inv,
+        dir.path(),
+        &["--node-label-file".as_ref(), label.as_os_str()],
+    );
+    let mut reg = kubelet.next_registration().await;
+    assert_eq!(reg.request.resource_name, "nvidia.com/gpu");
+    assert_eq!(
+        next_list(&mut reg, WAIT).await.devices.len(),
+        16,
+        "2 GPUs x 8"
+    );
+
+    // Relabelled: the t4 config's renamed resource on its own socket.
+    std::fs::write(&label, "t4\n").unwrap();
+    let mut reg = kubelet.next_registration().await;
+    let got = (
+        reg.request.resource_name.as_str(),
+        reg.request.endpoint.as_str(),
+    );
+    assert_eq!(got, ("nvidia.com/gpu.shared", "nvidia-gpu.shared.sock"));
+    assert_eq!(
+        next_list(&mut reg, WAIT).await.devices.len(),
+        6,
+        "2 GPUs x 3"
+    );
+    assert!(
+        !dir.path().join("nvidia-gpu.sock").exists(),
+        "the old resource's socket is gone"
+    );
+
+    // The selected config turns invalid: still served, no new registration.
+    std::fs::write(cfgs.join("t4"), "version: v2\n").unwrap();
+    let quiet =
+        tokio::time::timeout(Duration::from_millis(800), kubelet.registrations.recv()).await;
+    assert!(quiet.is_err(), "an invalid config changed the registration");
+    assert!(
+        tokio::time::timeout(Duration::from_millis(100), reg.lists.recv())
+            .await
+            .is_err()
+    );
+    assert!(dir.path().join("nvidia-gpu.shared.sock").exists());
+    assert_eq!(terminate(plugin).await.code(), Some(0));
+    kubelet.stop().await;
+}
+
+#[test]
+fn labels_writes_the_gfd_labels_as_an_nfd_feature_file() {
+    let files = tempfile::tempdir().unwrap();
+    let (cfg, inv) = node_files(files.path());
+    let out = files.path().join("gpuhook.features");
+    let st = Command::new(BIN)
+        .args(["labels", "--config"])
+        .arg(&cfg)
+        .arg("--inventory")
+        .arg(&inv)
+        .arg("--output")
+        .arg(&out)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let text = std::fs::read_to_string(&out).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    // kdp-facts §9: time-sliced without rename → `-SHARED`, replicas and strategy per resource.
+    for want in [
+        "nvidia.com/gpu.count=2",
+        "nvidia.com/gpu.replicas=4",
+        "nvidia.com/gpu.sharing-strategy=time-slicing",
+        "nvidia.com/gpu.product=NVIDIA-L20-SHARED",
+        "nvidia.com/gpu.memory=46068",
+    ] {
+        assert!(lines.contains(&want), "{want} missing from:\n{text}");
+    }
+    assert!(!files.path().join("gpuhook.tmp").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mps_replicas_are_listed_only_while_the_gpus_daemon_is_ready() {
+    let files = tempfile::tempdir().unwrap();
+    let (_, inv) = node_files(files.path());
+    let root = files.path().join("mps");
+    let cfg = files.path().join("mps.yaml");
+    let yaml = format!(
+        "version: v1\nflags:\n  mpsRoot: {}\nsharing:\n  mps:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 2\n",
+        root.display()
+    );
+    std::fs::write(&cfg, yaml).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut kubelet = FakeKubelet::start(dir.path());
+    let plugin = serve(&cfg, &inv, dir.path(), &[]);
+    let mut reg = kubelet.next_registration().await;
+    assert_eq!(reg.request.resource_name, "nvidia.com/gpu");
+    assert!(
+        next_list(&mut reg, WAIT).await.devices.is_empty(),
+        "no daemon is ready"
+    );
+
+    // gpu-mps-daemon marks GPU 0 ready (`<mpsRoot>/<uuid>/ready`): its two shares appear.
+    let uuid0 = common::node::inventory().gpus[0].uuid.clone();
+    std::fs::create_dir_all(root.join(&uuid0)).unwrap();
+    std::fs::write(root.join(&uuid0).join("ready"), "").unwrap();
+    let ids: Vec<String> = next_list(&mut reg, WAIT)
+        .await
+        .devices
+        .into_iter()
+        .map(|d| d.id)
+        .collect();
+    assert_eq!(ids, [format!("{uuid0}::0"), format!("{uuid0}::1")]);
+
+    // The daemon stops being ready: the shares go away again.
+    std::fs::remove_file(root.join(&uuid0).join("ready")).unwrap();
+    assert!(next_list(&mut reg, WAIT).await.devices.is_empty());
+    assert_eq!(terminate(plugin).await.code(), Some(0));
+    kubelet.stop().await;
+}
