@@ -9,6 +9,7 @@ pub mod error;
 pub mod health;
 pub mod kubelet;
 pub mod monitor;
+pub mod node_label;
 pub mod preferred;
 pub mod run;
 pub mod served;

@@ -18,6 +18,8 @@ use gpuhook_device_plugin::service::{Preferrer, WithoutTopology};
 use gpuhook_device_plugin::source::{ConfigName, ConfigSource, InventoryFrom};
 use gpuhook_node::DiscoverOptions;
 
+mod node_label_args;
+
 #[derive(Parser, Debug)]
 #[command(
     name = "gpuhook-device-plugin",
@@ -77,6 +79,8 @@ struct ServeArgs {
     /// Where MPS pipe directories appear in containers (gpu-mps-daemon's containerPipeDirectory).
     #[arg(long, default_value = DEFAULT_CONTAINER_PIPE_DIR)]
     container_pipe_dir: String,
+    #[command(flatten)]
+    watch: node_label_args::WatchArgs,
 }
 
 impl NodeArgs {
@@ -111,12 +115,13 @@ fn shutdown_signal() -> Result<impl std::future::Future<Output = ()>> {
     })
 }
 
-fn serve(args: ServeArgs) -> Result<()> {
+fn serve(mut args: ServeArgs) -> Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
+    let _watcher = args.watch.start(&mut args.node)?;
     rt.block_on(async {
         let shutdown = shutdown_signal()?;
         let (_health_tx, mut health) = tokio::sync::watch::channel(HealthState::default());
