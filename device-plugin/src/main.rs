@@ -19,6 +19,7 @@ use gpuhook_device_plugin::source::{ConfigName, ConfigSource, InventoryFrom};
 use gpuhook_node::DiscoverOptions;
 
 mod node_label_args;
+mod usage_args;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -45,6 +46,8 @@ enum Cmd {
         #[arg(long)]
         output: Option<PathBuf>,
     },
+    /// Print as JSON each advertised device, its GPU, health and the pods using it.
+    Status(usage_args::StatusArgs),
 }
 
 #[derive(Args, Debug)]
@@ -81,6 +84,8 @@ struct ServeArgs {
     container_pipe_dir: String,
     #[command(flatten)]
     watch: node_label_args::WatchArgs,
+    #[command(flatten)]
+    metrics: usage_args::MetricsArgs,
 }
 
 impl NodeArgs {
@@ -146,6 +151,8 @@ fn serve(mut args: ServeArgs) -> Result<()> {
             }
             Err(e) => tracing::warn!(error = %chain(&e), "no NVML: no GPU health monitoring, no topology in preferred allocations"),
         }
+        let node_name = args.watch.node_name.as_deref();
+        let _metrics = args.metrics.start(&args.node, node_name, health.clone()).await?;
         let opts = Options {
             plugin_dir: args.plugin_dir.clone(),
             container_pipe_dir: args.container_pipe_dir.clone(),
@@ -175,6 +182,7 @@ fn main() -> Result<()> {
         .init();
     match Cli::parse().cmd {
         Cmd::Serve(a) => serve(a),
+        Cmd::Status(a) => usage_args::status(a),
         Cmd::DryRun(a) => {
             let src = a.source();
             let label = src.label()?;

@@ -16,7 +16,7 @@ pub struct WatchArgs {
     /// (in-cluster service account) and kept in --node-label-file (a private temp file if not
     /// given). Ignored with --config-name.
     #[arg(long, env = "NODE_NAME")]
-    node_name: Option<String>,
+    pub node_name: Option<String>,
     /// Plain-HTTP API server URL instead of the in-cluster one (tests only).
     #[arg(long, requires = "node_name")]
     kube_api_url: Option<String>,
