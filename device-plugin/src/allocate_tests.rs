@@ -41,6 +41,7 @@ fn settings(
         container_pipe_dir: "/tmp/nvidia-mps".into(),
         dev_root: dev_root.to_path_buf(),
         device_paths,
+        policy: crate::preferred::AllocationPolicy::default(),
     }
 }
 

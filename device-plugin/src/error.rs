@@ -26,7 +26,7 @@ pub enum PluginError {
     },
     #[error("resource name {resource:?} has no prefix (`vendor/name`), so it has no socket name")]
     ResourceName { resource: String },
-    #[error("cannot load the config")]
+    #[error("cannot compute what this node advertises (config set and GPUs)")]
     Config {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,

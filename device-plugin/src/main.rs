@@ -131,7 +131,7 @@ fn serve(mut args: ServeArgs) -> Result<()> {
         let shutdown = shutdown_signal()?;
         let (_health_tx, mut health) = tokio::sync::watch::channel(HealthState::default());
         let mut monitor = None;
-        let mut preferrer: Arc<dyn Preferrer> = Arc::new(WithoutTopology::default());
+        let mut preferrer: Arc<dyn Preferrer> = Arc::new(WithoutTopology);
         let (root, lib) = (&args.node.driver_root, args.node.nvml_lib.as_deref());
         match gpuhook_device_plugin::monitor::load_nvml(root, lib) {
             Ok(nvml) => {

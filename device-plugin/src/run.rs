@@ -18,6 +18,7 @@ use tokio::sync::watch;
 
 use crate::error::PluginError;
 use crate::kubelet::{kubelet_socket, register};
+use crate::preferred::AllocationPolicy;
 use crate::served::{AllocSettings, HealthState, Served};
 use crate::server::{socket_id, ResourceServer};
 use crate::service::{PreferError, Preferrer};
@@ -28,6 +29,8 @@ pub struct Loaded {
     pub ad: Advertisement,
     /// The node's devices (for passDeviceSpecs' device nodes), when known.
     pub inventory: Option<Arc<Inventory>>,
+    /// `flags.plugin.sharedDevicesAllocationPolicy`.
+    pub policy: AllocationPolicy,
 }
 
 /// Where the advertisement comes from (the config set and the node's inventory).
@@ -88,6 +91,15 @@ struct Plugin {
     stamp: Stamp,
 }
 
+/// What a config check found.
+enum Reload {
+    Unchanged,
+    /// Same resources, new devices or settings: the servers get the new state.
+    Updated,
+    /// Another set of resources: every server restarts and registers.
+    NewResources,
+}
+
 /// Why the serving loop ended.
 enum Next {
     Shutdown,
@@ -102,6 +114,8 @@ impl Plugin {
             self.current.inventory.as_deref(),
             &self.opts.container_pipe_dir,
         );
+        let mut settings = settings;
+        settings.policy = self.current.policy;
         let health = self.health.borrow().clone();
         ad.resources
             .iter()
@@ -123,12 +137,12 @@ impl Plugin {
         Ok(servers)
     }
 
-    /// Reloads the config when its files changed. Returns whether the set of resources changed
-    /// (servers must restart); an invalid config is logged and the last good one kept.
-    fn reload(&mut self) -> bool {
+    /// Reloads the config when its files changed; an invalid config is logged and the last good
+    /// one kept.
+    fn reload(&mut self) -> Reload {
         let now = stamp(&self.source.watched());
         if now == self.stamp {
-            return false;
+            return Reload::Unchanged;
         }
         self.stamp = now;
         match self.source.load() {
@@ -142,11 +156,15 @@ impl Plugin {
                 let restart = names(&l.ad) != names(&self.current.ad);
                 tracing::info!(config = %l.ad.config_name, resources = ?names(&l.ad), "config reloaded");
                 self.current = l;
-                restart
+                if restart {
+                    Reload::NewResources
+                } else {
+                    Reload::Updated
+                }
             }
             Err(e) => {
                 tracing::error!(error = %crate::error::chain(&*e), config = %self.current.ad.config_name, "invalid config; still serving the last good one");
-                false
+                Reload::Unchanged
             }
         }
     }
@@ -186,10 +204,11 @@ impl Plugin {
                         tracing::warn!(socket = %s.socket().display(), "our socket was removed: serving and registering again");
                         return Next::Restart;
                     }
-                    if self.reload() {
-                        return Next::Restart;
+                    match self.reload() {
+                        Reload::NewResources => return Next::Restart,
+                        Reload::Updated => self.refresh(servers),
+                        Reload::Unchanged => {}
                     }
-                    self.refresh(servers);
                 }
             }
         }

@@ -52,6 +52,8 @@ pub struct AllocSettings {
     pub dev_root: PathBuf,
     /// Device nodes (container paths) of each GPU or MIG device UUID, for passDeviceSpecs.
     pub device_paths: BTreeMap<String, Vec<String>>,
+    /// How GetPreferredAllocation spreads replicas and MIG devices.
+    pub policy: crate::preferred::AllocationPolicy,
 }
 
 impl AllocSettings {
@@ -66,6 +68,7 @@ impl AllocSettings {
             container_pipe_dir: container_pipe_dir.to_string(),
             dev_root: inv.map_or_else(|| PathBuf::from("/"), |i| i.dev_root.clone()),
             device_paths: inv.map(device_paths).unwrap_or_default(),
+            policy: crate::preferred::AllocationPolicy::default(),
         }
     }
 }

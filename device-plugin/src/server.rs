@@ -154,3 +154,19 @@ impl ResourceServer {
         tracing::info!(resource = %resource, "stopped");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// NVIDIA's `getPluginSocketPath`: `nvidia-<name after the prefix>.sock` (kdp-facts §2).
+    #[test]
+    fn socket_names_follow_nvidia() {
+        let name = |r: &str| socket_name(r).unwrap();
+        assert_eq!(name("nvidia.com/gpu"), "nvidia-gpu.sock");
+        assert_eq!(name("nvidia.com/gpu.shared"), "nvidia-gpu.shared.sock");
+        assert_eq!(name("nvidia.com/mig-1g.5gb"), "nvidia-mig-1g.5gb.sock");
+        assert!(socket_name("gpu").is_err());
+        assert!(socket_name("nvidia.com/a/b").is_err());
+    }
+}

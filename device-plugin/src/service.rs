@@ -12,6 +12,7 @@ use tonic::{Request, Response, Status};
 
 use crate::allocate::container_response;
 use crate::api;
+use crate::preferred::AllocationPolicy;
 use crate::served::Served;
 
 /// Error of a [`Preferrer`].
@@ -20,10 +21,12 @@ pub type PreferError = Box<dyn std::error::Error + Send + Sync>;
 /// GetPreferredAllocation's policy for one container request (`preferred.rs` implements the
 /// topology- and load-aware one; tests supply their own).
 pub trait Preferrer: Send + Sync + 'static {
-    /// The `size` IDs to prefer among `available`, `must_include` first.
+    /// The `size` IDs to prefer among `available`, `must_include` first, under `policy`
+    /// (`sharedDevicesAllocationPolicy`).
     fn preferred(
         &self,
         resource: &Resource,
+        policy: AllocationPolicy,
         available: &[String],
         must_include: &[String],
         size: usize,
@@ -111,6 +114,7 @@ impl api::DevicePlugin for PluginService {
                 .preferrer
                 .preferred(
                     &served.resource,
+                    served.settings.policy,
                     &req.available_device_ids,
                     &req.must_include_device_ids,
                     size,
@@ -161,23 +165,29 @@ impl Preferrer for crate::preferred::TopologyPreferrer {
     fn preferred(
         &self,
         resource: &Resource,
+        policy: AllocationPolicy,
         available: &[String],
         must_include: &[String],
         size: usize,
     ) -> Result<Vec<String>, PreferError> {
-        Ok(self.prefer(resource, available, must_include, size)?)
+        let with_policy = crate::preferred::TopologyPreferrer {
+            policy,
+            ..self.clone()
+        };
+        Ok(with_policy.prefer(resource, available, must_include, size)?)
     }
 }
 
-/// NVIDIA's preference without topology (no NVML here): replicas and MIG devices spread over
-/// the least-loaded GPUs, full GPUs in NUMA order.
+/// NVIDIA's preference without topology (no NVML here): replicas and MIG devices by the
+/// policy, full GPUs without link information.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct WithoutTopology(pub crate::preferred::AllocationPolicy);
+pub struct WithoutTopology;
 
 impl Preferrer for WithoutTopology {
     fn preferred(
         &self,
         resource: &Resource,
+        policy: AllocationPolicy,
         available: &[String],
         must_include: &[String],
         size: usize,
@@ -188,7 +198,7 @@ impl Preferrer for WithoutTopology {
             must_include,
             size,
             None,
-            self.0,
+            policy,
         )?;
         Ok(p)
     }

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use gpuhook_node::{discover, DiscoverOptions, Inventory};
 use gpuhook_sharing::{advertise, load_config_set, Advertisement};
 
+use crate::preferred::AllocationPolicy;
 use crate::run::{AdSource, Loaded};
 use crate::service::PreferError;
 
@@ -123,12 +124,24 @@ impl ConfigSource {
     /// The advertisement for the config and inventory now; `mps_ready` says whether a GPU's
     /// MPS daemon is ready (`<mpsRoot>/<uuid>/ready` exists).
     pub fn advertisement(&self, inv: &Inventory) -> Result<Advertisement, PreferError> {
+        Ok(self.advertisement_and_policy(inv)?.0)
+    }
+
+    /// [`Self::advertisement`] and the config's `sharedDevicesAllocationPolicy`.
+    fn advertisement_and_policy(
+        &self,
+        inv: &Inventory,
+    ) -> Result<(Advertisement, AllocationPolicy), PreferError> {
         let label = self.label()?;
         let set = load_config_set(&self.config)?;
         let (name, config) = set.select(label.as_deref())?;
         let root = config.flags.mps_root.clone().map(PathBuf::from);
         let ready = |uuid: &str| root.as_ref().is_some_and(|r| ready_file(r, uuid).exists());
-        Ok(advertise(name, config, inv, &ready)?)
+        let policy = match config.flags.plugin.shared_devices_allocation_policy {
+            Some(gpuhook_sharing::config::AllocationPolicy::Packed) => AllocationPolicy::Packed,
+            _ => AllocationPolicy::Distributed,
+        };
+        Ok((advertise(name, config, inv, &ready)?, policy))
     }
 }
 
@@ -148,7 +161,7 @@ impl AdSource for ConfigSource {
 
     fn load(&mut self) -> Result<Loaded, PreferError> {
         let inv = self.inventory()?;
-        let ad = self.advertisement(&inv)?;
+        let (ad, policy) = self.advertisement_and_policy(&inv)?;
         self.ready_files = match &ad.mps_root {
             Some(root) => inv
                 .gpus
@@ -160,6 +173,7 @@ impl AdSource for ConfigSource {
         Ok(Loaded {
             ad,
             inventory: Some(Arc::new(inv)),
+            policy,
         })
     }
 }

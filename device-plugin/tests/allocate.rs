@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use common::{advertisement, gpu_uuid, next_list, FakeKubelet, Fixed, WAIT};
 use gpuhook_device_plugin::api::{self, ContainerAllocateResponse};
+use gpuhook_device_plugin::preferred::AllocationPolicy;
 use gpuhook_device_plugin::run::{run, Options};
 use gpuhook_device_plugin::served::HealthState;
 use gpuhook_device_plugin::service::{PreferError, Preferrer};
@@ -25,6 +26,7 @@ impl Preferrer for NoPreference {
     fn preferred(
         &self,
         _: &Resource,
+        _: AllocationPolicy,
         _: &[String],
         _: &[String],
         _: usize,

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use common::node::{node_files, serve, terminate, BIN};
 use common::{next_list, FakeKubelet, WAIT};
+use gpuhook_device_plugin::api;
 
 /// A ConfigMap-like directory: `l20` (8 replicas) and `t4` (3 replicas, renameByDefault).
 fn config_dir(dir: &Path) -> std::path::PathBuf {
@@ -148,6 +149,154 @@ async fn mps_replicas_are_listed_only_while_the_gpus_daemon_is_ready() {
     // The daemon stops being ready: the shares go away again.
     std::fs::remove_file(root.join(&uuid0).join("ready")).unwrap();
     assert!(next_list(&mut reg, WAIT).await.devices.is_empty());
+    assert_eq!(terminate(plugin).await.code(), Some(0));
+    kubelet.stop().await;
+}
+
+#[test]
+fn serve_refuses_an_invalid_first_config_naming_file_and_key() {
+    let files = tempfile::tempdir().unwrap();
+    let (cfg, inv) = node_files(files.path());
+    std::fs::write(&cfg, "version: v1\nflags:\n  migStrategy: sideways\n").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(BIN)
+        .args(["serve", "--config"])
+        .arg(&cfg)
+        .arg("--inventory")
+        .arg(&inv)
+        .arg("--plugin-dir")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&cfg.display().to_string())
+            && err.contains("migStrategy")
+            && err.contains("sideways"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty());
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "nothing created"
+    );
+}
+
+const MIG_UUID: &str = "MIG-11111111-2222-5333-8444-555555555555";
+
+/// The test node with GPU 0 in MIG mode holding one 1g.10gb device (GI 9, cap minors 84/85).
+fn mig_inventory(dev_root: &Path) -> gpuhook_node::Inventory {
+    let mut inv = common::node::inventory();
+    inv.dev_root = dev_root.to_path_buf();
+    inv.gpus[0].mig_enabled = true;
+    inv.gpus[0].mig_devices = vec![gpuhook_node::MigDevice {
+        index: 0,
+        parent_index: 0,
+        gi_id: 9,
+        ci_id: 0,
+        uuid: MIG_UUID.into(),
+        memory_mib: 9728,
+        profile: Some("1g.10gb".into()),
+        gi_cap_minor: 84,
+        ci_cap_minor: 85,
+    }];
+    inv
+}
+
+/// Config (mixed, passDeviceSpecs, cdi-cri + envvar), MIG inventory and a dev root holding
+/// only `/dev/nvidiactl`.
+fn mig_node(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
+    let (cfg, _) = node_files(dir);
+    let dev_root = dir.join("devroot");
+    std::fs::create_dir_all(dev_root.join("dev")).unwrap();
+    std::fs::write(dev_root.join("dev/nvidiactl"), "").unwrap();
+    let inv_path = dir.join("mig.json");
+    let inv = serde_json::to_string(&mig_inventory(&dev_root)).unwrap();
+    std::fs::write(&inv_path, inv).unwrap();
+    let yaml = "version: v1\nflags:\n  migStrategy: mixed\n  plugin:\n    passDeviceSpecs: true\n    deviceListStrategy: [cdi-cri, envvar]\n";
+    std::fs::write(&cfg, yaml).unwrap();
+    (cfg, inv_path, dev_root)
+}
+
+/// A MIG device under `migStrategy: mixed`, answered with cdi-cri + envvar and passDeviceSpecs
+/// (NVIDIA returns before the device specs when every strategy is CDI): its own
+/// resource and socket, gpuhook's CDI name (the MIG UUID) and its device nodes (parent GPU
+/// node, GI and CI capability nodes), host paths under the dev root.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mig_mixed_device_gets_its_cdi_name_and_device_nodes() {
+    let files = tempfile::tempdir().unwrap();
+    let (cfg, inv_path, dev_root) = mig_node(files.path());
+    let dir = tempfile::tempdir().unwrap();
+    let mut kubelet = FakeKubelet::start(dir.path());
+    let plugin = serve(&cfg, &inv_path, dir.path(), &[]);
+    let mut regs = [
+        kubelet.next_registration().await,
+        kubelet.next_registration().await,
+    ];
+    regs.sort_by(|a, b| a.request.resource_name.cmp(&b.request.resource_name));
+    let got: Vec<String> = regs
+        .iter()
+        .map(|r| format!("{} {}", r.request.resource_name, r.request.endpoint))
+        .collect();
+    let want = [
+        "nvidia.com/gpu nvidia-gpu.sock",
+        "nvidia.com/mig-1g.10gb nvidia-mig-1g.10gb.sock",
+    ];
+    assert_eq!(got, want);
+    let mig = &mut regs[1];
+    let ids: Vec<String> = next_list(mig, WAIT)
+        .await
+        .devices
+        .into_iter()
+        .map(|d| d.id)
+        .collect();
+    assert_eq!(ids, [MIG_UUID]);
+    let req = api::AllocateRequest {
+        container_requests: vec![api::ContainerAllocateRequest { devices_ids: ids }],
+    };
+    let r = mig
+        .client
+        .allocate(req)
+        .await
+        .unwrap()
+        .into_inner()
+        .container_responses
+        .remove(0);
+    let names: Vec<&str> = r.cdi_devices.iter().map(|d| d.name.as_str()).collect();
+    assert_eq!(names, [format!("nvidia.com/gpu={}", MIG_UUID)]);
+    assert_eq!(
+        r.envs.get("NVIDIA_VISIBLE_DEVICES").map(String::as_str),
+        Some(MIG_UUID)
+    );
+    let specs: Vec<(String, String, String)> = r
+        .devices
+        .iter()
+        .map(|d| {
+            (
+                d.container_path.clone(),
+                d.host_path.clone(),
+                d.permissions.clone(),
+            )
+        })
+        .collect();
+    let want: Vec<(String, String, String)> = [
+        "/dev/nvidiactl",
+        "/dev/nvidia0",
+        "/dev/nvidia-caps/nvidia-cap84",
+        "/dev/nvidia-caps/nvidia-cap85",
+    ]
+    .iter()
+    .map(|p| {
+        (
+            p.to_string(),
+            dev_root.join(&p[1..]).display().to_string(),
+            "rw".to_string(),
+        )
+    })
+    .collect();
+    assert_eq!(specs, want);
     assert_eq!(terminate(plugin).await.code(), Some(0));
     kubelet.stop().await;
 }

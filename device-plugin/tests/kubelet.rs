@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use common::{advertisement, gpu_uuid, next_list, FakeKubelet, Fixed, WAIT};
 use gpuhook_device_plugin::api;
+use gpuhook_device_plugin::preferred::AllocationPolicy;
 use gpuhook_device_plugin::run::{run, AdSource, Loaded, Options};
 use gpuhook_device_plugin::served::HealthState;
 use gpuhook_device_plugin::service::{PreferError, Preferrer};
@@ -48,6 +49,7 @@ impl AdSource for FileSource {
         Ok(Loaded {
             ad,
             inventory: None,
+            policy: Default::default(),
         })
     }
 }
@@ -63,6 +65,7 @@ impl Preferrer for Recording {
     fn preferred(
         &self,
         r: &Resource,
+        _: AllocationPolicy,
         available: &[String],
         must: &[String],
         size: usize,

@@ -111,52 +111,67 @@ fn dry_run_prints_the_advertisement_as_json() {
     assert!(!text.contains("::4"), "{text}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn preferred_allocation_spreads_replicas_over_the_least_loaded_gpu() {
+/// GetPreferredAllocation for one replica of the time-sliced 2-GPU node under `policy_line`
+/// (a `flags.plugin` line or nothing), with `must` required and `size` wanted, when GPU 1
+/// already has replicas ::0 and ::1 in use and GPU 0 none. The kubelet's order is unspecified
+/// (a Go set): GPU 1's replicas come first here, so taking the first available ones would pick
+/// the busier GPU.
+async fn prefer(policy_line: &str, must: &[String], size: i32) -> Vec<String> {
     let files = tempfile::tempdir().unwrap();
     let (cfg, inv) = node_files(files.path());
+    let yaml = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(&cfg, format!("{yaml}flags:\n  plugin:\n{policy_line}")).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let mut kubelet = FakeKubelet::start(dir.path());
     let plugin = serve(&cfg, &inv, dir.path(), &[]);
     let mut reg = kubelet.next_registration().await;
     next_list(&mut reg, WAIT).await;
     let gpus: Vec<String> = inventory().gpus.iter().map(|g| g.uuid.clone()).collect();
-    // GPU 1 already has replicas ::0 and ::1 in use; GPU 0 none (kdp-facts §7, distributed).
-    // The kubelet's order is unspecified (a Go set): GPU 1's replicas come first here, so taking
-    // the first available ones would pick the busier GPU.
     let mut available: Vec<String> = (2..4).map(|n| format!("{}::{n}", gpus[1])).collect();
     available.extend((0..4).map(|n| format!("{}::{n}", gpus[0])));
-    let ask = |must: Vec<String>, size| api::PreferredAllocationRequest {
+    let req = api::PreferredAllocationRequest {
         container_requests: vec![api::ContainerPreferredAllocationRequest {
-            available_device_ids: available.clone(),
-            must_include_device_ids: must,
+            available_device_ids: available,
+            must_include_device_ids: must.to_vec(),
             allocation_size: size,
         }],
     };
-    let one = reg
+    let got = reg
         .client
-        .get_preferred_allocation(ask(vec![], 1))
+        .get_preferred_allocation(req)
         .await
         .unwrap()
         .into_inner();
-    let ids = &one.container_responses[0].device_ids;
-    assert_eq!(ids.len(), 1);
-    assert!(
-        ids[0].starts_with(&gpus[0]),
-        "least-loaded GPU 0 expected: {ids:?}"
-    );
-
-    let must = vec![format!("{}::2", gpus[1])];
-    let two = reg
-        .client
-        .get_preferred_allocation(ask(must.clone(), 2))
-        .await
-        .unwrap()
-        .into_inner();
-    let ids = &two.container_responses[0].device_ids;
-    assert_eq!(ids.len(), 2);
-    assert_eq!(ids[0], must[0], "must_include comes first");
-    assert!(ids[1].starts_with(&gpus[0]), "{ids:?}");
     assert_eq!(terminate(plugin).await.code(), Some(0));
     kubelet.stop().await;
+    got.container_responses[0].device_ids.clone()
+}
+
+/// kdp-facts §7: distributed (the default) prefers the GPU with the fewest replicas in use.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn preferred_allocation_spreads_replicas_over_the_least_loaded_gpu() {
+    let gpus: Vec<String> = inventory().gpus.iter().map(|g| g.uuid.clone()).collect();
+    let one = prefer("", &[], 1).await;
+    assert_eq!(one.len(), 1);
+    assert!(
+        one[0].starts_with(&gpus[0]),
+        "least-loaded GPU 0 expected: {one:?}"
+    );
+    let must = [format!("{}::2", gpus[1])];
+    let two = prefer("", &must, 2).await;
+    assert_eq!(two.len(), 2);
+    assert_eq!(two[0], must[0], "must_include comes first");
+    assert!(two[1].starts_with(&gpus[0]), "{two:?}");
+}
+
+/// kdp-facts §7: `sharedDevicesAllocationPolicy: packed` prefers the GPU with the most in use.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn packed_policy_fills_the_busiest_gpu_first() {
+    let gpus: Vec<String> = inventory().gpus.iter().map(|g| g.uuid.clone()).collect();
+    let one = prefer("    sharedDevicesAllocationPolicy: packed\n", &[], 1).await;
+    assert_eq!(one.len(), 1);
+    assert!(
+        one[0].starts_with(&gpus[1]),
+        "busiest GPU 1 expected: {one:?}"
+    );
 }

@@ -234,6 +234,7 @@ impl AdSource for Fixed {
         Ok(Loaded {
             ad: self.0.clone(),
             inventory: None,
+            policy: Default::default(),
         })
     }
 }
