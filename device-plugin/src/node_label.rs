@@ -176,6 +176,13 @@ impl KubeApi {
         })
     }
 
+    /// Authenticates with the bearer token in `path` (re-read on every request).
+    #[must_use]
+    pub fn with_token(mut self, path: PathBuf) -> Self {
+        self.token = Some(path);
+        self
+    }
+
     /// The node's [`CONFIG_LABEL`] value now (`None`: no label).
     pub fn config_label(&self, node: &str) -> Result<Option<String>, NodeLabelError> {
         let valid = !node.is_empty()

@@ -43,6 +43,9 @@ fn fake_api(answer: Answer) -> (String, Shared<Answer>, Shared<Vec<String>>) {
                 if reader.read_line(&mut line).unwrap() == 0 || line == "\r\n" {
                     break;
                 }
+                if line.to_ascii_lowercase().starts_with("authorization:") {
+                    s.lock().unwrap().push(line.trim().to_string());
+                }
             }
             s.lock().unwrap().push(first.trim().to_string());
             let (status, body) = match (&*a.lock().unwrap(), first.split(' ').nth(1)) {
@@ -83,6 +86,32 @@ fn config_label_is_read_from_the_node_object() {
     assert!(matches!(missing, NodeLabelError::Get { .. }), "{missing:?}");
     *answer.lock().unwrap() = Answer::Status(403);
     assert!(api.config_label("node-1").is_err(), "forbidden");
+}
+
+#[test]
+fn the_service_account_token_is_sent_and_reread_each_time() {
+    let (url, _, seen) = fake_api(Answer::Label(Some("t4".into())));
+    let d = tempfile::tempdir().unwrap();
+    let token = d.path().join("token");
+    std::fs::write(&token, "first\n").unwrap();
+    let api = KubeApi::plain(&url).unwrap().with_token(token.clone());
+    api.config_label("node-1").unwrap();
+    std::fs::write(&token, "rotated\n").unwrap();
+    api.config_label("node-1").unwrap();
+    let auth: Vec<String> = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|l| !l.starts_with("GET"))
+        .cloned()
+        .collect();
+    assert_eq!(
+        auth,
+        [
+            "authorization: Bearer first",
+            "authorization: Bearer rotated"
+        ]
+    );
 }
 
 #[test]
@@ -175,4 +204,146 @@ async fn relabelling_the_node_on_the_api_server_switches_the_config_without_rest
 
     assert_eq!(terminate(plugin).await.code(), Some(0));
     kubelet.stop().await;
+}
+
+/// `openssl` with `args` in `dir`, which must succeed.
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = std::process::Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("openssl is needed for the TLS test (apt-get install openssl)");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A CA `<name>.crt` in `dir` (P-256, self-signed).
+fn make_ca(dir: &Path, name: &str) {
+    let (key, crt) = (format!("{name}.key"), format!("{name}.crt"));
+    openssl(
+        dir,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            &key,
+            "-out",
+            &crt,
+            "-subj",
+            "/CN=test-ca",
+            "-days",
+            "2",
+        ],
+    );
+}
+
+/// An HTTPS server (`openssl s_server -WWW`) on 127.0.0.1 with a certificate for IP 127.0.0.1
+/// signed by `ca`, serving `node-1` with label `t4`; returns the port and the server.
+fn tls_api(dir: &Path) -> (String, common::node::Plugin) {
+    make_ca(dir, "ca");
+    openssl(
+        dir,
+        &[
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            "srv.key",
+            "-out",
+            "srv.csr",
+            "-subj",
+            "/CN=kubernetes",
+        ],
+    );
+    std::fs::write(
+        dir.join("ext"),
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n",
+    )
+    .unwrap();
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "srv.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "srv.crt",
+            "-days",
+            "2",
+            "-extfile",
+            "ext",
+        ],
+    );
+    let www = dir.join("www/api/v1/nodes");
+    std::fs::create_dir_all(&www).unwrap();
+    let node = serde_json::json!({"metadata": {"name": "node-1", "labels": {CONFIG_LABEL: "t4"}}});
+    std::fs::write(www.join("node-1"), node.to_string()).unwrap();
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .to_string();
+    let server = std::process::Command::new("openssl")
+        .args([
+            "s_server",
+            "-quiet",
+            "-cert",
+            "../srv.crt",
+            "-key",
+            "../srv.key",
+            "-WWW",
+        ])
+        .args(["-accept", &format!("127.0.0.1:{port}")])
+        .current_dir(dir.join("www"))
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + WAIT;
+    while std::net::TcpStream::connect(format!("127.0.0.1:{port}")).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "s_server did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (port, common::node::Plugin(server))
+}
+
+#[test]
+fn in_cluster_https_is_verified_with_the_service_account_ca() {
+    let d = tempfile::tempdir().unwrap();
+    let (port, _server) = tls_api(d.path());
+    let sa = d.path().join("sa");
+    std::fs::create_dir(&sa).unwrap();
+    std::fs::copy(d.path().join("ca.crt"), sa.join("ca.crt")).unwrap();
+    std::fs::write(sa.join("token"), "t0ken\n").unwrap();
+    let api = KubeApi::with_service_account("127.0.0.1", &port, &sa).unwrap();
+    assert_eq!(api.config_label("node-1").unwrap().as_deref(), Some("t4"));
+
+    // Another CA: the server's certificate is refused.
+    let other = d.path().join("other");
+    std::fs::create_dir(&other).unwrap();
+    make_ca(&other, "ca");
+    std::fs::write(other.join("token"), "t0ken\n").unwrap();
+    let api = KubeApi::with_service_account("127.0.0.1", &port, &other).unwrap();
+    let e = api.config_label("node-1").unwrap_err();
+    assert!(matches!(e, NodeLabelError::Get { .. }), "{e:?}");
 }
