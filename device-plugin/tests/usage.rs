@@ -250,3 +250,52 @@ fn status_without_the_kubelet_reports_users_and_health_unknown() {
         .iter()
         .all(|d| d["healthy"].is_null() && d["users"] == serde_json::json!([])));
 }
+
+#[test]
+fn metric_label_values_are_escaped_and_users_each_get_a_series() {
+    use gpuhook_device_plugin::podresources::Assignment;
+    use gpuhook_device_plugin::served::HealthState;
+    use gpuhook_device_plugin::usage::{prometheus, usage};
+    let ad = common::advertisement(
+        "nvidia.com/gpu",
+        1,
+        2,
+        gpuhook_sharing::SharingKind::TimeSlicing,
+        &[],
+    );
+    let mut inv = inventory();
+    inv.gpus[0].uuid = common::gpu_uuid(0);
+    inv.gpus[0].name = "Odd \"GPU\" \\ name".into();
+    let id = format!("{}::0", common::gpu_uuid(0));
+    let row = |pod: &str, c: &str| Assignment {
+        resource: "nvidia.com/gpu".into(),
+        device_id: id.clone(),
+        pod: pod.into(),
+        namespace: "ns".into(),
+        container: c.into(),
+    };
+    let rows = [row("p", "init"), row("p", "app")];
+    let u = usage("h", &ad, Some(&inv), &HealthState::default(), Ok(&rows));
+    assert_eq!(u.devices[0].users.len(), 2, "init and app container");
+    let text = prometheus(&u);
+    assert!(
+        text.contains(r#"modelName="Odd \"GPU\" \\ name""#),
+        "{text}"
+    );
+    let series = |c: &str| {
+        text.lines()
+            .filter(|l| {
+                l.contains(&format!("device=\"{id}\"")) && l.contains(&format!("container=\"{c}\""))
+            })
+            .count()
+    };
+    assert_eq!((series("init"), series("app")), (1, 1), "{text}");
+    let down = usage(
+        "h",
+        &ad,
+        Some(&inv),
+        &HealthState::default(),
+        Err("gone".into()),
+    );
+    assert!(prometheus(&down).contains("gpuhook_device_plugin_pod_resources_up{Hostname=\"h\"} 0"));
+}
