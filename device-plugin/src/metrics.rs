@@ -21,6 +21,8 @@ use crate::usage::{usage, Usage};
 const MAX_REQUEST_HEAD: usize = 8192;
 /// Longest a client may take to send its request or read the answer.
 const IO_TIMEOUT: Duration = Duration::from_secs(5);
+/// Connections answered at once; more are closed at once (a scraper needs one).
+const MAX_CONNECTIONS: usize = 32;
 
 /// Everything a usage report is computed from.
 #[derive(Debug, Clone)]
@@ -104,13 +106,19 @@ async fn answer(mut conn: tokio::net::TcpStream, src: UsageSource) -> std::io::R
 /// Serves `/metrics` on `listener` until `shutdown` resolves.
 pub async fn serve(listener: TcpListener, src: UsageSource, shutdown: impl Future<Output = ()>) {
     let mut shutdown = std::pin::pin!(shutdown);
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
         tokio::select! {
             () = &mut shutdown => return,
             conn = listener.accept() => match conn {
                 Ok((conn, peer)) => {
+                    let Ok(slot) = slots.clone().try_acquire_owned() else {
+                        tracing::debug!(%peer, "too many metrics connections; closing");
+                        continue;
+                    };
                     let src = src.clone();
                     tokio::spawn(async move {
+                        let _slot = slot;
                         match tokio::time::timeout(IO_TIMEOUT, answer(conn, src)).await {
                             Ok(Ok(())) => {}
                             Ok(Err(e)) => tracing::debug!(%peer, error = %e, "metrics request failed"),
