@@ -230,7 +230,7 @@ impl KubeApi {
 /// already says it; returns whether it wrote.
 pub fn store(path: &Path, value: Option<&str>) -> Result<bool, NodeLabelError> {
     let want = value.unwrap_or("");
-    if std::fs::read_to_string(path).is_ok_and(|s| s.trim() == want) && path.exists() {
+    if std::fs::read_to_string(path).is_ok_and(|s| s.trim() == want) {
         return Ok(false);
     }
     let err = |source| NodeLabelError::Write {
