@@ -347,3 +347,28 @@ fn in_cluster_https_is_verified_with_the_service_account_ca() {
     let e = api.config_label("node-1").unwrap_err();
     assert!(matches!(e, NodeLabelError::Get { .. }), "{e:?}");
 }
+
+#[test]
+fn a_node_name_outside_a_cluster_is_a_clear_error() {
+    let files = tempfile::tempdir().unwrap();
+    let (cfg, inv) = node_files(files.path());
+    let out = std::process::Command::new(common::node::BIN)
+        .args(["serve", "--node-name", "node-1", "--config"])
+        .arg(&cfg)
+        .arg("--inventory")
+        .arg(&inv)
+        .arg("--plugin-dir")
+        .arg(files.path())
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("KUBERNETES_SERVICE_PORT")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("KUBERNETES_SERVICE_HOST is not set"), "{err}");
+    assert_eq!(
+        err.matches("KUBERNETES_SERVICE_HOST").count(),
+        1,
+        "cause printed once: {err}"
+    );
+}
