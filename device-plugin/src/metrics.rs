@@ -24,6 +24,16 @@ const IO_TIMEOUT: Duration = Duration::from_secs(5);
 /// Connections answered at once; more are closed at once (a scraper needs one).
 const MAX_CONNECTIONS: usize = 32;
 
+/// Why no usage report could be made (the pod-resources API failing is not one: users are
+/// then reported unknown).
+#[derive(Debug, thiserror::Error)]
+pub enum UsageError {
+    #[error("cannot list the node's GPUs")]
+    Inventory(#[source] crate::source::SourceError),
+    #[error("the node's config gives no advertisement")]
+    Config(#[source] crate::service::PreferError),
+}
+
 /// Everything a usage report is computed from.
 #[derive(Debug, Clone)]
 pub struct UsageSource {
@@ -37,29 +47,23 @@ pub struct UsageSource {
 
 impl UsageSource {
     /// The usage now; the config must load (an invalid one is reported as the error).
-    pub async fn usage(&self) -> Result<Usage, String> {
+    pub async fn usage(&self) -> Result<Usage, UsageError> {
         let inv = match &self.inventory {
             Some(i) => i.clone(),
-            None => Arc::new(
-                self.source
-                    .inventory()
-                    .map_err(|e| crate::error::chain(&e))?,
-            ),
+            None => Arc::new(self.source.inventory().map_err(UsageError::Inventory)?),
         };
         let ad = self
             .source
             .advertisement(&inv)
-            .map_err(|e| crate::error::chain(&*e))?;
-        let assigned = crate::podresources::list(&self.pod_resources)
-            .await
-            .map_err(|e| crate::error::chain(&e));
+            .map_err(UsageError::Config)?;
+        let assigned = crate::podresources::list(&self.pod_resources).await;
         let health = self.health.borrow().clone();
         Ok(usage(
             &self.hostname,
             &ad,
             Some(&inv),
             &health,
-            assigned.as_deref().map_err(Clone::clone),
+            assigned.as_deref(),
         ))
     }
 }
@@ -90,7 +94,10 @@ async fn answer(mut conn: tokio::net::TcpStream, src: UsageSource) -> std::io::R
     let (status, body) = match (method, path) {
         (Some(b"GET"), Some(b"/metrics")) => match src.usage().await {
             Ok(u) => ("200 OK", crate::usage::prometheus(&u)),
-            Err(e) => ("500 Internal Server Error", format!("{e}\n")),
+            Err(e) => (
+                "500 Internal Server Error",
+                format!("{}\n", crate::error::chain(&e)),
+            ),
         },
         (Some(b"GET"), _) => ("404 Not Found", String::from("only /metrics\n")),
         _ => ("405 Method Not Allowed", String::from("only GET\n")),

@@ -11,7 +11,7 @@ use gpuhook_node::Inventory;
 use gpuhook_sharing::Advertisement;
 use serde::Serialize;
 
-use crate::podresources::Assignment;
+use crate::podresources::{Assignment, PodResourcesError};
 use crate::served::HealthState;
 
 /// A container holding a device.
@@ -62,7 +62,7 @@ pub fn usage(
     ad: &Advertisement,
     inv: Option<&Inventory>,
     health: &HealthState,
-    assigned: Result<&[Assignment], String>,
+    assigned: Result<&[Assignment], &PodResourcesError>,
 ) -> Usage {
     let models: BTreeMap<&str, &str> = inv
         .map(|i| {
@@ -74,7 +74,7 @@ pub fn usage(
         .unwrap_or_default();
     let (rows, pod_resources_error) = match assigned {
         Ok(a) => (a, None),
-        Err(e) => (&[][..], Some(e)),
+        Err(e) => (&[][..], Some(crate::error::chain(e))),
     };
     let mut by_id: BTreeMap<(&str, &str), Vec<&Assignment>> = BTreeMap::new();
     for a in rows {

@@ -95,7 +95,7 @@ pub fn status(args: StatusArgs) -> Result<()> {
             pod_resources: args.pod_resources_socket.clone(),
             hostname: hostname(args.node_name.as_deref()),
         };
-        let u = src.usage().await.map_err(anyhow::Error::msg)?;
+        let u = src.usage().await?;
         anyhow::Ok(gpuhook_device_plugin::status::with_served_health(u, &args.plugin_dir).await)
     })?;
     println!("{}", serde_json::to_string_pretty(&usage)?);

@@ -290,12 +290,14 @@ fn metric_label_values_are_escaped_and_users_each_get_a_series() {
             .count()
     };
     assert_eq!((series("init"), series("app")), (1, 1), "{text}");
-    let down = usage(
-        "h",
-        &ad,
-        Some(&inv),
-        &HealthState::default(),
-        Err("gone".into()),
-    );
+    let gone = gpuhook_device_plugin::podresources::PodResourcesError::Timeout {
+        path: "/gone.sock".into(),
+    };
+    let down = usage("h", &ad, Some(&inv), &HealthState::default(), Err(&gone));
+    assert!(down
+        .pod_resources_error
+        .as_deref()
+        .unwrap()
+        .contains("/gone.sock"));
     assert!(prometheus(&down).contains("gpuhook_device_plugin_pod_resources_up{Hostname=\"h\"} 0"));
 }
