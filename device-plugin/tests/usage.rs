@@ -126,6 +126,7 @@ async fn status_and_metrics_show_the_pod_holding_each_replica() {
     let dir = tempfile::tempdir().unwrap();
     let mut kubelet = FakeKubelet::start(dir.path());
     let addr = free_port();
+    // A fixed config name: the node name only names the node here (no API server to follow).
     let extra = [
         "--metrics-listen",
         &addr,
