@@ -63,5 +63,20 @@ fn main() {
             "PreStartContainerResponse",
         ))
         .build();
-    Builder::new().compile(&[registration, device_plugin]);
+    // The kubelet's pod-resources API v1 (`k8s.io/kubelet` `pkg/apis/podresources/v1/api.proto`,
+    // package `v1`), messages in `src/podresources.rs`.
+    let pod_resources = Service::builder()
+        .name("PodResourcesLister")
+        .package("v1")
+        .method(
+            Method::builder()
+                .name("list")
+                .route_name("List")
+                .input_type("crate::podresources::ListPodResourcesRequest")
+                .output_type("crate::podresources::ListPodResourcesResponse")
+                .codec_path(CODEC)
+                .build(),
+        )
+        .build();
+    Builder::new().compile(&[registration, device_plugin, pod_resources]);
 }

@@ -18,6 +18,9 @@ use gpuhook_device_plugin::service::{Preferrer, WithoutTopology};
 use gpuhook_device_plugin::source::{ConfigName, ConfigSource, InventoryFrom};
 use gpuhook_node::DiscoverOptions;
 
+mod node_label_args;
+mod usage_args;
+
 #[derive(Parser, Debug)]
 #[command(
     name = "gpuhook-device-plugin",
@@ -90,6 +93,8 @@ enum Cmd {
         #[arg(long)]
         output: Option<PathBuf>,
     },
+    /// Print as JSON each advertised device, its GPU, health and the pods using it.
+    Status(usage_args::StatusArgs),
 }
 
 #[derive(Args, Debug)]
@@ -124,6 +129,10 @@ struct ServeArgs {
     /// Where MPS pipe directories appear in containers (gpu-mps-daemon's containerPipeDirectory).
     #[arg(long, default_value = DEFAULT_CONTAINER_PIPE_DIR)]
     container_pipe_dir: String,
+    #[command(flatten)]
+    watch: node_label_args::WatchArgs,
+    #[command(flatten)]
+    metrics: usage_args::MetricsArgs,
 }
 
 impl NodeArgs {
@@ -158,12 +167,13 @@ fn shutdown_signal() -> Result<impl std::future::Future<Output = ()>> {
     })
 }
 
-fn serve(args: ServeArgs) -> Result<()> {
+fn serve(mut args: ServeArgs) -> Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
+    let _watcher = args.watch.start(&mut args.node)?;
     rt.block_on(async {
         let shutdown = shutdown_signal()?;
         let (_health_tx, mut health) = tokio::sync::watch::channel(HealthState::default());
@@ -188,6 +198,8 @@ fn serve(args: ServeArgs) -> Result<()> {
             }
             Err(e) => tracing::warn!(error = %chain(&e), "no NVML: no GPU health monitoring, no topology in preferred allocations"),
         }
+        let node_name = args.watch.node_name.as_deref();
+        let _metrics = args.metrics.start(&args.node, node_name, health.clone()).await?;
         let opts = Options {
             plugin_dir: args.plugin_dir.clone(),
             container_pipe_dir: args.container_pipe_dir.clone(),
@@ -213,6 +225,7 @@ fn main() -> Result<()> {
     init_logging(cli.log_format);
     match cli.cmd {
         Cmd::Serve(a) => serve(a),
+        Cmd::Status(a) => usage_args::status(a),
         Cmd::DryRun(a) => {
             let src = a.source();
             let label = src.label()?;
