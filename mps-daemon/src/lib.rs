@@ -42,6 +42,7 @@ pub mod safefs;
 pub mod settings;
 pub mod shm;
 pub mod status;
+pub mod status_file;
 pub mod status_table;
 pub mod supervisor;
 pub mod watcher;

@@ -25,7 +25,8 @@ use crate::layout::{self, CreatedDirs};
 use crate::lock::{LockError, RootLock};
 use crate::manager::{Manager, ReloadError};
 use crate::plan::{self, Overrides, Plan};
-use crate::status::{self, Board, StatusReadError};
+use crate::status::Board;
+use crate::status_file::{self, StatusReadError};
 
 /// Why a command failed; each message says what to fix. Every cause is part of its variant's
 /// message and none is a `source`: `main` prints the error with its chain, and a cause that is
@@ -205,7 +206,7 @@ impl Reporting {
     async fn start(args: &RunArgs, board: &Board, root: &Path) -> Result<Self, ListenError> {
         let status_path = layout::status_path(root);
         let (stop, stop_rx) = watch::channel(false);
-        let writer = tokio::spawn(status::write_loop(
+        let writer = tokio::spawn(status_file::write_loop(
             board.clone(),
             status_path.clone(),
             stop_rx,
@@ -355,7 +356,7 @@ pub fn status_cmd(args: &StatusArgs) -> Result<(), RunError> {
             .unwrap_or_else(|| PathBuf::from(DEFAULT_MPS_ROOT)),
         (None, None) => PathBuf::from(DEFAULT_MPS_ROOT),
     };
-    let s = status::read(&layout::status_path(&root)).map_err(RunError::Status)?;
+    let s = status_file::read(&layout::status_path(&root)).map_err(RunError::Status)?;
     let alive = i32::try_from(s.pid)
         .map(crate::process::is_alive)
         .unwrap_or(false);
