@@ -199,6 +199,8 @@ struct Reporting {
     stop: watch::Sender<bool>,
     writer: JoinHandle<()>,
     http: Option<JoinHandle<()>>,
+    /// `--cri-socket`: the task naming pods ([`crate::attrib`]).
+    attrib: Option<JoinHandle<()>>,
     status_path: PathBuf,
 }
 
@@ -211,10 +213,14 @@ impl Reporting {
             status_path.clone(),
             stop_rx,
         ));
+        let attrib = args.cri_socket.clone().map(|socket| {
+            tokio::spawn(crate::attrib::run(board.clone(), socket, stop.subscribe()))
+        });
         let mut r = Reporting {
             stop,
             writer,
             http: None,
+            attrib,
             status_path,
         };
         if let Some(addr) = args.listen {
@@ -233,6 +239,9 @@ impl Reporting {
     async fn stop(self) {
         let _ = self.stop.send(true);
         let _ = self.writer.await;
+        if let Some(h) = self.attrib {
+            h.abort();
+        }
         if let Some(h) = self.http {
             h.abort();
         }

@@ -11,6 +11,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
+use crate::cri::PodRef;
 use crate::histogram::Histogram;
 
 /// Version of the status file format.
@@ -123,6 +124,13 @@ pub struct ClientStatus {
     pub container: Option<String>,
     /// Naming scheme the container was recognised by (`containerd`, `cri-o`, `podman`, ...).
     pub runtime: Option<String>,
+    /// Kubernetes pod, namespace and container name (`--cri-socket` only; absent when unknown).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_name: Option<String>,
 }
 
 /// The whole file.
@@ -169,6 +177,8 @@ struct Inner {
     cdi: CdiStatus,
     /// The config shares no GPU with MPS: nothing to run, and that is ready.
     idle: bool,
+    /// Kubernetes names of container ids, from the CRI runtime (see [`crate::attrib`]).
+    pods: BTreeMap<String, PodRef>,
 }
 
 /// Command latencies per GPU UUID and command word.
@@ -250,6 +260,11 @@ impl Board {
             .clone()
     }
 
+    /// Replaces the Kubernetes names of container ids (shown on the clients of those ids).
+    pub fn set_pods(&self, pods: BTreeMap<String, PodRef>) {
+        self.with(|i| i.pods = pods);
+    }
+
     /// Adds or replaces a GPU entry.
     pub fn insert(&self, s: GpuStatus) {
         self.with(|i| i.gpus.insert(s.uuid.clone(), s));
@@ -281,6 +296,13 @@ impl Board {
         let i = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let mut gpus: Vec<GpuStatus> = i.gpus.values().cloned().collect();
         gpus.sort_by_key(|g| g.index);
+        for c in gpus.iter_mut().flat_map(|g| g.usage.clients.iter_mut()) {
+            if let Some(p) = c.container.as_ref().and_then(|id| i.pods.get(id)) {
+                c.pod = Some(p.pod.clone());
+                c.namespace = Some(p.namespace.clone());
+                c.container_name = Some(p.container.clone());
+            }
+        }
         StatusFile {
             format_version: STATUS_FORMAT_VERSION,
             pid: std::process::id(),
