@@ -111,3 +111,64 @@ pub async fn run(board: Board, socket: PathBuf, mut stop: watch::Receiver<bool>)
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kube(id: &str, pod: &str) -> Container {
+        Container {
+            id: id.into(),
+            metadata: None,
+            labels: [
+                (cri::POD_NAME_LABEL, pod),
+                (cri::POD_NAMESPACE_LABEL, "ns"),
+                (cri::CONTAINER_NAME_LABEL, "c"),
+            ]
+            .iter()
+            .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+            .collect(),
+        }
+    }
+
+    fn ids(list: &[&str]) -> BTreeSet<String> {
+        list.iter().map(|s| (*s).to_string()).collect()
+    }
+
+    #[test]
+    fn named_ids_are_not_asked_again_and_unknown_ones_after_the_retry_delay() {
+        let t0 = Instant::now();
+        let mut c = Cache::default();
+        let present = ids(&["a", "podman"]);
+        assert!(c.prune(&present, t0));
+        c.absorb(&present, Some(&[kube("a", "p"), kube("other", "q")]), t0);
+        assert_eq!(c.known().keys().collect::<Vec<_>>(), ["a"]);
+        assert!(!c.prune(&present, t0 + RETRY_AFTER / 2));
+        assert!(c.prune(&present, t0 + RETRY_AFTER));
+        // A failed call keeps the names and delays the unknown ids again.
+        c.absorb(&present, None, t0 + RETRY_AFTER);
+        assert_eq!(c.known().len(), 1);
+        assert!(!c.prune(&present, t0 + RETRY_AFTER + RETRY_AFTER / 2));
+    }
+
+    #[test]
+    fn ids_without_clients_are_forgotten_and_a_new_id_is_asked_at_once() {
+        let t0 = Instant::now();
+        let mut c = Cache::default();
+        c.absorb(&ids(&["a"]), Some(&[kube("a", "p")]), t0);
+        assert!(c.prune(&ids(&["b"]), t0));
+        assert!(c.known().is_empty());
+    }
+
+    #[test]
+    fn a_container_without_kubelet_labels_has_no_pod() {
+        let mut k = kube("a", "p");
+        k.labels.remove(cri::POD_NAMESPACE_LABEL);
+        assert_eq!(k.pod_ref(), None);
+        // The container name falls back to the CRI metadata name.
+        let mut k = kube("a", "p");
+        k.labels.remove(cri::CONTAINER_NAME_LABEL);
+        k.metadata = Some(cri::ContainerMetadata { name: "m".into() });
+        assert_eq!(k.pod_ref().map(|p| p.container), Some("m".to_string()));
+    }
+}

@@ -40,7 +40,7 @@ pub enum Command {
     #[command(after_help = "Examples:\n  \
         gpu-mps-daemon check --config /etc/gpuhook/mps.yaml\n  \
         gpu-mps-daemon check --config /etc/gpuhook/mps.yaml --driver-root /run/nvidia/driver")]
-    Check(RunArgs),
+    Check(Box<RunArgs>),
 }
 
 /// `--log-format`.
