@@ -205,7 +205,12 @@ struct Reporting {
 }
 
 impl Reporting {
-    async fn start(args: &RunArgs, board: &Board, root: &Path) -> Result<Self, ListenError> {
+    async fn start(
+        args: &RunArgs,
+        board: &Board,
+        root: &Path,
+        cri_socket: Option<PathBuf>,
+    ) -> Result<Self, ListenError> {
         let status_path = layout::status_path(root);
         let (stop, stop_rx) = watch::channel(false);
         let writer = tokio::spawn(status_file::write_loop(
@@ -213,7 +218,7 @@ impl Reporting {
             status_path.clone(),
             stop_rx,
         ));
-        let attrib = args.cri_socket.clone().map(|socket| {
+        let attrib = cri_socket.map(|socket| {
             tokio::spawn(crate::attrib::run(board.clone(), socket, stop.subscribe()))
         });
         let mut r = Reporting {
@@ -275,7 +280,8 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     board.set_config(args.config.as_ref().map(|p| p.display().to_string()));
     board.set_idle(loaded.plan.gpus.is_empty());
     board.set_identities(crate::metrics::identities_of(&loaded.node));
-    let reporting = match Reporting::start(&args, &board, &root).await {
+    let cri_socket = (args.cri_socket.clone()).or_else(|| loaded.plan.enforce.cri_socket.clone());
+    let reporting = match Reporting::start(&args, &board, &root, cri_socket).await {
         Ok(r) => r,
         Err(e) => {
             lock.release();
