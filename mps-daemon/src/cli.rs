@@ -40,7 +40,7 @@ pub enum Command {
     #[command(after_help = "Examples:\n  \
         gpu-mps-daemon check --config /etc/gpuhook/mps.yaml\n  \
         gpu-mps-daemon check --config /etc/gpuhook/mps.yaml --driver-root /run/nvidia/driver")]
-    Check(RunArgs),
+    Check(Box<RunArgs>),
 }
 
 /// `--log-format`.
@@ -82,6 +82,10 @@ pub struct RunArgs {
     /// Overrides mpsDaemon.gpuhookPath (the gpuhook binary the CDI spec's hooks run).
     #[arg(long, value_name = "PATH")]
     pub gpuhook_path: Option<PathBuf>,
+    /// CRI runtime socket (e.g. /run/containerd/containerd.sock): name the pod, namespace and
+    /// container of each MPS client in status and metrics (off when not given).
+    #[arg(long, value_name = "PATH")]
+    pub cri_socket: Option<PathBuf>,
     /// Take GPU facts from a serialised gpuhook inventory instead of discovering them.
     #[arg(long, value_name = "FILE", hide = true)]
     pub inventory_json: Option<PathBuf>,

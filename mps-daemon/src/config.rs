@@ -83,6 +83,9 @@ pub struct DaemonSection {
     pub proc_root: Option<PathBuf>,
     /// Where the host's cgroup file systems are mounted; default `/sys/fs/cgroup`.
     pub cgroup_root: Option<PathBuf>,
+    /// CRI runtime socket that names the pod, namespace and container of each client's
+    /// container (`--cri-socket` wins); off by default. Read at start, not on SIGHUP.
+    pub cri_socket: Option<PathBuf>,
 }
 
 /// `mpsDaemon.shares[]`: a named fraction of a GPU.

@@ -12,12 +12,14 @@
 //! (arguments), [`run`] (wiring), [`cdi`] (the `nvidia.com/gpu-mps` CDI spec that connects containers),
 //! [`watcher`] / [`enforce`] / [`cgroup`] (clients per container, caps, gone containers).
 
+pub mod attrib;
 pub mod cdi;
 pub mod cdi_writer;
 pub mod cgroup;
 pub mod cli;
 pub mod config;
 pub mod control;
+pub mod cri;
 pub mod daemon_proc;
 pub mod enforce;
 pub mod histogram;
@@ -42,6 +44,7 @@ pub mod safefs;
 pub mod settings;
 pub mod shm;
 pub mod status;
+pub mod status_file;
 pub mod status_table;
 pub mod supervisor;
 pub mod watcher;

@@ -103,10 +103,13 @@ const PER_GPU: [(Family, Getter); 9] = [
 /// Samples of one GPU for a family with extra labels: `(extra labels, value)`.
 fn labelled_samples(f: &Family, g: &GpuStatus) -> Vec<(Vec<(&'static str, String)>, f64)> {
     let u = &g.usage;
-    let runtime_of = |ctr: &str| {
+    let first = |ctr: &str| {
         u.clients
             .iter()
             .find(|c| c.container.as_deref() == Some(ctr))
+    };
+    let runtime_of = |ctr: &str| {
+        first(ctr)
             .and_then(|c| c.runtime.clone())
             .unwrap_or_default()
     };
@@ -119,7 +122,17 @@ fn labelled_samples(f: &Family, g: &GpuStatus) -> Vec<(Vec<(&'static str, String
                 .into_iter()
                 .map(|(ctr, n)| {
                     let rt = runtime_of(&ctr);
-                    (vec![(f.labels[0], ctr), ("runtime", rt)], n as f64)
+                    let c = first(&ctr);
+                    let mut labels = vec![(f.labels[0], ctr), ("runtime", rt)];
+                    // DCGM exporter's pod attribution (empty: not named, as Prometheus reads it).
+                    if f.labels.len() > 2 {
+                        let name =
+                            |v: Option<&Option<String>>| v.cloned().flatten().unwrap_or_default();
+                        labels.push(("pod", name(c.map(|c| &c.pod))));
+                        labels.push(("namespace", name(c.map(|c| &c.namespace))));
+                        labels.push(("container", name(c.map(|c| &c.container_name))));
+                    }
+                    (labels, n as f64)
                 })
                 .collect()
         }

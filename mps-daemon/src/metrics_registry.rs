@@ -124,9 +124,9 @@ pub const CONTAINER_CLIENTS: Family = labelled(
     family(
         "gpuhook_mps_container_clients",
         Gauge,
-        "MPS client processes of the GPU per container (container_id: the runtime's id).",
+        "MPS client processes of the GPU per container (container_id: the runtime's id; pod, namespace, container: with --cri-socket).",
     ),
-    &["container_id", "runtime"],
+    &["container_id", "runtime", "pod", "namespace", "container"],
 );
 pub const CLIENTS_PER_CONTAINER: Family = deprecated(
     labelled(

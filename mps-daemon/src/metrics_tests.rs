@@ -37,6 +37,9 @@ fn exposition_parses_back() {
             server: 7,
             container: ctr.map(str::to_string),
             runtime: ctr.map(|_| "containerd".to_string()),
+            pod: None,
+            namespace: None,
+            container_name: None,
         });
     }
     g.usage.terminations.insert("over_cap".into(), 4);

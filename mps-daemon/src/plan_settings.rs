@@ -149,7 +149,7 @@ pub fn resolve_cdi(cfg: &ConfigFile, ov: &Overrides) -> Result<CdiSettings, Conf
     })
 }
 
-/// `mpsDaemon.maxClientsPerContainer`, `procRoot`, `cgroupRoot`.
+/// `mpsDaemon.maxClientsPerContainer`, `procRoot`, `cgroupRoot`, `criSocket`.
 pub fn resolve_enforce(cfg: &ConfigFile) -> Result<EnforceSettings, ConfigError> {
     let d = &cfg.mps_daemon;
     let max = match d.max_clients_per_container {
@@ -162,7 +162,17 @@ pub fn resolve_enforce(cfg: &ConfigFile) -> Result<EnforceSettings, ConfigError>
             ))
         }
     };
+    let cri_socket = match &d.cri_socket {
+        Some(p) if !p.is_absolute() => {
+            return Err(ConfigError::invalid(
+                "mpsDaemon.criSocket",
+                format!("{} must be an absolute path", p.display()),
+            ))
+        }
+        other => other.clone(),
+    };
     Ok(EnforceSettings {
+        cri_socket,
         max_clients_per_container: max,
         proc_root: d.proc_root.clone().unwrap_or_else(|| "/proc".into()),
         cgroup_root: d
@@ -231,5 +241,25 @@ mod tests {
             .to_string();
         assert!(e.starts_with("mpsDaemon.shares[0].fraction:"), "{e}");
         assert!(shares("[{name: a, fraction: 1/2}, {name: b, fraction: 1/2}]").is_ok());
+    }
+
+    #[test]
+    fn cri_socket_is_off_by_default_and_must_be_absolute() {
+        let enforce = |extra: &str| {
+            resolve_enforce(&parse(&format!("version: v1\nmpsDaemon:\n{extra}")).unwrap())
+        };
+        assert_eq!(
+            enforce("  maxClientsPerContainer: 2\n").unwrap().cri_socket,
+            None
+        );
+        let s = enforce("  criSocket: /run/containerd/containerd.sock\n").unwrap();
+        assert_eq!(
+            s.cri_socket.as_deref(),
+            Some(std::path::Path::new("/run/containerd/containerd.sock"))
+        );
+        let e = enforce("  criSocket: containerd.sock\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("mpsDaemon.criSocket:"), "{e}");
     }
 }

@@ -25,7 +25,8 @@ use crate::layout::{self, CreatedDirs};
 use crate::lock::{LockError, RootLock};
 use crate::manager::{Manager, ReloadError};
 use crate::plan::{self, Overrides, Plan};
-use crate::status::{self, Board, StatusReadError};
+use crate::status::Board;
+use crate::status_file::{self, StatusReadError};
 
 /// Why a command failed; each message says what to fix. Every cause is part of its variant's
 /// message and none is a `source`: `main` prints the error with its chain, and a cause that is
@@ -198,22 +199,33 @@ struct Reporting {
     stop: watch::Sender<bool>,
     writer: JoinHandle<()>,
     http: Option<JoinHandle<()>>,
+    /// `--cri-socket`: the task naming pods ([`crate::attrib`]).
+    attrib: Option<JoinHandle<()>>,
     status_path: PathBuf,
 }
 
 impl Reporting {
-    async fn start(args: &RunArgs, board: &Board, root: &Path) -> Result<Self, ListenError> {
+    async fn start(
+        args: &RunArgs,
+        board: &Board,
+        root: &Path,
+        cri_socket: Option<PathBuf>,
+    ) -> Result<Self, ListenError> {
         let status_path = layout::status_path(root);
         let (stop, stop_rx) = watch::channel(false);
-        let writer = tokio::spawn(status::write_loop(
+        let writer = tokio::spawn(status_file::write_loop(
             board.clone(),
             status_path.clone(),
             stop_rx,
         ));
+        let attrib = cri_socket.map(|socket| {
+            tokio::spawn(crate::attrib::run(board.clone(), socket, stop.subscribe()))
+        });
         let mut r = Reporting {
             stop,
             writer,
             http: None,
+            attrib,
             status_path,
         };
         if let Some(addr) = args.listen {
@@ -232,6 +244,9 @@ impl Reporting {
     async fn stop(self) {
         let _ = self.stop.send(true);
         let _ = self.writer.await;
+        if let Some(h) = self.attrib {
+            h.abort();
+        }
         if let Some(h) = self.http {
             h.abort();
         }
@@ -265,7 +280,8 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     board.set_config(args.config.as_ref().map(|p| p.display().to_string()));
     board.set_idle(loaded.plan.gpus.is_empty());
     board.set_identities(crate::metrics::identities_of(&loaded.node));
-    let reporting = match Reporting::start(&args, &board, &root).await {
+    let cri_socket = (args.cri_socket.clone()).or_else(|| loaded.plan.enforce.cri_socket.clone());
+    let reporting = match Reporting::start(&args, &board, &root, cri_socket).await {
         Ok(r) => r,
         Err(e) => {
             lock.release();
@@ -355,7 +371,7 @@ pub fn status_cmd(args: &StatusArgs) -> Result<(), RunError> {
             .unwrap_or_else(|| PathBuf::from(DEFAULT_MPS_ROOT)),
         (None, None) => PathBuf::from(DEFAULT_MPS_ROOT),
     };
-    let s = status::read(&layout::status_path(&root)).map_err(RunError::Status)?;
+    let s = status_file::read(&layout::status_path(&root)).map_err(RunError::Status)?;
     let alive = i32::try_from(s.pid)
         .map(crate::process::is_alive)
         .unwrap_or(false);

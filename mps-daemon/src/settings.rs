@@ -87,6 +87,8 @@ pub struct CdiSettings {
 /// How clients are watched.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EnforceSettings {
+    /// `mpsDaemon.criSocket` (absolute), used when `--cri-socket` is not given.
+    pub cri_socket: Option<PathBuf>,
     pub max_clients_per_container: Option<u32>,
     pub proc_root: PathBuf,
     pub cgroup_root: PathBuf,

@@ -5,13 +5,13 @@
 //! without talking to the daemon.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
+use crate::cri::PodRef;
 use crate::histogram::Histogram;
 
 /// Version of the status file format.
@@ -124,6 +124,13 @@ pub struct ClientStatus {
     pub container: Option<String>,
     /// Naming scheme the container was recognised by (`containerd`, `cri-o`, `podman`, ...).
     pub runtime: Option<String>,
+    /// Kubernetes pod, namespace and container name (`--cri-socket` only; absent when unknown).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_name: Option<String>,
 }
 
 /// The whole file.
@@ -170,6 +177,8 @@ struct Inner {
     cdi: CdiStatus,
     /// The config shares no GPU with MPS: nothing to run, and that is ready.
     idle: bool,
+    /// Kubernetes names of container ids, from the CRI runtime (see [`crate::attrib`]).
+    pods: BTreeMap<String, PodRef>,
 }
 
 /// Command latencies per GPU UUID and command word.
@@ -251,6 +260,11 @@ impl Board {
             .clone()
     }
 
+    /// Replaces the Kubernetes names of container ids (shown on the clients of those ids).
+    pub fn set_pods(&self, pods: BTreeMap<String, PodRef>) {
+        self.with(|i| i.pods = pods);
+    }
+
     /// Adds or replaces a GPU entry.
     pub fn insert(&self, s: GpuStatus) {
         self.with(|i| i.gpus.insert(s.uuid.clone(), s));
@@ -282,6 +296,13 @@ impl Board {
         let i = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let mut gpus: Vec<GpuStatus> = i.gpus.values().cloned().collect();
         gpus.sort_by_key(|g| g.index);
+        for c in gpus.iter_mut().flat_map(|g| g.usage.clients.iter_mut()) {
+            if let Some(p) = c.container.as_ref().and_then(|id| i.pods.get(id)) {
+                c.pod = Some(p.pod.clone());
+                c.namespace = Some(p.namespace.clone());
+                c.container_name = Some(p.container.clone());
+            }
+        }
         StatusFile {
             format_version: STATUS_FORMAT_VERSION,
             pid: std::process::id(),
@@ -327,66 +348,4 @@ impl Board {
             .unwrap_or_else(|e| e.into_inner())
             .clone()
     }
-}
-
-/// Bound of one status file write.
-const WRITE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// Rewrites `status.json` after each change until `stop` resolves.
-pub async fn write_loop(
-    board: Board,
-    path: std::path::PathBuf,
-    stop: tokio::sync::watch::Receiver<bool>,
-) {
-    let mut stop = stop;
-    let mut changes = board.subscribe();
-    loop {
-        let snap = board.snapshot();
-        match serde_json::to_vec_pretty(&snap) {
-            Ok(data) => {
-                // Bounded: a slow disk delays the file, never the supervisors or HTTP.
-                let p = path.clone();
-                let write =
-                    crate::layout::blocking("writing the status file", WRITE_TIMEOUT, move || {
-                        gpuhook_fs::write_atomic(&p, &data, 0o644)
-                    });
-                if let Err(e) = write.await {
-                    tracing::warn!(error = %e, "cannot write status file");
-                }
-            }
-            Err(e) => tracing::warn!(error = %e, "cannot serialise status"),
-        }
-        tokio::select! {
-            r = changes.changed() => if r.is_err() { return },
-            _ = stop.changed() => return,
-        }
-    }
-}
-
-/// Why `gpu-mps-daemon status` found no status to show (the cause is part of the message).
-#[derive(Debug, thiserror::Error)]
-pub enum StatusReadError {
-    #[error("cannot read {}: {error} (is gpu-mps-daemon running with this --mps-root?)", path.display())]
-    Read {
-        path: std::path::PathBuf,
-        error: std::io::Error,
-    },
-    #[error("{} is not a status file: {error}", path.display())]
-    Parse {
-        path: std::path::PathBuf,
-        error: serde_json::Error,
-    },
-}
-
-/// Reads a status file written by a running daemon.
-pub fn read(path: &Path) -> Result<StatusFile, StatusReadError> {
-    let bytes =
-        crate::safefs::read_bounded(path, 16 << 20).map_err(|error| StatusReadError::Read {
-            path: path.to_path_buf(),
-            error,
-        })?;
-    serde_json::from_slice(&bytes).map_err(|error| StatusReadError::Parse {
-        path: path.to_path_buf(),
-        error,
-    })
 }

@@ -1,6 +1,6 @@
 //! The human table of `gpu-mps-daemon status`: one row per GPU, then its clients per container.
 
-use crate::status::{GpuStatus, StatusFile};
+use crate::status::{ClientStatus, GpuStatus, StatusFile};
 
 /// The human table of `gpu-mps-daemon status`.
 pub fn render_table(s: &StatusFile, daemon_alive: bool) -> String {
@@ -112,15 +112,15 @@ fn usage(g: &GpuStatus) -> String {
                 .filter(|c| c.container.as_deref() == Some(ctr.as_str()))
                 .map(|c| c.pid.to_string())
                 .collect();
-            let runtime = u
+            let first = u
                 .clients
                 .iter()
-                .find(|c| c.container.as_deref() == Some(ctr.as_str()))
-                .and_then(|c| c.runtime.clone())
-                .unwrap_or_default();
+                .find(|c| c.container.as_deref() == Some(ctr.as_str()));
+            let runtime = first.and_then(|c| c.runtime.clone()).unwrap_or_default();
             out.push_str(&format!(
-                "  container {ctr} ({runtime}): {n} client(s), pids {}\n",
-                pids.join(",")
+                "  container {ctr} ({runtime}): {n} client(s), pids {}{}\n",
+                pids.join(","),
+                first.map(pod_of).unwrap_or_default()
             ));
         }
         let host: Vec<String> = u
@@ -138,4 +138,12 @@ fn usage(g: &GpuStatus) -> String {
         }
     }
     out
+}
+
+/// `, pod NAMESPACE/POD container NAME` when `--cri-socket` named the client's container.
+fn pod_of(c: &ClientStatus) -> String {
+    match (&c.namespace, &c.pod, &c.container_name) {
+        (Some(ns), Some(pod), Some(name)) => format!(", pod {ns}/{pod} container {name}"),
+        _ => String::new(),
+    }
 }

@@ -212,6 +212,9 @@ impl Watcher {
                 server,
                 container: t.owner.as_ref().map(|o| o.id.clone()),
                 runtime: t.owner.as_ref().map(|o| o.runtime.as_str().to_string()),
+                pod: None,
+                namespace: None,
+                container_name: None,
             })
             .collect();
         let limited = self.limited.len() as u64;

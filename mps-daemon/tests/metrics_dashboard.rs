@@ -333,7 +333,7 @@ fn checker_rejects_what_the_daemon_does_not_export() {
         ("gpuhook_mps_clients_per_container", "deprecated"),
         (r#"gpuhook_mps_ready{pod="x"}"#, "no label pod"),
         (
-            "sum by (namespace) (gpuhook_mps_container_clients)",
+            "sum by (namespace) (gpuhook_mps_ready)",
             "has label namespace",
         ),
         ("gpuhook_mps_command_duration_seconds", "not exported"),

@@ -140,6 +140,21 @@ pub fn check_host_mounts(name: &str, args: &RunArgs, mounts: &[Value], volumes: 
         "/var/run/cdi",
         "{name}"
     );
+    check_cri_socket(name, args, mounts, volumes);
+}
+
+/// `--cri-socket` is containerd's default socket (`/run/containerd/containerd.sock`, containerd
+/// `defaults.DefaultAddress`) seen through a read-only mount of its host directory.
+fn check_cri_socket(name: &str, args: &RunArgs, mounts: &[Value], volumes: &[Value]) {
+    let sock = args.cri_socket.as_deref().expect("--cri-socket");
+    let m = named(mounts, "host-containerd");
+    let rel = sock
+        .strip_prefix(s(m, &["mountPath"]))
+        .unwrap_or_else(|_| panic!("{name}: {} is not under the mount", sock.display()));
+    assert_eq!(get(m, &["readOnly"]).as_bool(), Some(true), "{name}");
+    assert_eq!(s(m, &["mountPropagation"]), "HostToContainer", "{name}");
+    let host = Path::new(s(named(volumes, "host-containerd"), &["hostPath", "path"])).join(rel);
+    assert_eq!(host, Path::new("/run/containerd/containerd.sock"), "{name}");
 }
 
 /// Probes hit the daemon's listener, on paths the daemon serves.
