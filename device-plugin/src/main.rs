@@ -241,7 +241,10 @@ fn main() -> Result<()> {
         Cmd::Labels { node, output } => {
             let src = node.source();
             let inv = src.inventory()?;
-            let ad = src.advertisement(&inv).map_err(|e| anyhow::anyhow!(e))?;
+            let mut ad = src.advertisement(&inv).map_err(|e| anyhow::anyhow!(e))?;
+            if !src.no_timestamp().map_err(|e| anyhow::anyhow!(e))? {
+                add_timestamp(&mut ad)?;
+            }
             let text = gpuhook_sharing::nfd_feature_file(&ad);
             match output {
                 Some(p) => write_atomic(&p, &text),
@@ -252,6 +255,18 @@ fn main() -> Result<()> {
             }
         }
     }
+}
+
+/// GFD's `nvidia.com/gfd.timestamp` (Unix seconds now; NVIDIA
+/// `internal/lm/timestamp.go:NewTimestampLabeler`). Only `labels` adds it: `dry-run`'s output
+/// stays deterministic.
+fn add_timestamp(ad: &mut gpuhook_sharing::Advertisement) -> Result<()> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .context("the clock is before 1970")?;
+    ad.labels
+        .insert("nvidia.com/gfd.timestamp".into(), now.as_secs().to_string());
+    Ok(())
 }
 
 /// Writes through the workspace's one atomic writer: NFD never reads a half-written file.

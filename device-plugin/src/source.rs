@@ -130,6 +130,14 @@ impl ConfigSource {
         Ok(self.advertisement_and_policy(inv)?.0)
     }
 
+    /// `flags.gfd.noTimestamp` of the selected config (default false).
+    pub fn no_timestamp(&self) -> Result<bool, PreferError> {
+        let label = self.label()?;
+        let set = load_config_set(&self.config)?;
+        let (_, config) = set.select(label.as_deref())?;
+        Ok(config.flags.gfd.no_timestamp.unwrap_or(false))
+    }
+
     /// [`Self::advertisement`] and the config's `sharedDevicesAllocationPolicy`.
     fn advertisement_and_policy(
         &self,

@@ -113,6 +113,55 @@ fn labels_writes_the_gfd_labels_as_an_nfd_feature_file() {
     assert!(!files.path().join("gpuhook.tmp").exists());
 }
 
+/// `labels` (or `dry-run`) run on the node files with config text `cfg`; its stdout.
+fn node_cmd(dir: &Path, cmd: &str, cfg: &str) -> String {
+    let (_, inv) = node_files(dir);
+    let path = dir.join("gfd.yaml");
+    std::fs::write(&path, cfg).unwrap();
+    let out = Command::new(BIN)
+        .args([cmd, "--config"])
+        .arg(&path)
+        .arg("--inventory")
+        .arg(&inv)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{cmd}: {err}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// GFD's `nvidia.com/gfd.timestamp` (Unix seconds; NVIDIA `internal/lm/timestamp.go:
+/// NewTimestampLabeler`, left out with `flags.gfd.noTimestamp: true`) is in `labels`' output;
+/// `dry-run`'s advertisement stays deterministic, without it.
+#[test]
+fn labels_carry_the_gfd_timestamp_unless_no_timestamp() {
+    let files = tempfile::tempdir().unwrap();
+    let now = || {
+        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+        t.unwrap().as_secs()
+    };
+    let before = now();
+    let text = node_cmd(files.path(), "labels", "version: v1\n");
+    let after = now();
+    let stamp = text
+        .lines()
+        .find_map(|l| l.strip_prefix("nvidia.com/gfd.timestamp="))
+        .unwrap_or_else(|| panic!("no gfd.timestamp in:\n{text}"));
+    let stamp: u64 = stamp.parse().unwrap();
+    assert!(
+        (before..=after).contains(&stamp),
+        "{before} <= {stamp} <= {after}"
+    );
+
+    let off = "version: v1\nflags:\n  gfd:\n    noTimestamp: true\n";
+    let text = node_cmd(files.path(), "labels", off);
+    assert!(!text.contains("gfd.timestamp"), "noTimestamp: {text}");
+    assert!(text.contains("nvidia.com/gpu.count=2"), "{text}");
+    let dry = node_cmd(files.path(), "dry-run", "version: v1\n");
+    assert!(dry.contains("nvidia.com/gpu.count"), "{dry}");
+    assert!(!dry.contains("gfd.timestamp"), "dry-run: {dry}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mps_replicas_are_listed_only_while_the_gpus_daemon_is_ready() {
     let files = tempfile::tempdir().unwrap();

@@ -56,6 +56,18 @@ pub struct Flags {
     pub nvidia_dev_root: Option<String>,
     #[serde(default)]
     pub plugin: PluginFlags,
+    #[serde(default)]
+    pub gfd: GfdFlags,
+}
+
+/// `flags.gfd`: GPU feature discovery's flags; only `noTimestamp` changes our labels.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GfdFlags {
+    /// Leave out the `nvidia.com/gfd.timestamp` label (NVIDIA
+    /// `internal/lm/timestamp.go:NewTimestampLabeler`).
+    #[serde(default)]
+    pub no_timestamp: Option<bool>,
 }
 
 /// `flags.plugin`.
