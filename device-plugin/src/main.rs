@@ -94,6 +94,10 @@ enum Cmd {
         output: Option<PathBuf>,
     },
     /// Print as JSON each advertised device, its GPU, health and the pods using it.
+    #[command(after_help = "Examples:\n  \
+        gpuhook-device-plugin status --config /etc/gpuhook/device-plugin\n  \
+        gpuhook-device-plugin status --config /etc/gpuhook/device-plugin --driver-root /driver-root \
+        --pod-resources-socket /var/lib/kubelet/pod-resources/kubelet.sock")]
     Status(usage_args::StatusArgs),
 }
 

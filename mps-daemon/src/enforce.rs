@@ -95,12 +95,22 @@ pub fn decide(clients: &[ClientView], cap: Option<u32>) -> Vec<Termination> {
 }
 
 /// A list reply with something other than a pid in it (both cut for the message).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unexpected pid {word:?} in reply {reply:?}")]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PidListError {
     pub word: String,
     pub reply: String,
 }
+
+impl std::fmt::Display for PidListError {
+    /// Quoted with escapes, a control character takes up to 10 bytes: the whole message is
+    /// capped too, so a hostile reply never makes a long log line (found by fuzzing).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let message = format!("unexpected pid {:?} in reply {:?}", self.word, self.reply);
+        f.write_str(&gpuhook_node::bounded::cap_message(&message))
+    }
+}
+
+impl std::error::Error for PidListError {}
 
 /// Parses a list reply (`get_server_list`, `get_client_list`): one pid per line.
 pub fn parse_pids(reply: &str) -> Result<Vec<u32>, PidListError> {
@@ -118,6 +128,18 @@ pub fn parse_pids(reply: &str) -> Result<Vec<u32>, PidListError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_reply_of_control_characters_gives_a_bounded_message() {
+        let reply = format!("1s{}", "\u{7}".repeat(4000));
+        let e = parse_pids(&reply).unwrap_err().to_string();
+        assert!(
+            e.len() <= gpuhook_node::bounded::MAX_MESSAGE_BYTES + 64,
+            "{} bytes",
+            e.len()
+        );
+        assert!(e.starts_with("unexpected pid \"1s"), "{e}");
+    }
 
     #[test]
     fn a_bad_pid_list_is_refused_with_a_clipped_reply() {

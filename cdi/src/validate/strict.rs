@@ -103,6 +103,15 @@ impl<'de> Visitor<'de> for StrictValue<'_> {
         Ok(Value::Null)
     }
 
+    /// A YAML tag (`!name value`, or the non-specific `!`): the typed parse of the start path
+    /// reads the value under it (a tag only picks an enum variant, and a spec has no enum), so
+    /// validation does the same; refusing it here made the two disagree (found by fuzzing).
+    fn visit_enum<A: serde::de::EnumAccess<'de>>(self, data: A) -> Result<Value, A::Error> {
+        use serde::de::VariantAccess;
+        let (_tag, content): (serde::de::IgnoredAny, _) = data.variant()?;
+        content.newtype_variant_seed(self)
+    }
+
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
         let mut items = Vec::new();
         while let Some(item) =

@@ -319,3 +319,17 @@ fn rule_messages_quoting_a_long_value_are_capped() {
     let errs = validate_bytes(raw.as_bytes(), None).unwrap_err();
     assert!(errs.iter().all(|e| e.to_string().len() < 1200), "{errs:?}");
 }
+
+/// A YAML tag on a node (`! {…}`, `!x value`) is read through, as the typed start-path parse
+/// reads it: `gpuhook cdi validate` and the start path accept the same file as the same spec
+/// (the fuzzer's finding `corpus/cdi_spec/finding-yaml-tag-on-the-document`).
+#[test]
+fn a_yaml_tag_is_read_through_on_both_paths() {
+    let json = String::from_utf8(good().to_bytes(Format::Json).unwrap()).unwrap();
+    for tagged in [format!("! {json}"), format!("!custom {json}")] {
+        let validated = validate_bytes(tagged.as_bytes(), Some(Format::Yaml)).unwrap();
+        let loaded = crate::load_bytes(tagged.as_bytes(), Some(Format::Yaml)).unwrap();
+        assert_eq!(validated, loaded);
+        assert_eq!(validated, good());
+    }
+}
