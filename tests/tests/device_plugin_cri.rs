@@ -8,7 +8,8 @@
 //! and its NVIDIA_/CUDA_ env.
 //!
 //! Not covered here: the cdi-cri strategy (`CDIDevices` in the CRI request) needs containerd 1.7
-//! with `enable_cdi`; containerd 1.6 ignores the field, so a container would get nothing.
+//! with `enable_cdi`; containerd 1.6 ignores the field, so a container would get nothing. Its
+//! names are resolved by a real CDI consumer (podman) in `device_plugin_cdi_names.rs`.
 //!
 //! Run under `flock /tmp/gpuhook-e2e.lock` (a private containerd, mounts, shims); everything is
 //! removed on drop. Needs root, containerd, ctr, runc and static busybox; with
