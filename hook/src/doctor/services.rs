@@ -1,10 +1,11 @@
 //! The node services a pod's GPU depends on: a device plugin registered with kubelet, and (when
 //! MPS sharing is used) gpu-mps-daemon's readiness.
 //!
-//! Both are judged from the files they leave, never by connecting: the plugin's socket in
-//! kubelet's device plugin directory (NVIDIA's k8s-device-plugin serves `nvidia-gpu.sock`;
-//! gpuhook has no device plugin yet, a `gpuhook*.sock` would be ours), and the MPS daemon's
-//! `status.json` and per-GPU `ready` files under its root.
+//! Both are judged from the files they leave, never by connecting: the plugin's sockets in
+//! kubelet's device plugin directory (gpuhook's plugin names them as NVIDIA's k8s-device-plugin
+//! does, `nvidia-<resource>.sock`: `nvidia-gpu.sock`, `nvidia-gpu.shared.sock`,
+//! `nvidia-mig-1g.10gb.sock`, so either plugin serves the same resource names), and the MPS
+//! daemon's `status.json` and per-GPU `ready` files under its root.
 
 use std::os::unix::fs::FileTypeExt;
 
@@ -14,8 +15,6 @@ use super::{list_dir, Finding, Options, MAX_FILE_BYTES};
 
 const PLUGIN: &str = "device-plugin";
 const MPS: &str = "mps-daemon";
-/// NVIDIA k8s-device-plugin's socket for `nvidia.com/gpu`.
-const NVIDIA_PLUGIN_SOCKET: &str = "nvidia-gpu.sock";
 /// kubelet's registration socket.
 const KUBELET_SOCKET: &str = "kubelet.sock";
 
@@ -37,22 +36,21 @@ fn device_plugin(opts: &Options) -> Finding {
         };
     let is_socket =
         |n: &str| std::fs::symlink_metadata(dir.join(n)).is_ok_and(|m| m.file_type().is_socket());
-    let ours: Vec<&String> = names
+    // `nvidia-<name after nvidia.com/>.sock`, gpuhook's and NVIDIA's plugin alike.
+    let resources: Vec<String> = names
         .iter()
-        .filter(|n| n.starts_with("gpuhook") && n.ends_with(".sock") && is_socket(n))
+        .filter(|n| is_socket(n))
+        .filter_map(|n| n.strip_prefix("nvidia-")?.strip_suffix(".sock"))
+        .map(|r| format!("nvidia.com/{r}"))
         .collect();
-    if let Some(s) = ours.first() {
-        return Finding::ok(
-            PLUGIN,
-            format!("gpuhook's device plugin serves {}", dir.join(s).display()),
-        );
-    }
-    if is_socket(NVIDIA_PLUGIN_SOCKET) {
+    if !resources.is_empty() {
         return Finding::ok(
             PLUGIN,
             format!(
-                "NVIDIA's k8s-device-plugin serves {} (gpuhook has no device plugin of its own yet)",
-                dir.join(NVIDIA_PLUGIN_SOCKET).display()
+                "a GPU device plugin serves {} in {} (`gpuhook-device-plugin status` lists the \
+                 devices and the pods using them)",
+                gpuhook_node::bounded::preview_list(&resources, 8),
+                dir.display()
             ),
         );
     }
@@ -68,7 +66,8 @@ fn device_plugin(opts: &Options) -> Finding {
              Pending",
             dir.display()
         ),
-        "deploy NVIDIA's k8s-device-plugin DaemonSet (it registers nvidia-gpu.sock), and check its \
+        "deploy gpuhook's device plugin (`kubectl apply -k \
+         deploy/kubernetes/examples/device-plugin`) or NVIDIA's k8s-device-plugin, and check its \
          pod's log",
     )
 }

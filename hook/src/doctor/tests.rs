@@ -139,3 +139,51 @@ fn options_for(dir: &std::path::Path, id: &str) -> Options {
     });
     opts
 }
+
+/// gpuhook's plugin names its sockets as NVIDIA's does (`nvidia-<resource>.sock`): the doctor
+/// names the resources served, whichever plugin serves them, and without any it says how to
+/// deploy gpuhook's plugin.
+#[test]
+fn device_plugin_sockets_name_the_resources_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = options(dir.path());
+    std::fs::create_dir_all(&opts.device_plugin_dir).unwrap();
+    let missing = plugin_finding(&opts);
+    assert_eq!(missing.status, Status::Fail);
+    assert!(missing.fix.unwrap().contains("examples/device-plugin"));
+    let _a = std::os::unix::net::UnixListener::bind(
+        opts.device_plugin_dir.join("nvidia-gpu.shared.sock"),
+    )
+    .unwrap();
+    let _b = std::os::unix::net::UnixListener::bind(
+        opts.device_plugin_dir.join("nvidia-mig-1g.10gb.sock"),
+    )
+    .unwrap();
+    std::fs::write(
+        opts.device_plugin_dir.join("nvidia-fake.sock"),
+        "not a socket",
+    )
+    .unwrap();
+    let served = plugin_finding(&opts);
+    assert_eq!(served.status, Status::Ok, "{served:?}");
+    assert!(
+        served.message.contains("nvidia.com/gpu.shared"),
+        "{}",
+        served.message
+    );
+    assert!(
+        served.message.contains("nvidia.com/mig-1g.10gb"),
+        "{}",
+        served.message
+    );
+    assert!(
+        !served.message.contains("nvidia.com/fake"),
+        "{}",
+        served.message
+    );
+}
+
+/// The device plugin finding of a full run.
+fn plugin_finding(opts: &Options) -> Finding {
+    run(opts).of("device-plugin").next().unwrap().clone()
+}
