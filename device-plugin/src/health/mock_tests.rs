@@ -17,58 +17,8 @@ const GPU1: &str = "GPU-a100a100-0000-4000-8000-000000000001";
 const MIG_A: &str = "MIG-11111111-2222-5333-8444-555555555555";
 const MIG_B: &str = "MIG-66666666-7777-5888-9999-aaaaaaaaaaaa";
 
-/// GPU 0 with MIG (4g.40gb at GI 1, 1g.10gb at GI 11), GPU 1 without.
-const PROFILE: &str = r#"
-name = "health-test"
-driver_version = "550.54.15"
-cuda_driver_version = "12.4"
-lib_dir = "/usr/lib64"
-
-[majors]
-nvidia_uvm = 234
-nvidia_caps = 235
-
-[[gpus]]
-index = 0
-minor = 0
-uuid = "GPU-a100a100-0000-4000-8000-000000000000"
-pci_bus_id = "00000000:B1:00.0"
-name = "NVIDIA A100-SXM4-80GB"
-architecture = "ampere"
-compute_capability = "8.0"
-brand = "nvidia"
-memory_mib = 81920
-mig_mode = true
-
-[[gpus.mig_devices]]
-profile = "4g.40gb"
-gi_id = 1
-ci_id = 0
-uuid = "MIG-11111111-2222-5333-8444-555555555555"
-memory_mib = 40192
-gi_cap_minor = 12
-ci_cap_minor = 13
-
-[[gpus.mig_devices]]
-profile = "1g.10gb"
-gi_id = 11
-ci_id = 0
-uuid = "MIG-66666666-7777-5888-9999-aaaaaaaaaaaa"
-memory_mib = 9728
-gi_cap_minor = 102
-ci_cap_minor = 103
-
-[[gpus]]
-index = 1
-minor = 3
-uuid = "GPU-a100a100-0000-4000-8000-000000000001"
-pci_bus_id = "00000000:CA:00.0"
-name = "NVIDIA A100-SXM4-80GB"
-architecture = "ampere"
-compute_capability = "8.0"
-brand = "nvidia"
-memory_mib = 81920
-"#;
+/// GPU 0 with MIG (4g.40gb at GI 1, 1g.10gb at GI 11), GPU 1 without (the shared test node).
+const PROFILE: &str = include_str!("../../../sim/testdata/own-a100-partial.toml");
 
 /// `target/<profile>/libgpuhook_mock_nvml.so`, next to the test's `deps/` directory.
 fn mock_lib() -> PathBuf {
