@@ -21,6 +21,7 @@ fn method(name: &str, route: &str, input: &str, output: &str) -> Method {
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
+    gpuhook_build::link_unwinder_statically();
     let registration = Service::builder()
         .name("Registration")
         .package("v1beta1")

@@ -101,3 +101,16 @@ fn a_panic_exits_with_101() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("failed printing to stdout"), "{err}");
 }
+
+#[test]
+fn the_unwinder_is_linked_in_not_loaded() {
+    // `gpuhook-build` links gcc's static unwinder: a start maps libc and nothing else (no
+    // libgcc_s.so.1, whose constructor's cpuid probes cost ~0.1 ms under a hypervisor). The
+    // loader's own trace says which objects it loads; `a_panic_exits_with_101` shows that
+    // unwinding still works.
+    let out = run(gpuhook(&["version"]).env("LD_DEBUG", "files"));
+    assert!(out.status.success(), "{out:?}");
+    let trace = String::from_utf8_lossy(&out.stderr);
+    assert!(trace.contains("file=libc.so.6"), "no loader trace: {trace}");
+    assert!(!trace.contains("libgcc_s"), "{trace}");
+}
