@@ -48,7 +48,10 @@ impl Existing {
         refuse_non_regular(path, &meta.file_type())?;
         let mut content = None;
         if meta.len() <= limit {
-            let mut buf = Vec::new();
+            // Room for the whole file and the byte that tells its end: one read, not a doubling
+            // series of reads (the unchanged spec or cache is read on every refresh).
+            let room = usize::try_from(meta.len().saturating_add(1)).unwrap_or(0);
+            let mut buf = Vec::with_capacity(room);
             (&file)
                 .take(limit.saturating_add(1))
                 .read_to_end(&mut buf)

@@ -46,10 +46,11 @@ pub fn prestart_fast_path(argv: &[OsString]) -> Option<Cli> {
 /// own clap command instead of the whole tree (which costs more than the rest of a spec refresh's
 /// start-up): the top-level options (`--config`, `--log-level`, `--log-file`, `--log-format`,
 /// each once, as `--opt VALUE` or `--opt=VALUE`) are read here, and `generate`'s arguments go
-/// through the same [`GenerateArgs`] definition, environment defaults included. It only ever
-/// accepts what the full parser accepts: anything else (help, a usage error, another command,
-/// an unknown or odd top-level option, an environment value clap would refuse) returns `None`,
-/// and the full parser prints exactly what it always printed. `env` reads an environment
+/// through the same [`GenerateArgs`] definition, environment defaults included (the common
+/// ones without clap at all, see `fast_generate`). It only ever accepts what the full parser
+/// accepts: anything else (help, a usage error, another command, an unknown or odd top-level
+/// option, an environment value clap would refuse) returns `None`, and the full parser prints
+/// exactly what it always printed. `env` reads an environment
 /// variable (the top-level options' defaults).
 pub fn cdi_generate_fast_path(
     argv: &[OsString],
@@ -73,13 +74,10 @@ pub fn cdi_generate_fast_path(
         top.log_format = Some(value_enum(&v)?);
     }
     let generate_args = rest.get(2..)?;
-    let mut generate = <GenerateArgs as clap::Args>::augment_args(clap::Command::new("generate"));
-    let mut matches = generate
-        .try_get_matches_from_mut(
-            std::iter::once("generate".into()).chain(generate_args.iter().cloned()),
-        )
-        .ok()?;
-    let args = <GenerateArgs as clap::FromArgMatches>::from_arg_matches_mut(&mut matches).ok()?;
+    let args = match super::fast_generate::generate_args(generate_args, &env) {
+        Some(args) => args,
+        None => generate_with_clap(generate_args)?,
+    };
     Some(Cli {
         config: top.config,
         log_level: top.log_level,
@@ -87,6 +85,17 @@ pub fn cdi_generate_fast_path(
         log_format: top.log_format,
         command: Command::Cdi(CdiCommand::Generate(Box::new(args))),
     })
+}
+
+/// `generate`'s arguments through its own clap command (not the whole tree).
+fn generate_with_clap(generate_args: &[OsString]) -> Option<GenerateArgs> {
+    let mut generate = <GenerateArgs as clap::Args>::augment_args(clap::Command::new("generate"));
+    let mut matches = generate
+        .try_get_matches_from_mut(
+            std::iter::once("generate".into()).chain(generate_args.iter().cloned()),
+        )
+        .ok()?;
+    <GenerateArgs as clap::FromArgMatches>::from_arg_matches_mut(&mut matches).ok()
 }
 
 /// The top-level options of [`Cli`] read by [`cdi_generate_fast_path`].

@@ -8,6 +8,7 @@ pub mod app_profile;
 mod cdi;
 mod doctor;
 mod error;
+mod fast_generate;
 mod fast_path;
 mod hook;
 mod prestart;

@@ -121,14 +121,14 @@ pub struct Fns {
     pub device_get_nvlink_remote_device_type: Option<FnDevLinkUint>,
 }
 
-/// Looks one symbol up; `Ok(None)` when the library does not export it.
+/// Looks one symbol up by its NUL-terminated name (no copy is made); `None` when the library
+/// does not export it.
 ///
 /// # Safety
-/// `T` must be the exact C signature of the symbol `name`.
-unsafe fn sym<T: Copy>(lib: &libloading::Library, name: &str) -> Option<T> {
-    let cname = format!("{name}\0");
+/// `T` must be the exact C signature of the symbol `name_nul`.
+unsafe fn sym<T: Copy>(lib: &libloading::Library, name_nul: &[u8]) -> Option<T> {
     // SAFETY: the caller guarantees `T` matches the symbol's C type.
-    unsafe { lib.get::<T>(cname.as_bytes()).ok().map(|s| *s) }
+    unsafe { lib.get::<T>(name_nul).ok().map(|s| *s) }
 }
 
 impl Fns {
@@ -137,13 +137,13 @@ impl Fns {
         macro_rules! req {
             ($name:literal) => {
                 // SAFETY: the field's type is the C signature of `$name` from nvml.h.
-                unsafe { sym(lib, $name) }.ok_or($name)?
+                unsafe { sym(lib, concat!($name, "\0").as_bytes()) }.ok_or($name)?
             };
         }
         macro_rules! opt {
             ($name:literal) => {
                 // SAFETY: the field's type is the C signature of `$name` from nvml.h.
-                unsafe { sym(lib, $name) }
+                unsafe { sym(lib, concat!($name, "\0").as_bytes()) }
             };
         }
         Ok(Fns {

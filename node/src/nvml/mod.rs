@@ -53,8 +53,11 @@ impl ComputeMode {
 pub struct Nvml {
     fns: Fns,
     path: PathBuf,
-    // Keeps the function pointers in `fns` valid; dropped after `nvmlShutdown`.
-    _lib: libloading::Library,
+    /// Keeps the function pointers in `fns` valid. Never unloaded, even after `nvmlShutdown`:
+    /// `dlclose` would unmap the library and run its destructors for nothing (a process that
+    /// used NVML exits soon, as `gpuhook cdi generate` does, or loads it again, which then costs a
+    /// reference count). Unloading was ~2% of a `cdi generate` run.
+    _lib: std::mem::ManuallyDrop<libloading::Library>,
 }
 
 // SAFETY: NVML is thread-safe (documented: "all NVML calls are thread-safe"); the struct only
@@ -90,7 +93,7 @@ impl Nvml {
         Ok(Nvml {
             fns,
             path,
-            _lib: lib,
+            _lib: std::mem::ManuallyDrop::new(lib),
         })
     }
 

@@ -83,9 +83,8 @@ fn gpuhook_path(given: Option<&PathBuf>) -> Result<PathBuf, CdiCliError> {
             Ok(p.clone())
         }
         Some(p) => Err(CdiCliError::RelativeGpuhookPath { path: p.clone() }),
-        None => std::env::current_exe()
-            .and_then(|p| p.canonicalize())
-            .map_err(|error| CdiCliError::CurrentExe { error }),
+        // The kernel's `/proc/self/exe` is already canonical (every link resolved).
+        None => std::env::current_exe().map_err(|error| CdiCliError::CurrentExe { error }),
     }
 }
 
@@ -190,11 +189,13 @@ pub(super) fn run(args: &GenerateArgs, config: &Config) -> Result<(), CliError> 
         WriteOutcome::Written => "wrote",
         WriteOutcome::Unchanged => "unchanged",
     };
-    eprintln!(
-        "{verb} {shown}: {} devices (cdiVersion {})",
+    // One write (stderr is unbuffered: `eprintln!` would write each piece of the line).
+    let line = format!(
+        "{verb} {shown}: {} devices (cdiVersion {})\n",
         spec.devices.len(),
         spec.cdi_version
     );
+    let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
     Ok(())
 }
 

@@ -91,10 +91,16 @@ impl Target {
 
 /// Whether `dir` is one of the runtimes' spec directories (the only place a conflict matters:
 /// `cdi-specs/` may hold one spec per node profile, all of one kind).
+///
+/// The same directory is the same inode (a `stat` each, not a `readlink` per component); a
+/// directory that does not exist yet matches a spec directory of the same name.
 pub(super) fn is_spec_dir(dir: &Path, spec_dirs: &[PathBuf]) -> bool {
-    let canon = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
-    let dir = canon(dir);
-    spec_dirs.iter().any(|d| canon(d) == dir)
+    use std::os::unix::fs::MetadataExt;
+    let id = |p: &Path| std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()));
+    match id(dir) {
+        Some(dir) => spec_dirs.iter().any(|d| id(d) == Some(dir)),
+        None => spec_dirs.iter().any(|d| d == dir),
+    }
 }
 
 /// Decides where the spec goes when it is meant for `out` (format `format`) in a spec

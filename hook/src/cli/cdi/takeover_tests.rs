@@ -107,3 +107,20 @@ fn unrelated_files_and_other_dirs() {
     );
     assert!(notes.is_empty(), "{notes:?}");
 }
+
+#[test]
+fn a_spec_dir_is_recognised_through_links_and_before_it_exists() {
+    // `/var/run -> /run` on most hosts: `--output /run/cdi` is the spec dir `/var/run/cdi`.
+    let root = tempfile::tempdir().unwrap();
+    let run = root.path().join("run");
+    std::fs::create_dir_all(run.join("cdi")).unwrap();
+    std::fs::create_dir(root.path().join("var")).unwrap();
+    std::os::unix::fs::symlink(&run, root.path().join("var/run")).unwrap();
+    let dirs = [root.path().join("etc/cdi"), root.path().join("var/run/cdi")];
+    assert!(is_spec_dir(&run.join("cdi"), &dirs));
+    assert!(is_spec_dir(&root.path().join("var/run/../run/cdi"), &dirs));
+    assert!(!is_spec_dir(&run, &dirs));
+    // Not created yet: only its own name matches.
+    assert!(is_spec_dir(&root.path().join("etc/cdi"), &dirs));
+    assert!(!is_spec_dir(&root.path().join("etc/other"), &dirs));
+}
