@@ -209,8 +209,23 @@ fn the_spec_follows_a_mig_repartition_and_an_idle_node_is_not_rewritten() {
     let took = wait_for_names(spec, &expected_names(&after), Duration::from_secs(10), log);
     eprintln!("spec followed the re-partition in {took:?}");
 
-    // The inventory cache followed too: the kept MIG devices, not the destroyed ones.
-    let inv = std::fs::read_to_string(cache).expect("inventory cache");
+    // The inventory cache followed too: the kept MIG devices, not the destroyed ones. It is
+    // written after the spec (its own atomic write and fsync), so it may trail by a moment.
+    let follows = |inv: &str| {
+        after.gpus[0]
+            .mig_devices
+            .iter()
+            .all(|m| inv.contains(&m.uuid))
+            && before.gpus[0].mig_devices[3..]
+                .iter()
+                .all(|m| !inv.contains(&m.uuid))
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut inv = std::fs::read_to_string(cache).expect("inventory cache");
+    while !follows(&inv) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+        inv = std::fs::read_to_string(cache).expect("inventory cache");
+    }
     for m in &after.gpus[0].mig_devices {
         assert!(inv.contains(&m.uuid), "cache lacks {}", m.uuid);
     }
