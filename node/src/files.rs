@@ -244,13 +244,14 @@ fn find_binaries(resolver: &mut RootResolver) -> Vec<DriverFile> {
     let mut out = Vec::new();
     let dirs: Vec<PathBuf> = BIN_DIRS
         .iter()
-        .filter_map(|d| resolver.resolve(Path::new(d)).ok())
+        .filter_map(|d| resolver.resolve_dir(Path::new(d)).ok())
+        .map(|(real, _, _)| real)
         .collect();
     for (capability, name) in BINARIES {
         let found = dirs
             .iter()
             .map(|d| d.join(name))
-            .find(|p| resolver.host(p).is_file());
+            .find(|p| resolver.is_file(p));
         if let Some(path) = found {
             out.push(DriverFile {
                 capability: *capability,

@@ -6,15 +6,34 @@
 //! `std::fs::canonicalize` would do neither, and costs a syscall per component for every file; the
 //! resolver remembers every component it has resolved, so a library directory is walked once and
 //! each further file costs one `readlink`.
+//!
+//! Every look-up is relative to an `O_PATH` descriptor of the already resolved parent folder
+//! (`readlinkat(dir, name)`), not a long host path the kernel would walk again from `/`: a folder
+//! is opened once (`O_NOFOLLOW|O_DIRECTORY`, which also proves it is a real folder, not a link)
+//! and its descriptor kept until the resolver is dropped. Discovery asks its other questions
+//! (does this exist, is this a file) through [`RootResolver::exists`] and
+//! [`RootResolver::is_file`], relative to those descriptors too.
 
 use std::collections::{HashMap, HashSet};
+use std::ffi::{CStr, CString, OsStr, OsString};
 use std::io;
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Component, Path, PathBuf};
 
 use crate::inventory::join_under;
 
 /// Most symlinks followed while resolving one path (Linux's limit).
-const MAX_LINKS: u32 = 40;
+pub const MAX_LINKS: u32 = 40;
+
+/// Flags of a folder descriptor: a handle for `*at` calls only, never followed through a link.
+const DIR_FLAGS: libc::c_int =
+    libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+
+/// An open folder of the resolver (an index into its descriptors).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DirId(usize);
 
 /// Resolves paths inside `root`, caching resolved components.
 #[derive(Debug)]
@@ -25,6 +44,9 @@ pub struct RootResolver {
     cache: HashMap<PathBuf, (PathBuf, u32)>,
     /// Resolved paths known not to exist (discovery probes many optional well-known paths).
     missing: HashSet<PathBuf>,
+    /// Resolved in-root folder → its descriptor in `fds` (`/` is the root itself).
+    dirs: HashMap<PathBuf, DirId>,
+    fds: Vec<OwnedFd>,
 }
 
 impl RootResolver {
@@ -33,6 +55,8 @@ impl RootResolver {
             root: root.to_path_buf(),
             cache: HashMap::new(),
             missing: HashSet::new(),
+            dirs: HashMap::new(),
+            fds: Vec::new(),
         }
     }
 
@@ -50,15 +74,143 @@ impl RootResolver {
     /// the walk would follow more than 40 links in total (the kernel's MAXSYMLINKS), whatever
     /// the shape of the link graph.
     pub fn resolve(&mut self, path: &Path) -> io::Result<PathBuf> {
-        let mut links = 0;
-        self.resolve_counting(path, &mut links)
+        self.resolve_links(path).map(|(real, _)| real)
     }
 
-    /// Resolves `path`, adding the links it follows to `links` (the whole walk's total).
-    fn resolve_counting(&mut self, path: &Path, links: &mut u32) -> io::Result<PathBuf> {
-        let eloop = || io::Error::from_raw_os_error(libc::ELOOP);
+    /// [`RootResolver::resolve`], with the number of links the walk followed.
+    pub fn resolve_links(&mut self, path: &Path) -> io::Result<(PathBuf, u32)> {
+        let mut links = 0;
+        let real = self.resolve_counting(path, &mut links, false)?;
+        Ok((real, links))
+    }
+
+    /// Resolves the folder `path` and opens it: its real in-root path, the links followed and
+    /// its descriptor.
+    pub fn resolve_dir(&mut self, path: &Path) -> io::Result<(PathBuf, u32, DirId)> {
+        let mut links = 0;
+        let real = self.resolve_counting(path, &mut links, true)?;
+        let id = self.dir(&real)?;
+        Ok((real, links, id))
+    }
+
+    /// Whether `path` exists inside the root as `lstat` sees it: its folder is resolved in the
+    /// root, its last component is not followed (a dangling link exists).
+    pub fn exists(&mut self, path: &Path) -> bool {
+        let Some((dir, name)) = self.parent_of(path) else {
+            return self.resolve(path).is_ok();
+        };
+        let next = dir.join(name);
+        if self.cache.contains_key(&next) {
+            return true;
+        }
+        if self.missing.contains(&next) {
+            return false;
+        }
+        let Ok(id) = self.dir(&dir) else {
+            return false;
+        };
+        match readlink_at(self.fd(id), name) {
+            Ok(_) => true,
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                self.cache.insert(next.clone(), (next, 0));
+                true
+            }
+            Err(e) => {
+                self.note_missing(next, &e);
+                false
+            }
+        }
+    }
+
+    /// Whether `path` resolves inside the root to a regular file.
+    pub fn is_file(&mut self, path: &Path) -> bool {
+        let Some((dir, name)) = self.parent_of(path) else {
+            return false;
+        };
+        let Ok(id) = self.dir(&dir) else {
+            return false;
+        };
+        match lstat_at(self.fd(id), name).map(|st| st.st_mode & libc::S_IFMT) {
+            Ok(libc::S_IFREG) => true,
+            Ok(libc::S_IFLNK) => match self.resolve(path) {
+                Ok(real) if real != path => self.is_file(&real),
+                _ => false,
+            },
+            _ => false,
+        }
+    }
+
+    /// The resolved folder of `path` and its last name; `None` for `/` or a path ending in `..`.
+    fn parent_of<'p>(&mut self, path: &'p Path) -> Option<(PathBuf, &'p OsStr)> {
+        let name = path.file_name()?;
+        let mut links = 0;
+        let dir = self
+            .resolve_counting(path.parent()?, &mut links, true)
+            .ok()?;
+        Some((dir, name))
+    }
+
+    /// The descriptor of the resolved in-root folder `dir`, opened (with its parents) on first use.
+    pub fn dir(&mut self, dir: &Path) -> io::Result<DirId> {
+        if let Some(id) = self.dirs.get(dir) {
+            return Ok(*id);
+        }
+        let fd = match (dir.parent(), dir.file_name()) {
+            (Some(parent), Some(name)) => {
+                let parent = self.dir(parent)?;
+                open_dir_at(self.fd(parent).as_raw_fd(), name, DIR_FLAGS)?
+            }
+            // The root itself: its host path may go through links, as every host path did.
+            _ => open_dir_at(
+                libc::AT_FDCWD,
+                self.root.as_os_str(),
+                DIR_FLAGS & !libc::O_NOFOLLOW,
+            )?,
+        };
+        Ok(self.keep_dir(dir.to_path_buf(), fd))
+    }
+
+    fn keep_dir(&mut self, dir: PathBuf, fd: OwnedFd) -> DirId {
+        let id = DirId(self.fds.len());
+        self.fds.push(fd);
+        self.dirs.insert(dir, id);
+        id
+    }
+
+    /// The descriptor of an opened folder.
+    pub fn fd(&self, id: DirId) -> BorrowedFd<'_> {
+        self.fds[id.0].as_fd()
+    }
+
+    /// A resolution already made: the real path of in-root `path` (whose folder is resolved)
+    /// and the links it took.
+    pub fn cached(&self, path: &Path) -> Option<(&Path, u32)> {
+        self.cache.get(path).map(|(p, n)| (p.as_path(), *n))
+    }
+
+    /// Records a resolution made outside the walk (see [`RootResolver::cached`]).
+    pub fn remember(&mut self, path: PathBuf, real: PathBuf, links: u32) {
+        self.cache.insert(path, (real, links));
+    }
+
+    /// Records that the resolved `path` failed with `error`, when that says it does not exist.
+    pub fn note_missing(&mut self, path: PathBuf, error: &io::Error) {
+        if error.kind() == io::ErrorKind::NotFound {
+            self.missing.insert(path);
+        }
+    }
+
+    /// Resolves `path`, adding the links it follows to `links` (the whole walk's total); `descend`
+    /// when the result is a folder the caller goes into.
+    fn resolve_counting(
+        &mut self,
+        path: &Path,
+        links: &mut u32,
+        descend: bool,
+    ) -> io::Result<PathBuf> {
         let mut cur = PathBuf::from("/");
-        for comp in path.components() {
+        let mut comps = path.components().peekable();
+        while let Some(comp) = comps.next() {
             match comp {
                 Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
                 // `cur` is already resolved, so lexical `..` is right; at `/` it stays at `/`.
@@ -66,130 +218,170 @@ impl RootResolver {
                     cur.pop();
                 }
                 Component::Normal(name) => {
-                    let next = cur.join(name);
-                    if let Some((hit, used)) = self.cache.get(&next) {
-                        *links = links.saturating_add(*used);
-                        if *links > MAX_LINKS {
-                            return Err(eloop());
-                        }
-                        cur = hit.clone();
-                        continue;
-                    }
-                    if self.missing.contains(&next) {
-                        return Err(io::Error::from_raw_os_error(libc::ENOENT));
-                    }
-                    let before = *links;
-                    let resolved = match std::fs::read_link(join_under(&self.root, &next)) {
-                        Ok(target) => {
-                            *links += 1;
-                            if *links > MAX_LINKS {
-                                return Err(eloop());
-                            }
-                            let target = if target.is_absolute() {
-                                target
-                            } else {
-                                cur.join(target)
-                            };
-                            self.resolve_counting(&target, links)?
-                        }
-                        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => next.clone(),
-                        Err(e) => {
-                            if e.kind() == io::ErrorKind::NotFound {
-                                self.missing.insert(next);
-                            }
-                            return Err(e);
-                        }
-                    };
-                    self.cache.insert(next, (resolved.clone(), *links - before));
-                    cur = resolved;
+                    let inner = descend || comps.peek().is_some();
+                    cur = self.step(&cur, name, links, inner)?;
                 }
             }
         }
         Ok(cur)
     }
+
+    /// Resolves `name` in the resolved folder `cur`. An `inner` component is opened as a folder
+    /// first (one `openat` that proves it is a real folder and gives the descriptor its children
+    /// need); anything else is `readlinkat`, whose `EINVAL` says "not a link".
+    fn step(
+        &mut self,
+        cur: &Path,
+        name: &OsStr,
+        links: &mut u32,
+        inner: bool,
+    ) -> io::Result<PathBuf> {
+        let eloop = || io::Error::from_raw_os_error(libc::ELOOP);
+        let next = cur.join(name);
+        if let Some((hit, used)) = self.cache.get(&next) {
+            *links = links.saturating_add(*used);
+            if *links > MAX_LINKS {
+                return Err(eloop());
+            }
+            return Ok(hit.clone());
+        }
+        if self.missing.contains(&next) {
+            return Err(io::Error::from_raw_os_error(libc::ENOENT));
+        }
+        let parent = self.dir(cur)?;
+        if inner {
+            match open_dir_at(self.fd(parent).as_raw_fd(), name, DIR_FLAGS) {
+                Ok(fd) => {
+                    self.keep_dir(next.clone(), fd);
+                    self.cache.insert(next.clone(), (next.clone(), 0));
+                    return Ok(next);
+                }
+                // A link, or a file (whose children then fail with ENOTDIR, as in the kernel).
+                Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => {}
+                Err(e) => {
+                    self.note_missing(next, &e);
+                    return Err(e);
+                }
+            }
+        }
+        let before = *links;
+        let resolved = match readlink_at(self.fd(parent), name) {
+            Ok(target) => {
+                *links += 1;
+                if *links > MAX_LINKS {
+                    return Err(eloop());
+                }
+                let target = if target.is_absolute() {
+                    target
+                } else {
+                    cur.join(target)
+                };
+                self.resolve_counting(&target, links, inner)?
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => next.clone(),
+            Err(e) => {
+                self.note_missing(next, &e);
+                return Err(e);
+            }
+        };
+        self.cache.insert(next, (resolved.clone(), *links - before));
+        Ok(resolved)
+    }
+}
+
+/// Runs `f` with `name` as a C string, on the stack when it fits a file name (`NAME_MAX`).
+fn with_c_name<T>(name: &OsStr, f: impl FnOnce(&CStr) -> io::Result<T>) -> io::Result<T> {
+    let nul = || io::Error::new(io::ErrorKind::InvalidInput, "file name contains a NUL byte");
+    let bytes = name.as_bytes();
+    let mut buf = [0u8; 256];
+    match buf.get_mut(..=bytes.len()) {
+        Some(slot) => {
+            slot[..bytes.len()].copy_from_slice(bytes);
+            f(CStr::from_bytes_with_nul(slot).map_err(|_| nul())?)
+        }
+        None => f(&CString::new(bytes).map_err(|_| nul())?),
+    }
+}
+
+/// `openat(dir, name, flags)` for a folder descriptor.
+fn open_dir_at(dir: RawFd, name: &OsStr, flags: libc::c_int) -> io::Result<OwnedFd> {
+    with_c_name(name, |c| {
+        // SAFETY: `c` is a NUL-terminated string that outlives the call; `dir` is AT_FDCWD or
+        // an open descriptor owned by the caller; no pointer is kept.
+        let fd = unsafe { libc::openat(dir, c.as_ptr(), flags) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` was just opened here and nothing else owns it.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    })
+}
+
+/// `readlinkat(dir, name)`: the link's target, `EINVAL` when `name` is not a link.
+pub fn readlink_at(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<PathBuf> {
+    with_c_name(name, |c| {
+        // Targets are short: a stack buffer first, a heap one of PATH_MAX only for a long one.
+        let mut small = [0u8; 256];
+        let n = readlink_into(dir, c, &mut small)?;
+        if let Some(target) = small.get(..n).filter(|_| n < small.len()) {
+            return Ok(PathBuf::from(OsStr::from_bytes(target)));
+        }
+        let mut big = vec![0u8; 4096];
+        let n = readlink_into(dir, c, &mut big)?;
+        if n >= big.len() {
+            return Err(io::Error::from_raw_os_error(libc::ENAMETOOLONG));
+        }
+        big.truncate(n);
+        Ok(PathBuf::from(OsString::from_vec(big)))
+    })
+}
+
+/// One `readlinkat` into `buf`; the number of bytes it wrote.
+fn readlink_into(dir: BorrowedFd<'_>, name: &CStr, buf: &mut [u8]) -> io::Result<usize> {
+    // SAFETY: `name` is NUL-terminated, `buf` is writable for `buf.len()` bytes and `dir` is an
+    // open descriptor; readlinkat writes at most `buf.len()` bytes and keeps no pointer.
+    let n = unsafe {
+        libc::readlinkat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    usize::try_from(n).map_err(|_| io::Error::last_os_error())
+}
+
+/// `fstatat(dir, name, AT_SYMLINK_NOFOLLOW)`: `lstat` relative to a folder descriptor.
+pub fn lstat_at(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<libc::stat> {
+    with_c_name(name, |c| {
+        let mut st = MaybeUninit::<libc::stat>::uninit();
+        // SAFETY: `c` is NUL-terminated, `st` is writable for one `stat`, `dir` is an open
+        // descriptor; fstatat keeps no pointer.
+        let rc = unsafe {
+            libc::fstatat(
+                dir.as_raw_fd(),
+                c.as_ptr(),
+                st.as_mut_ptr(),
+                libc::AT_SYMLINK_NOFOLLOW,
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: fstatat returned 0, so it filled `st`.
+        Ok(unsafe { st.assume_init() })
+    })
+}
+
+/// `open(path, O_PATH|O_DIRECTORY)` of a host folder (following links, as a host path does).
+pub fn open_host_dir(path: &Path) -> io::Result<OwnedFd> {
+    open_dir_at(
+        libc::AT_FDCWD,
+        path.as_os_str(),
+        DIR_FLAGS & !libc::O_NOFOLLOW,
+    )
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::os::unix::fs::symlink;
-
-    #[test]
-    fn follows_links_inside_the_root_only() {
-        let dir = tempfile::tempdir().unwrap();
-        let r = dir.path();
-        std::fs::create_dir_all(r.join("usr/lib/x86_64-linux-gnu")).unwrap();
-        std::fs::write(r.join("usr/lib/x86_64-linux-gnu/libcuda.so.570.1"), b"").unwrap();
-        symlink(
-            "libcuda.so.570.1",
-            r.join("usr/lib/x86_64-linux-gnu/libcuda.so.1"),
-        )
-        .unwrap();
-        symlink("usr/lib", r.join("lib")).unwrap();
-        // Absolute and `..`-escaping targets stay inside the root.
-        symlink("/usr/lib/x86_64-linux-gnu/libcuda.so.1", r.join("abs")).unwrap();
-        symlink(
-            "../../../../../usr/lib/x86_64-linux-gnu/libcuda.so.1",
-            r.join("usr/escape"),
-        )
-        .unwrap();
-        symlink("loop2", r.join("loop1")).unwrap();
-        symlink("loop1", r.join("loop2")).unwrap();
-        let mut res = RootResolver::new(r);
-        let real = PathBuf::from("/usr/lib/x86_64-linux-gnu/libcuda.so.570.1");
-        assert_eq!(
-            res.resolve(Path::new("/lib/x86_64-linux-gnu/libcuda.so.1"))
-                .unwrap(),
-            real
-        );
-        assert_eq!(res.resolve(Path::new("/abs")).unwrap(), real);
-        assert_eq!(res.resolve(Path::new("/usr/escape")).unwrap(), real);
-        assert_eq!(
-            res.resolve(Path::new("/../../usr/./lib/x86_64-linux-gnu/libcuda.so.1"))
-                .unwrap(),
-            real
-        );
-        assert_eq!(
-            res.resolve(Path::new("/loop1")).unwrap_err().raw_os_error(),
-            Some(libc::ELOOP)
-        );
-        let missing = res.resolve(Path::new("/lib/nothing")).unwrap_err();
-        assert_eq!(missing.kind(), io::ErrorKind::NotFound);
-        assert_eq!(res.resolve(Path::new("/")).unwrap(), PathBuf::from("/"));
-    }
-
-    #[test]
-    fn a_walk_follows_at_most_forty_links_in_total_even_through_the_cache() {
-        // a0 -> a1 -> ... -> a45 (a real dir): 45 links in one walk is ELOOP, as in the kernel,
-        // also when the first resolution of a later link was cached by an earlier walk.
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir(dir.path().join("a45")).unwrap();
-        for i in (0..45).rev() {
-            symlink(format!("a{}", i + 1), dir.path().join(format!("a{i}"))).unwrap();
-        }
-        let mut r = RootResolver::new(dir.path());
-        assert_eq!(r.resolve(Path::new("/a10")).unwrap(), Path::new("/a45"));
-        let err = r.resolve(Path::new("/a0")).unwrap_err();
-        assert_eq!(err.raw_os_error(), Some(libc::ELOOP), "{err}");
-        let err = RootResolver::new(dir.path())
-            .resolve(Path::new("/a0"))
-            .unwrap_err();
-        assert_eq!(err.raw_os_error(), Some(libc::ELOOP), "{err}");
-        assert_eq!(r.resolve(Path::new("/a5")).unwrap(), Path::new("/a45"));
-    }
-
-    #[test]
-    fn a_tree_of_links_is_bounded_not_exponential() {
-        // l_k -> l_{k+1}/../l_{k+1}: each level doubles a naive walk; ours stops at 40 links.
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir(dir.path().join("l60")).unwrap();
-        for k in (0..60).rev() {
-            let t = format!("l{}/../l{}", k + 1, k + 1);
-            symlink(t, dir.path().join(format!("l{k}"))).unwrap();
-        }
-        let err = RootResolver::new(dir.path())
-            .resolve(Path::new("/l0"))
-            .unwrap_err();
-        assert_eq!(err.raw_os_error(), Some(libc::ELOOP), "{err}");
-    }
-}
+#[path = "rootfs_tests.rs"]
+mod tests;
