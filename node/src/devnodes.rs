@@ -148,17 +148,21 @@ pub fn scan_nodes(dev_root: &Path, dir: &str, prefix: &str) -> Vec<DevNode> {
     let Ok(entries) = std::fs::read_dir(join_under(dev_root, Path::new(dir))) else {
         return Vec::new();
     };
-    let mut names: Vec<String> = entries
+    // `DirEntry::metadata` is `lstat` relative to the open folder: one short look-up per node.
+    let mut found: Vec<(String, std::fs::Metadata)> = entries
         .take(MAX_SCANNED_ENTRIES)
         .flatten()
-        .filter_map(|e| e.file_name().into_string().ok())
-        .filter(|n| n.starts_with(prefix))
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let meta = name.starts_with(prefix).then(|| e.metadata().ok())??;
+            Some((name, meta))
+        })
         .collect();
-    names.sort();
+    found.sort_by(|a, b| a.0.cmp(&b.0));
     let dir = dir.trim_end_matches('/');
-    names
+    found
         .iter()
-        .filter_map(|n| stat_node(dev_root, &format!("{dir}/{n}")))
+        .filter_map(|(n, m)| char_node(&format!("{dir}/{n}"), m.mode(), m.rdev(), m.uid(), m.gid()))
         .collect()
 }
 

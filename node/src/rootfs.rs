@@ -25,7 +25,7 @@ use std::path::{Component, Path, PathBuf};
 use crate::inventory::join_under;
 
 /// Most symlinks followed while resolving one path (Linux's limit).
-pub const MAX_LINKS: u32 = 40;
+pub(crate) const MAX_LINKS: u32 = 40;
 
 /// Flags of a folder descriptor: a handle for `*at` calls only, never followed through a link.
 const DIR_FLAGS: libc::c_int =
@@ -33,7 +33,7 @@ const DIR_FLAGS: libc::c_int =
 
 /// An open folder of the resolver (an index into its descriptors).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DirId(usize);
+pub(crate) struct DirId(usize);
 
 /// Resolves paths inside `root`, caching resolved components.
 #[derive(Debug)]
@@ -78,7 +78,7 @@ impl RootResolver {
     }
 
     /// [`RootResolver::resolve`], with the number of links the walk followed.
-    pub fn resolve_links(&mut self, path: &Path) -> io::Result<(PathBuf, u32)> {
+    pub(crate) fn resolve_links(&mut self, path: &Path) -> io::Result<(PathBuf, u32)> {
         let mut links = 0;
         let real = self.resolve_counting(path, &mut links, false)?;
         Ok((real, links))
@@ -86,7 +86,7 @@ impl RootResolver {
 
     /// Resolves the folder `path` and opens it: its real in-root path, the links followed and
     /// its descriptor.
-    pub fn resolve_dir(&mut self, path: &Path) -> io::Result<(PathBuf, u32, DirId)> {
+    pub(crate) fn resolve_dir(&mut self, path: &Path) -> io::Result<(PathBuf, u32, DirId)> {
         let mut links = 0;
         let real = self.resolve_counting(path, &mut links, true)?;
         let id = self.dir(&real)?;
@@ -142,16 +142,19 @@ impl RootResolver {
 
     /// The resolved folder of `path` and its last name; `None` for `/` or a path ending in `..`.
     fn parent_of<'p>(&mut self, path: &'p Path) -> Option<(PathBuf, &'p OsStr)> {
-        let name = path.file_name()?;
+        let (name, parent) = (path.file_name()?, path.parent()?);
+        // An opened folder is a resolved real one: no walk (extra links ask in library folders).
+        if self.dirs.contains_key(parent) {
+            return Some((parent.to_path_buf(), name));
+        }
         let mut links = 0;
-        let dir = self
-            .resolve_counting(path.parent()?, &mut links, true)
-            .ok()?;
+        let dir = self.resolve_counting(parent, &mut links, true).ok()?;
         Some((dir, name))
     }
 
-    /// The descriptor of the resolved in-root folder `dir`, opened (with its parents) on first use.
-    pub fn dir(&mut self, dir: &Path) -> io::Result<DirId> {
+    /// The descriptor of the resolved in-root folder `dir` (normal components only: a path the
+    /// walk made), opened (with its parents) on first use.
+    fn dir(&mut self, dir: &Path) -> io::Result<DirId> {
         if let Some(id) = self.dirs.get(dir) {
             return Ok(*id);
         }
@@ -178,23 +181,23 @@ impl RootResolver {
     }
 
     /// The descriptor of an opened folder.
-    pub fn fd(&self, id: DirId) -> BorrowedFd<'_> {
+    pub(crate) fn fd(&self, id: DirId) -> BorrowedFd<'_> {
         self.fds[id.0].as_fd()
     }
 
     /// A resolution already made: the real path of in-root `path` (whose folder is resolved)
     /// and the links it took.
-    pub fn cached(&self, path: &Path) -> Option<(&Path, u32)> {
+    pub(crate) fn cached(&self, path: &Path) -> Option<(&Path, u32)> {
         self.cache.get(path).map(|(p, n)| (p.as_path(), *n))
     }
 
     /// Records a resolution made outside the walk (see [`RootResolver::cached`]).
-    pub fn remember(&mut self, path: PathBuf, real: PathBuf, links: u32) {
+    pub(crate) fn remember(&mut self, path: PathBuf, real: PathBuf, links: u32) {
         self.cache.insert(path, (real, links));
     }
 
     /// Records that the resolved `path` failed with `error`, when that says it does not exist.
-    pub fn note_missing(&mut self, path: PathBuf, error: &io::Error) {
+    pub(crate) fn note_missing(&mut self, path: PathBuf, error: &io::Error) {
         if error.kind() == io::ErrorKind::NotFound {
             self.missing.insert(path);
         }
@@ -318,7 +321,7 @@ fn open_dir_at(dir: RawFd, name: &OsStr, flags: libc::c_int) -> io::Result<Owned
 }
 
 /// `readlinkat(dir, name)`: the link's target, `EINVAL` when `name` is not a link.
-pub fn readlink_at(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<PathBuf> {
+pub(crate) fn readlink_at(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<PathBuf> {
     with_c_name(name, |c| {
         // Targets are short: a stack buffer first, a heap one of PATH_MAX only for a long one.
         let mut small = [0u8; 256];
@@ -352,7 +355,7 @@ fn readlink_into(dir: BorrowedFd<'_>, name: &CStr, buf: &mut [u8]) -> io::Result
 }
 
 /// `fstatat(dir, name, AT_SYMLINK_NOFOLLOW)`: `lstat` relative to a folder descriptor.
-pub fn lstat_at(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<libc::stat> {
+pub(crate) fn lstat_at(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<libc::stat> {
     with_c_name(name, |c| {
         let mut st = MaybeUninit::<libc::stat>::uninit();
         // SAFETY: `c` is NUL-terminated, `st` is writable for one `stat`, `dir` is an open
@@ -374,7 +377,7 @@ pub fn lstat_at(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<libc::stat> {
 }
 
 /// `open(path, O_PATH|O_DIRECTORY)` of a host folder (following links, as a host path does).
-pub fn open_host_dir(path: &Path) -> io::Result<OwnedFd> {
+pub(crate) fn open_host_dir(path: &Path) -> io::Result<OwnedFd> {
     open_dir_at(
         libc::AT_FDCWD,
         path.as_os_str(),
