@@ -244,8 +244,7 @@ fn find_binaries(resolver: &mut RootResolver) -> Vec<DriverFile> {
     let mut out = Vec::new();
     let dirs: Vec<PathBuf> = BIN_DIRS
         .iter()
-        .filter_map(|d| resolver.resolve_dir(Path::new(d)).ok())
-        .map(|(real, _, _)| real)
+        .filter_map(|d| resolver.resolve(Path::new(d)).ok())
         .collect();
     for (capability, name) in BINARIES {
         let found = dirs

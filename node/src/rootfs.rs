@@ -7,12 +7,14 @@
 //! resolver remembers every component it has resolved, so a library directory is walked once and
 //! each further file costs one `readlink`.
 //!
-//! Every look-up is relative to an `O_PATH` descriptor of the already resolved parent folder
-//! (`readlinkat(dir, name)`), not a long host path the kernel would walk again from `/`: a folder
-//! is opened once (`O_NOFOLLOW|O_DIRECTORY`, which also proves it is a real folder, not a link)
-//! and its descriptor kept until the resolver is dropped. Discovery asks its other questions
-//! (does this exist, is this a file) through [`RootResolver::exists`] and
-//! [`RootResolver::is_file`], relative to those descriptors too.
+//! Every look-up is relative to a descriptor, not a long host path the kernel would walk again
+//! from `/` for each file: the root is opened once (`O_PATH`) and a path is looked up relative to
+//! it (`readlinkat(root, "usr/lib/...")`); a folder many files are looked up in (a library folder)
+//! is opened too, and its files are then one name each (`readlinkat(dir, "libcuda.so.1")`).
+//! Opening every folder would cost more than it saves: an `openat` and its `close` cost about two
+//! look-ups, and a look-up saves only a fraction of that for each component it skips. Discovery
+//! asks its other questions (does this exist, is this a file) through [`RootResolver::exists`]
+//! and [`RootResolver::is_file`], relative to those descriptors too.
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::{CStr, CString, OsStr, OsString};
@@ -80,15 +82,14 @@ impl RootResolver {
     /// [`RootResolver::resolve`], with the number of links the walk followed.
     pub(crate) fn resolve_links(&mut self, path: &Path) -> io::Result<(PathBuf, u32)> {
         let mut links = 0;
-        let real = self.resolve_counting(path, &mut links, false)?;
+        let real = self.resolve_counting(path, &mut links)?;
         Ok((real, links))
     }
 
-    /// Resolves the folder `path` and opens it: its real in-root path, the links followed and
-    /// its descriptor.
+    /// Resolves the folder `path` and opens it, for the many look-ups to come in it: its real
+    /// in-root path, the links followed and its descriptor.
     pub(crate) fn resolve_dir(&mut self, path: &Path) -> io::Result<(PathBuf, u32, DirId)> {
-        let mut links = 0;
-        let real = self.resolve_counting(path, &mut links, true)?;
+        let (real, links) = self.resolve_links(path)?;
         let id = self.dir(&real)?;
         Ok((real, links, id))
     }
@@ -106,10 +107,10 @@ impl RootResolver {
         if self.missing.contains(&next) {
             return false;
         }
-        let Ok(id) = self.dir(&dir) else {
+        let Ok((fd, at)) = self.at(&dir, &next, name) else {
             return false;
         };
-        match readlink_at(self.fd(id), name) {
+        match readlink_at(self.fd(fd), at) {
             Ok(_) => true,
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
                 self.cache.insert(next.clone(), (next, 0));
@@ -127,10 +128,11 @@ impl RootResolver {
         let Some((dir, name)) = self.parent_of(path) else {
             return false;
         };
-        let Ok(id) = self.dir(&dir) else {
+        let next = dir.join(name);
+        let Ok((fd, at)) = self.at(&dir, &next, name) else {
             return false;
         };
-        match lstat_at(self.fd(id), name).map(|st| st.st_mode & libc::S_IFMT) {
+        match lstat_at(self.fd(fd), at).map(|st| st.st_mode & libc::S_IFMT) {
             Ok(libc::S_IFREG) => true,
             Ok(libc::S_IFLNK) => match self.resolve(path) {
                 Ok(real) if real != path => self.is_file(&real),
@@ -147,28 +149,42 @@ impl RootResolver {
         if self.dirs.contains_key(parent) {
             return Some((parent.to_path_buf(), name));
         }
-        let mut links = 0;
-        let dir = self.resolve_counting(parent, &mut links, true).ok()?;
-        Some((dir, name))
+        Some((self.resolve(parent).ok()?, name))
     }
 
-    /// The descriptor of the resolved in-root folder `dir` (normal components only: a path the
-    /// walk made), opened (with its parents) on first use.
+    /// Where to look `name` up in the resolved folder `dir` (`next` is `dir` + `name`): the
+    /// folder's descriptor and `name` when it is open, else the root's and `next` relative to it.
+    fn at<'n>(
+        &mut self,
+        dir: &Path,
+        next: &'n Path,
+        name: &'n OsStr,
+    ) -> io::Result<(DirId, &'n OsStr)> {
+        if let Some(id) = self.dirs.get(dir) {
+            return Ok((*id, name));
+        }
+        let root = self.dir(Path::new("/"))?;
+        let rel = next.strip_prefix("/").unwrap_or(next);
+        Ok((root, rel.as_os_str()))
+    }
+
+    /// The descriptor of the resolved in-root folder `dir` (a path the walk made), opened on
+    /// first use relative to the root; `O_NOFOLLOW`, so a link is refused (ENOTDIR).
     fn dir(&mut self, dir: &Path) -> io::Result<DirId> {
         if let Some(id) = self.dirs.get(dir) {
             return Ok(*id);
         }
-        let fd = match (dir.parent(), dir.file_name()) {
-            (Some(parent), Some(name)) => {
-                let parent = self.dir(parent)?;
-                open_dir_at(self.fd(parent).as_raw_fd(), name, DIR_FLAGS)?
-            }
+        let rel = dir.strip_prefix("/").unwrap_or(dir);
+        let fd = if rel.as_os_str().is_empty() {
             // The root itself: its host path may go through links, as every host path did.
-            _ => open_dir_at(
+            open_dir_at(
                 libc::AT_FDCWD,
                 self.root.as_os_str(),
                 DIR_FLAGS & !libc::O_NOFOLLOW,
-            )?,
+            )?
+        } else {
+            let root = self.dir(Path::new("/"))?;
+            open_dir_at(self.fd(root).as_raw_fd(), rel.as_os_str(), DIR_FLAGS)?
         };
         Ok(self.keep_dir(dir.to_path_buf(), fd))
     }
@@ -203,42 +219,25 @@ impl RootResolver {
         }
     }
 
-    /// Resolves `path`, adding the links it follows to `links` (the whole walk's total); `descend`
-    /// when the result is a folder the caller goes into.
-    fn resolve_counting(
-        &mut self,
-        path: &Path,
-        links: &mut u32,
-        descend: bool,
-    ) -> io::Result<PathBuf> {
+    /// Resolves `path`, adding the links it follows to `links` (the whole walk's total).
+    fn resolve_counting(&mut self, path: &Path, links: &mut u32) -> io::Result<PathBuf> {
         let mut cur = PathBuf::from("/");
-        let mut comps = path.components().peekable();
-        while let Some(comp) = comps.next() {
+        for comp in path.components() {
             match comp {
                 Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
                 // `cur` is already resolved, so lexical `..` is right; at `/` it stays at `/`.
                 Component::ParentDir => {
                     cur.pop();
                 }
-                Component::Normal(name) => {
-                    let inner = descend || comps.peek().is_some();
-                    cur = self.step(&cur, name, links, inner)?;
-                }
+                Component::Normal(name) => cur = self.step(&cur, name, links)?,
             }
         }
         Ok(cur)
     }
 
-    /// Resolves `name` in the resolved folder `cur`. An `inner` component is opened as a folder
-    /// first (one `openat` that proves it is a real folder and gives the descriptor its children
-    /// need); anything else is `readlinkat`, whose `EINVAL` says "not a link".
-    fn step(
-        &mut self,
-        cur: &Path,
-        name: &OsStr,
-        links: &mut u32,
-        inner: bool,
-    ) -> io::Result<PathBuf> {
+    /// Resolves `name` in the resolved folder `cur`: `readlinkat`, whose `EINVAL` says "not a
+    /// link" (a file in the middle of a path then fails with ENOTDIR, as in the kernel).
+    fn step(&mut self, cur: &Path, name: &OsStr, links: &mut u32) -> io::Result<PathBuf> {
         let eloop = || io::Error::from_raw_os_error(libc::ELOOP);
         let next = cur.join(name);
         if let Some((hit, used)) = self.cache.get(&next) {
@@ -251,24 +250,9 @@ impl RootResolver {
         if self.missing.contains(&next) {
             return Err(io::Error::from_raw_os_error(libc::ENOENT));
         }
-        let parent = self.dir(cur)?;
-        if inner {
-            match open_dir_at(self.fd(parent).as_raw_fd(), name, DIR_FLAGS) {
-                Ok(fd) => {
-                    self.keep_dir(next.clone(), fd);
-                    self.cache.insert(next.clone(), (next.clone(), 0));
-                    return Ok(next);
-                }
-                // A link, or a file (whose children then fail with ENOTDIR, as in the kernel).
-                Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => {}
-                Err(e) => {
-                    self.note_missing(next, &e);
-                    return Err(e);
-                }
-            }
-        }
+        let (fd, at) = self.at(cur, &next, name)?;
         let before = *links;
-        let resolved = match readlink_at(self.fd(parent), name) {
+        let resolved = match readlink_at(self.fd(fd), at) {
             Ok(target) => {
                 *links += 1;
                 if *links > MAX_LINKS {
@@ -279,7 +263,7 @@ impl RootResolver {
                 } else {
                     cur.join(target)
                 };
-                self.resolve_counting(&target, links, inner)?
+                self.resolve_counting(&target, links)?
             }
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => next.clone(),
             Err(e) => {
@@ -292,7 +276,7 @@ impl RootResolver {
     }
 }
 
-/// Runs `f` with `name` as a C string, on the stack when it fits a file name (`NAME_MAX`).
+/// Runs `f` with `name` (a name or a relative path) as a C string, on the stack when it is short.
 fn with_c_name<T>(name: &OsStr, f: impl FnOnce(&CStr) -> io::Result<T>) -> io::Result<T> {
     let nul = || io::Error::new(io::ErrorKind::InvalidInput, "file name contains a NUL byte");
     let bytes = name.as_bytes();
