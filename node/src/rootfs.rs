@@ -46,7 +46,8 @@ pub struct RootResolver {
     cache: HashMap<PathBuf, (PathBuf, u32)>,
     /// Resolved paths known not to exist (discovery probes many optional well-known paths).
     missing: HashSet<PathBuf>,
-    /// Resolved in-root folder → its descriptor in `fds` (`/` is the root itself).
+    /// Resolved in-root folder → its descriptor in `fds`: the root (`/`), opened on first use,
+    /// and the folders opened for the many look-ups to come ([`RootResolver::resolve_dir`]).
     dirs: HashMap<PathBuf, DirId>,
     fds: Vec<OwnedFd>,
 }
