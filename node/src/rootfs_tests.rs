@@ -105,7 +105,19 @@ fn helper_root() -> FakeRoot {
 #[test]
 fn exists_is_lstat_inside_the_root() {
     let root = helper_root();
-    let mut r = RootResolver::new(root.root());
+    // The same answers whether the library folder is looked in by name (opened) or through the
+    // root's descriptor.
+    let mut opened = RootResolver::new(root.root());
+    opened
+        .resolve_dir(Path::new("/usr/lib/x86_64-linux-gnu"))
+        .unwrap();
+    for mut r in [RootResolver::new(root.root()), opened] {
+        exists_cases(&mut r);
+    }
+    assert!(!RootResolver::new(&root.path("/no-root")).exists(Path::new("/lib")));
+}
+
+fn exists_cases(r: &mut RootResolver) {
     for (path, exists) in [
         ("/lib/x86_64-linux-gnu/libcuda.so.1", true),
         ("/lib/x86_64-linux-gnu/libcuda.so.570.1", true),
@@ -124,13 +136,21 @@ fn exists_is_lstat_inside_the_root() {
         assert_eq!(r.exists(Path::new(path)), exists, "{path}");
         assert_eq!(r.exists(Path::new(path)), exists, "{path}, asked again");
     }
-    assert!(!RootResolver::new(&root.path("/no-root")).exists(Path::new("/lib")));
 }
 
 #[test]
 fn is_file_follows_links_inside_the_root() {
     let root = helper_root();
-    let mut r = RootResolver::new(root.root());
+    let mut opened = RootResolver::new(root.root());
+    opened
+        .resolve_dir(Path::new("/usr/lib/x86_64-linux-gnu"))
+        .unwrap();
+    for mut r in [RootResolver::new(root.root()), opened] {
+        is_file_cases(&mut r);
+    }
+}
+
+fn is_file_cases(r: &mut RootResolver) {
     for (path, file) in [
         ("/lib/x86_64-linux-gnu/libcuda.so.1", true),
         ("/usr/lib/x86_64-linux-gnu/libcuda.so.570.1", true),
