@@ -102,16 +102,20 @@ fn helper_root() -> FakeRoot {
     root
 }
 
-#[test]
-fn exists_is_lstat_inside_the_root() {
-    let root = helper_root();
-    // The same answers whether the library folder is looked in by name (opened) or through the
-    // root's descriptor.
+/// Two resolvers that must give the same answers: one looks in the library folder through the
+/// root's descriptor, the other has that folder open and looks in it by name.
+fn both_ways(root: &FakeRoot) -> [RootResolver; 2] {
     let mut opened = RootResolver::new(root.root());
     opened
         .resolve_dir(Path::new("/usr/lib/x86_64-linux-gnu"))
         .unwrap();
-    for mut r in [RootResolver::new(root.root()), opened] {
+    [RootResolver::new(root.root()), opened]
+}
+
+#[test]
+fn exists_is_lstat_inside_the_root() {
+    let root = helper_root();
+    for mut r in both_ways(&root) {
         exists_cases(&mut r);
     }
     assert!(!RootResolver::new(&root.path("/no-root")).exists(Path::new("/lib")));
@@ -141,11 +145,7 @@ fn exists_cases(r: &mut RootResolver) {
 #[test]
 fn is_file_follows_links_inside_the_root() {
     let root = helper_root();
-    let mut opened = RootResolver::new(root.root());
-    opened
-        .resolve_dir(Path::new("/usr/lib/x86_64-linux-gnu"))
-        .unwrap();
-    for mut r in [RootResolver::new(root.root()), opened] {
+    for mut r in both_ways(&root) {
         is_file_cases(&mut r);
     }
 }
