@@ -69,22 +69,50 @@ pub fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>, BoundedReadError
         return Err(too_large());
     }
     // Room for the whole file and the byte that tells its end: one read, not a doubling series.
-    let room = usize::try_from(size.saturating_add(1)).unwrap_or(0);
+    // `/proc` files say size 0 whatever they hold: a page for them, grown as needed.
+    let room = match size {
+        0 => PROC_FILE_ROOM,
+        _ => usize::try_from(size.saturating_add(1)).unwrap_or(0),
+    };
     read_into(file, limit, Vec::with_capacity(room))
         .map_err(io)?
         .ok_or_else(too_large)
 }
+
+/// First buffer for a file that gives no size (`/proc`).
+const PROC_FILE_ROOM: usize = 4096;
 
 /// Reads `reader` to its end, at most `limit` bytes; `Ok(None)` when it has more.
 pub fn read_bounded_from(reader: impl Read, limit: u64) -> std::io::Result<Option<Vec<u8>>> {
     read_into(reader, limit, Vec::new())
 }
 
-fn read_into(reader: impl Read, limit: u64, mut buf: Vec<u8>) -> std::io::Result<Option<Vec<u8>>> {
-    reader.take(limit.saturating_add(1)).read_to_end(&mut buf)?;
-    Ok(u64::try_from(buf.len())
-        .is_ok_and(|n| n <= limit)
-        .then_some(buf))
+/// Reads into `buf`'s free room, each `read` asking for all of it (std's `read_to_end` asks for
+/// 8 KiB first and doubles, three reads for a 25 KiB `mig-minors`), growing it when full.
+fn read_into(
+    mut reader: impl Read,
+    limit: u64,
+    mut buf: Vec<u8>,
+) -> std::io::Result<Option<Vec<u8>>> {
+    let most = usize::try_from(limit.saturating_add(1)).unwrap_or(usize::MAX);
+    loop {
+        let start = buf.len();
+        if start >= most {
+            return Ok(None);
+        }
+        if start == buf.capacity() {
+            buf.reserve(start.max(PROC_FILE_ROOM).min(most - start));
+        }
+        buf.resize(buf.capacity().min(most), 0);
+        let read = reader.read(&mut buf[start..]);
+        buf.truncate(start + read.as_ref().map_or(0, |n| *n));
+        match read {
+            Ok(0) => return Ok(Some(buf)),
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// [`read_bounded`] as UTF-8 text.
@@ -188,6 +216,36 @@ mod tests {
         std::fs::write(&p, vec![b'x'; 25_000]).unwrap();
         let buf = read_bounded(&p, MAX_PROC_BYTES).unwrap();
         assert_eq!((buf.len(), buf.capacity()), (25_000, 25_001));
+    }
+
+    /// A reader that counts its `read` calls and gives what each asks for.
+    struct Counted<'a>(&'a [u8], usize);
+
+    impl Read for Counted<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            self.1 += 1;
+            let n = buf.len().min(self.0.len());
+            buf[..n].copy_from_slice(&self.0[..n]);
+            self.0 = &self.0[n..];
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn a_sized_buffer_takes_the_file_in_one_read() {
+        // One read for the data and one for the end (std's read_to_end asks for 8 KiB, then
+        // 16 KiB, ...: four reads for a 25 KiB `mig-minors`); a file that gives no size
+        // (`/proc`) grows its buffer, still within the limit.
+        let data = vec![b'x'; 25_000];
+        let mut r = Counted(&data, 0);
+        let out = read_into(&mut r, MAX_PROC_BYTES, Vec::with_capacity(25_001)).unwrap();
+        assert_eq!((out.map(|b| b.len()), r.1), (Some(25_000), 2));
+        let mut r = Counted(&data, 0);
+        let out = read_into(&mut r, MAX_PROC_BYTES, Vec::with_capacity(PROC_FILE_ROOM)).unwrap();
+        assert_eq!(out.map(|b| b.len()), Some(25_000));
+        assert!(r.1 <= 5, "{} reads", r.1);
+        let mut r = Counted(&data, 0);
+        assert_eq!(read_into(&mut r, 24_999, Vec::new()).unwrap(), None);
     }
 
     #[test]

@@ -8,11 +8,14 @@
 //! `devices.DeviceFromPath`). One `lstat` per node, done once at discovery: the inventory carries
 //! the result to the prestart hook and the runtime wrapper.
 
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::ffi::OsStr;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 pub use crate::inventory::DevNode;
 use crate::inventory::{join_under, Gpu, MigControlCaps};
+use crate::rootfs::{lstat_at, open_host_dir};
 
 /// `/dev/nvidiactl`.
 pub const NVIDIACTL: &str = "/dev/nvidiactl";
@@ -38,19 +41,60 @@ pub fn gpu_node_path(minor: u32) -> String {
 /// `lstat` of `dev_root` + `path`, when it is a character device.
 pub fn stat_node(dev_root: &Path, path: &str) -> Option<DevNode> {
     let meta = std::fs::symlink_metadata(join_under(dev_root, Path::new(path))).ok()?;
-    if !meta.file_type().is_char_device() {
+    char_node(path, meta.mode(), meta.rdev(), meta.uid(), meta.gid())
+}
+
+/// The node at `path` with `lstat`'s fields, when they say it is a character device.
+fn char_node(path: &str, mode: u32, rdev: u64, uid: u32, gid: u32) -> Option<DevNode> {
+    if mode & libc::S_IFMT != libc::S_IFCHR {
         tracing::warn!(path, "not a character device; not declared");
         return None;
     }
-    let rdev = meta.rdev();
     Some(DevNode {
         path: path.to_string(),
         major: libc::major(rdev),
         minor: libc::minor(rdev),
-        mode: meta.mode() & 0o7777,
-        uid: meta.uid(),
-        gid: meta.gid(),
+        mode: mode & 0o7777,
+        uid,
+        gid,
     })
+}
+
+/// The dev root's `/dev`, opened once: each node is `lstat`ed relative to it (`nvidia0`), not
+/// through a long host path the kernel walks again for every node.
+struct DevDir<'a> {
+    dev_root: &'a Path,
+    fd: std::io::Result<OwnedFd>,
+}
+
+impl<'a> DevDir<'a> {
+    fn open(dev_root: &'a Path) -> Self {
+        let fd = open_host_dir(&join_under(dev_root, Path::new("/dev")));
+        DevDir { dev_root, fd }
+    }
+
+    /// `lstat` of the node at container path `path` (`Err` when it does not exist), and the node
+    /// when it is a character device.
+    fn lstat(&self, path: &str) -> std::io::Result<Option<DevNode>> {
+        let Some(rel) = path.strip_prefix("/dev/") else {
+            let meta = std::fs::symlink_metadata(join_under(self.dev_root, Path::new(path)))?;
+            return Ok(char_node(
+                path,
+                meta.mode(),
+                meta.rdev(),
+                meta.uid(),
+                meta.gid(),
+            ));
+        };
+        let fd = self
+            .fd
+            .as_ref()
+            .map_err(|e| std::io::Error::from(e.kind()))?;
+        let st = lstat_at(fd.as_fd(), OsStr::new(rel))?;
+        Ok(char_node(
+            path, st.st_mode, st.st_rdev, st.st_uid, st.st_gid,
+        ))
+    }
 }
 
 /// Every driver node of interest that exists under `dev_root`: control nodes, GPU nodes, MIG
@@ -60,6 +104,16 @@ pub fn discover_nodes(
     gpus: &[Gpu],
     mig_caps: Option<&MigControlCaps>,
 ) -> Vec<DevNode> {
+    discover_nodes_and_ctl(dev_root, gpus, mig_caps).0
+}
+
+/// [`discover_nodes`], and whether `/dev/nvidiactl` exists at all (of any type): discovery
+/// warns when it does not, from this one `lstat`.
+pub fn discover_nodes_and_ctl(
+    dev_root: &Path,
+    gpus: &[Gpu],
+    mig_caps: Option<&MigControlCaps>,
+) -> (Vec<DevNode>, bool) {
     let mut paths: Vec<String> = CONTROL_NODES.iter().map(|p| p.to_string()).collect();
     for gpu in gpus {
         paths.push(gpu_node_path(gpu.minor));
@@ -74,10 +128,15 @@ pub fn discover_nodes(
     }
     paths.sort();
     paths.dedup();
-    paths
-        .iter()
-        .filter_map(|p| stat_node(dev_root, p))
-        .collect()
+    let dev = DevDir::open(dev_root);
+    let mut ctl = false;
+    let mut nodes = Vec::new();
+    for path in &paths {
+        let found = dev.lstat(path);
+        ctl |= path == NVIDIACTL && found.is_ok();
+        nodes.extend(found.ok().flatten());
+    }
+    (nodes, ctl)
 }
 
 /// Most directory entries looked at by one [`scan_nodes`].
@@ -89,17 +148,21 @@ pub fn scan_nodes(dev_root: &Path, dir: &str, prefix: &str) -> Vec<DevNode> {
     let Ok(entries) = std::fs::read_dir(join_under(dev_root, Path::new(dir))) else {
         return Vec::new();
     };
-    let mut names: Vec<String> = entries
+    // `DirEntry::metadata` is `lstat` relative to the open folder: one short look-up per node.
+    let mut found: Vec<(String, std::fs::Metadata)> = entries
         .take(MAX_SCANNED_ENTRIES)
         .flatten()
-        .filter_map(|e| e.file_name().into_string().ok())
-        .filter(|n| n.starts_with(prefix))
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let meta = name.starts_with(prefix).then(|| e.metadata().ok())??;
+            Some((name, meta))
+        })
         .collect();
-    names.sort();
+    found.sort_by(|a, b| a.0.cmp(&b.0));
     let dir = dir.trim_end_matches('/');
-    names
+    found
         .iter()
-        .filter_map(|n| stat_node(dev_root, &format!("{dir}/{n}")))
+        .filter_map(|(n, m)| char_node(&format!("{dir}/{n}"), m.mode(), m.rdev(), m.uid(), m.gid()))
         .collect()
 }
 
@@ -124,6 +187,18 @@ mod tests {
             std::fs::set_permissions(&host, std::fs::Permissions::from_mode(mode)).unwrap();
         }
         ok
+    }
+
+    #[test]
+    fn nvidiactl_is_reported_as_existing_even_when_it_is_no_device() {
+        // Discovery warns about a missing /dev/nvidiactl from the same lstat that declares it.
+        let dir = tempfile::tempdir().unwrap();
+        let r = dir.path();
+        assert_eq!(discover_nodes_and_ctl(r, &[], None), (Vec::new(), false));
+        std::fs::create_dir_all(r.join("dev")).unwrap();
+        assert_eq!(discover_nodes_and_ctl(r, &[], None), (Vec::new(), false));
+        std::fs::write(join_under(r, Path::new(NVIDIACTL)), b"").unwrap();
+        assert_eq!(discover_nodes_and_ctl(r, &[], None), (Vec::new(), true));
     }
 
     /// NVIDIA takes mode, major, minor and gid from lstat of the host node (nvidia-container-

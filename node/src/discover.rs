@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::bounded::{read_bounded_string, MAX_PROC_BYTES};
-use crate::devnodes::{discover_nodes, NVIDIACTL};
+use crate::devnodes::{discover_nodes_and_ctl, NVIDIACTL};
 use crate::error::NodeError;
 use crate::files::discover_files;
 use crate::gpus::{gpus_from_nvml, gpus_from_procfs};
@@ -108,14 +108,14 @@ pub fn discover(opts: &DiscoverOptions) -> Result<Discovery, NodeError> {
         &driver_version,
         &mut warnings,
     );
-    let ctl = join_under(&dev_root, Path::new(NVIDIACTL));
-    if std::fs::symlink_metadata(&ctl).is_err() {
+    let (nodes, has_ctl) = discover_nodes_and_ctl(&dev_root, &gpus, mig_caps.as_ref());
+    if !has_ctl {
         warnings.push(format!(
             "{} does not exist: check --dev-root (or run nvidia-modprobe)",
-            ctl.display()
+            join_under(&dev_root, Path::new(NVIDIACTL)).display()
         ));
     }
-    files.device_nodes = Some(discover_nodes(&dev_root, &gpus, mig_caps.as_ref()));
+    files.device_nodes = Some(nodes);
 
     Ok(Discovery {
         inventory: Inventory {

@@ -73,12 +73,11 @@ pub fn is_graphics_library(path: &Path) -> bool {
     OWN_VERSION_PREFIXES.iter().any(|p| name.starts_with(p))
 }
 
-fn exists(resolver: &RootResolver, path: &Path) -> bool {
-    std::fs::symlink_metadata(resolver.host(path)).is_ok()
-}
-
 /// `libX.so -> SONAME` where the host has `libX.so`, and the GBM backend link.
-pub fn extra_links(resolver: &RootResolver, libraries: &[DriverLibrary]) -> Vec<ContainerSymlink> {
+pub fn extra_links(
+    resolver: &mut RootResolver,
+    libraries: &[DriverLibrary],
+) -> Vec<ContainerSymlink> {
     let mut out = Vec::new();
     for lib in libraries {
         let (Some(dir), Some(soname)) = (lib.path.parent(), lib.soname.as_deref()) else {
@@ -88,7 +87,7 @@ pub fn extra_links(resolver: &RootResolver, libraries: &[DriverLibrary]) -> Vec<
             continue;
         };
         let link = dir.join(prefix);
-        if prefix != soname && exists(resolver, &link) {
+        if prefix != soname && resolver.exists(&link) {
             out.push(ContainerSymlink {
                 capability: lib.capability,
                 target: PathBuf::from(soname),
@@ -211,7 +210,7 @@ mod tests {
             ),
         ];
         let mut res = RootResolver::new(r);
-        let links: Vec<(String, String)> = extra_links(&res, &libs)
+        let links: Vec<(String, String)> = extra_links(&mut res, &libs)
             .into_iter()
             .map(|s| (s.target.display().to_string(), s.link.display().to_string()))
             .collect();

@@ -250,7 +250,7 @@ fn find_binaries(resolver: &mut RootResolver) -> Vec<DriverFile> {
         let found = dirs
             .iter()
             .map(|d| d.join(name))
-            .find(|p| resolver.host(p).is_file());
+            .find(|p| resolver.is_file(p));
         if let Some(path) = found {
             out.push(DriverFile {
                 capability: *capability,

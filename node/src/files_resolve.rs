@@ -1,16 +1,19 @@
 //! Resolving the library paths of the driver root's `ld.so.cache` in bulk (see [`LibResolver`]).
 
-use std::ffi::OsString;
+use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::rootfs::RootResolver;
+use crate::rootfs::{readlink_at, DirId, RootResolver, MAX_LINKS};
 
 /// The real in-root path of the library files the cache lists: what [`RootResolver::resolve`]
 /// gives, at a third of its cost. A library is `dir/name`, and a driver's libraries share a few
-/// folders, so each folder is resolved once; the file itself is a real file or a link to a
-/// sibling (`libcuda.so.1 -> libcuda.so.<version>`, a SONAME link), followed here for up to
-/// [`SIBLING_HOPS`] links. Anything else (a target with a `/`, a longer chain, an error) goes
-/// through the resolver's walk, so errors and odd layouts get exactly its answer.
+/// folders, so each folder is resolved (and opened) once; the file itself is a real file or a
+/// link to a sibling (`libcuda.so.1 -> libcuda.so.<version>`, a SONAME link), followed here with
+/// `readlinkat` on the folder's descriptor for up to [`SIBLING_HOPS`] links. What is learnt goes
+/// into the resolver's cache, so a file reached again (`libcuda.so -> libcuda.so.1`, or a
+/// library discovery already resolved) costs no syscall. Anything else (a target with a `/`, a
+/// longer chain, an error) goes through the resolver's walk, so errors and odd layouts get
+/// exactly its answer.
 pub(super) struct LibResolver<'a> {
     resolver: &'a mut RootResolver,
     dirs: Vec<LibDir>,
@@ -22,12 +25,14 @@ struct LibDir {
     listed: PathBuf,
     /// Its real in-root path.
     real: PathBuf,
-    /// Its real host path with a trailing `/`, to append file names to.
-    host: OsString,
+    /// Links followed to resolve it (they count toward a file's 40).
+    links: u32,
+    /// Its descriptor in the resolver.
+    id: DirId,
 }
 
 /// Sibling links followed without the resolver (a SONAME link, a dev link to it, one spare).
-const SIBLING_HOPS: usize = 3;
+const SIBLING_HOPS: u32 = 3;
 
 impl<'a> LibResolver<'a> {
     pub(super) fn new(resolver: &'a mut RootResolver) -> Self {
@@ -37,7 +42,7 @@ impl<'a> LibResolver<'a> {
         }
     }
 
-    pub(super) fn resolve(&mut self, path: &Path) -> std::io::Result<PathBuf> {
+    pub(super) fn resolve(&mut self, path: &Path) -> io::Result<PathBuf> {
         match self.siblings(path) {
             Some(real) => Ok(real),
             None => self.resolver.resolve(path),
@@ -47,42 +52,81 @@ impl<'a> LibResolver<'a> {
     /// `path` resolved through its folder and sibling links; `None` to leave it to the resolver.
     fn siblings(&mut self, path: &Path) -> Option<PathBuf> {
         let (dir, name) = (path.parent()?, path.file_name()?);
-        let dir = self.dir(dir)?;
-        let mut name = name.to_os_string();
-        for _ in 0..=SIBLING_HOPS {
-            let mut host = dir.host.clone();
-            host.push(&name);
-            match std::fs::read_link(&host) {
+        let i = self.dir(dir)?;
+        let LibDir {
+            real: dir,
+            links,
+            id,
+            ..
+        } = self.dirs.get(i)?;
+        // The in-root paths of the links followed so far, each to be remembered with its result.
+        let mut chain: Vec<PathBuf> = Vec::new();
+        let mut cur = dir.join(name);
+        loop {
+            if let Some((real, used)) = self.resolver.cached(&cur) {
+                let real = real.to_path_buf();
+                return self.learn(chain, cur, real, used, *links);
+            }
+            if chain.len() > usize::try_from(SIBLING_HOPS).ok()? {
+                return None;
+            }
+            let name = cur.file_name()?;
+            match readlink_at(self.resolver.fd(*id), name) {
                 Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
-                    return Some(dir.real.join(name))
+                    let real = cur.clone();
+                    return self.learn(chain, cur, real, 0, *links);
                 }
-                Ok(target) if is_plain_name(&target) => name = target.into_os_string(),
-                _ => return None,
+                Ok(target) if is_plain_name(&target) => {
+                    let next = dir.join(target);
+                    chain.push(std::mem::replace(&mut cur, next));
+                }
+                Err(e) => {
+                    self.resolver.note_missing(cur, &e);
+                    return None;
+                }
+                Ok(_) => return None,
             }
         }
-        None
     }
 
-    fn dir(&mut self, dir: &Path) -> Option<&LibDir> {
-        let i = match self
+    /// Records in the resolver that each link of `chain`, then `last`, resolves to `real` (which
+    /// `last` reaches through `used` links), and returns `real` when the whole walk, with the
+    /// folder's `dir_links`, stays within the kernel's 40 links (else the resolver says ELOOP).
+    fn learn(
+        &mut self,
+        chain: Vec<PathBuf>,
+        last: PathBuf,
+        real: PathBuf,
+        used: u32,
+        dir_links: u32,
+    ) -> Option<PathBuf> {
+        let hops = u32::try_from(chain.len()).ok()?;
+        for (k, link) in (0u32..).zip(chain) {
+            self.resolver.remember(link, real.clone(), hops - k + used);
+        }
+        if self.resolver.cached(&last).is_none() {
+            self.resolver.remember(last, real.clone(), used);
+        }
+        (dir_links + hops + used <= MAX_LINKS).then_some(real)
+    }
+
+    /// The index of the resolved folder listed as `dir`.
+    fn dir(&mut self, dir: &Path) -> Option<usize> {
+        if let Some(i) = self
             .dirs
             .iter()
             .position(|d| d.listed.as_os_str() == dir.as_os_str())
         {
-            Some(i) => i,
-            None => {
-                let real = self.resolver.resolve(dir).ok()?;
-                let mut host = self.resolver.host(&real).into_os_string();
-                host.push("/");
-                self.dirs.push(LibDir {
-                    listed: dir.to_path_buf(),
-                    real,
-                    host,
-                });
-                self.dirs.len() - 1
-            }
-        };
-        self.dirs.get(i)
+            return Some(i);
+        }
+        let (real, links, id) = self.resolver.resolve_dir(dir).ok()?;
+        self.dirs.push(LibDir {
+            listed: dir.to_path_buf(),
+            real,
+            links,
+            id,
+        });
+        Some(self.dirs.len() - 1)
     }
 }
 
@@ -182,6 +226,54 @@ mod tests {
         ] {
             let path = PathBuf::from(format!("{LIB}/{name}"));
             assert_eq!(libs.siblings(&path), None, "{name} is the resolver's");
+        }
+    }
+
+    #[test]
+    fn a_file_reached_again_costs_no_lookup() {
+        // What the resolver or an earlier library learnt is reused: after the real file and
+        // the SONAME link are removed, the dev link and the SONAME link still resolve (from
+        // the resolver's cache), which they could not if they were looked up again.
+        let root = layout();
+        let mut resolver = RootResolver::new(root.root());
+        let soname = PathBuf::from(format!("{LIB}/libcuda.so.1"));
+        let real = resolver.resolve(&soname).unwrap();
+        let mut libs = LibResolver::new(&mut resolver);
+        std::fs::remove_file(root.path(&format!("{LIB}/libcuda.so.580.1"))).unwrap();
+        std::fs::remove_file(root.path(&format!("{LIB}/libcuda.so.1"))).unwrap();
+        assert_eq!(libs.siblings(&soname), Some(real.clone()));
+        let dev = PathBuf::from(format!("{LIB}/libcuda.so"));
+        assert_eq!(libs.siblings(&dev), Some(real.clone()));
+        assert_eq!(
+            resolver.resolve(&dev).unwrap(),
+            real,
+            "learnt by the resolver"
+        );
+        assert_eq!(resolver.cached(&dev), Some((real.as_path(), 2)));
+    }
+
+    #[test]
+    fn the_forty_links_count_the_folders_links_too() {
+        // A folder reached through 39 links leaves room for one sibling link: the resolver
+        // says ELOOP for a second, and so must the fast path.
+        let root = layout();
+        root.symlink(LIB, "/d0");
+        for i in 1..39 {
+            root.symlink(&format!("/d{}", i - 1), &format!("/d{i}"));
+        }
+        let mut reference = RootResolver::new(root.root());
+        let mut resolver = RootResolver::new(root.root());
+        let mut libs = LibResolver::new(&mut resolver);
+        for (name, ok) in [("libcuda.so.1", true), ("libcuda.so", false)] {
+            let path = PathBuf::from(format!("/d38/{name}"));
+            let theirs = reference.resolve(&path);
+            assert_eq!(theirs.is_ok(), ok, "{name}: {theirs:?}");
+            let ours = libs.resolve(&path);
+            match (ours, theirs) {
+                (Ok(a), Ok(b)) => assert_eq!(a, b),
+                (Err(a), Err(b)) => assert_eq!(a.raw_os_error(), b.raw_os_error()),
+                (a, b) => panic!("{name}: {a:?} vs {b:?}"),
+            }
         }
     }
 
