@@ -13,8 +13,8 @@ fn check_errors(what: &str, errors: &[ValidationError]) {
 }
 
 /// A spec file's bytes: errors are bounded; a valid spec prints (JSON and YAML) to bytes that
-/// validate to the same spec; the start path (`load_bytes`: in release builds the typed parse and
-/// the rules, no schema) and `gpuhook cdi validate` (`validate_bytes`) accept the same files, as
+/// validate to the same spec; the start path (`load_bytes`: in release builds, for JSON, the typed
+/// parse and the rules, no schema) and `gpuhook cdi validate` (`validate_bytes`) accept the same files, as
 /// the same spec.
 pub fn spec(data: &[u8]) {
     // The typed parse of the release start path (`load_bytes` without the schema; debug builds
