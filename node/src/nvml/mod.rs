@@ -53,11 +53,9 @@ impl ComputeMode {
 pub struct Nvml {
     fns: Fns,
     path: PathBuf,
-    /// Keeps the function pointers in `fns` valid. Never unloaded, even after `nvmlShutdown`:
-    /// `dlclose` would unmap the library and run its destructors for nothing (a process that
-    /// used NVML exits soon, as `gpuhook cdi generate` does, or loads it again, which then costs a
-    /// reference count). Unloading was ~2% of a `cdi generate` run.
-    _lib: std::mem::ManuallyDrop<libloading::Library>,
+    // Keeps the function pointers in `fns` valid; dropped after `nvmlShutdown`, so that a process
+    // that loads NVML again (`gpuhook cdi refresh`) starts from a freshly loaded library.
+    _lib: libloading::Library,
 }
 
 // SAFETY: NVML is thread-safe (documented: "all NVML calls are thread-safe"); the struct only
@@ -93,7 +91,7 @@ impl Nvml {
         Ok(Nvml {
             fns,
             path,
-            _lib: std::mem::ManuallyDrop::new(lib),
+            _lib: lib,
         })
     }
 
