@@ -11,6 +11,7 @@ pub mod elf32;
 pub mod library_table;
 pub mod load;
 pub mod materialise;
+pub mod mig_catalog;
 pub mod profile;
 pub mod smi;
 pub mod validate;
