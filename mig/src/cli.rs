@@ -12,7 +12,8 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::apply::{apply, assert_applied, ApplyOptions, GpuStatus, MigBackend, NoHolders};
+use crate::apply::{apply, ApplyOptions, GpuStatus, MigBackend, NoHolders};
+use crate::assertion::assert_applied;
 use crate::export::export_yaml;
 use crate::nvml_backend::NvmlBackend;
 use crate::spec::{MigConfigFile, MAX_CONFIG_BYTES};
