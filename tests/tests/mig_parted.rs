@@ -275,3 +275,42 @@ fn a_mode_change_that_needs_a_reset_is_pending_until_the_reset() {
     ));
     assert_eq!(layout(&lib, &p), [(2, 4, 4), (3, 0, 2), (4, 2, 2)]);
 }
+
+#[test]
+fn the_boot_unit_applies_before_containerd_and_the_kubelet_and_verifies() {
+    if !gpuhook_e2e::e2e_ready("mig_parted::unit", &["systemd-analyze"]) {
+        return;
+    }
+    let path = gpuhook_e2e::workspace_root().join("deploy/systemd/gpuhook-mig-parted.service");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let before = text
+        .lines()
+        .find_map(|l| l.strip_prefix("Before="))
+        .expect("Before=");
+    for unit in [
+        "containerd.service",
+        "kubelet.service",
+        "gpuhook-cdi-refresh.service",
+    ] {
+        assert!(before.split_whitespace().any(|u| u == unit), "{before}");
+    }
+    assert!(
+        text.lines().any(|l| l == "Type=oneshot")
+            && text.contains("ExecStart=/usr/bin/gpuhook-mig-parted apply")
+    );
+    let t = tmp("mig-unit");
+    let unit = t.path().join("gpuhook-mig-parted.service");
+    let bin = gpuhook_e2e::built("gpuhook-mig-parted");
+    std::fs::write(&unit, text.replace("/usr/bin/gpuhook-mig-parted", s(&bin))).unwrap();
+    let out = Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(&unit)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        !stderr.lines().any(|l| l.contains("gpuhook-mig-parted")),
+        "{stderr}"
+    );
+}
