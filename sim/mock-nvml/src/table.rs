@@ -89,6 +89,8 @@ pub struct TableMig {
     pub previous: Option<&'static Table>,
     /// `mig_state::generation` when this table was built.
     pub generation: u64,
+    /// The `count-calls` switch was there when the table was built (`crate::calls`).
+    pub count_calls: bool,
 }
 
 impl TableMig {
@@ -103,6 +105,9 @@ impl TableMig {
             caps_major: profile.majors.nvidia_caps,
             previous: None,
             generation: gpuhook_sim::mig_state::generation(dir),
+            count_calls: gpuhook_sim::mig_state::state_dir(dir)
+                .join("count-calls")
+                .exists(),
         }
     }
 }
