@@ -155,11 +155,16 @@ fn apply_gpu(
         plans: Vec::new(),
         status: GpuStatus::Unchanged,
     };
+    let was_enabled = gpu.mig.enabled();
     let mut gpu = gpu;
     // At most: a mode plan, then a layout plan on the re-read GPU.
-    for _ in 0..2 {
+    for round in 0..2 {
+        if round == 1 && opts.mode_only {
+            return o;
+        }
         let p = match plan(&gpu, d) {
             Ok(p) => p,
+            Err(e) if round == 1 && !was_enabled => return undo_enable(backend, &gpu, o, e),
             Err(e) => return fail(o, e),
         };
         let mode_only_stop = opts.mode_only && p.set_mode.is_none();
@@ -191,6 +196,24 @@ fn apply_gpu(
             Err(e) => return fail(o, e),
         };
     }
+    o
+}
+
+/// The layout cannot be made on a GPU whose MIG mode this run just enabled (NVML lists a GPU's
+/// profiles only once MIG is on): MIG is turned off again, so bad input leaves the GPU as it was.
+fn undo_enable(
+    backend: &mut dyn MigBackend,
+    gpu: &GpuState,
+    o: GpuOutcome,
+    e: MigError,
+) -> GpuOutcome {
+    let note = match backend.set_mig_mode(gpu.index, false) {
+        Ok(false) => "; MIG mode was set back to disabled".to_string(),
+        Ok(true) => "; MIG mode set back to disabled, pending a GPU reset".to_string(),
+        Err(undo) => format!("; setting MIG mode back to disabled failed too: {undo}"),
+    };
+    let mut o = o;
+    o.status = GpuStatus::Failed(format!("{e}{note}"));
     o
 }
 
@@ -229,7 +252,7 @@ fn carry_out(
     Ok(false)
 }
 
-fn in_use_error(gpu: &GpuState, gi: &GpuInstance, holders: String) -> MigError {
+pub(crate) fn in_use_error(gpu: &GpuState, gi: &GpuInstance, holders: String) -> MigError {
     MigError::InUse {
         index: gpu.index,
         uuid: gpu.uuid.clone(),
@@ -249,7 +272,7 @@ fn describe_gi(gpu: &GpuState, gi: &GpuInstance) -> String {
     }
 }
 
-fn destroy_gi(
+pub(crate) fn destroy_gi(
     backend: &mut dyn MigBackend,
     gpu: &GpuState,
     gi: &GpuInstance,
@@ -268,7 +291,7 @@ fn destroy_gi(
     backend.destroy_gpu_instance(gpu.index, gi.id).map_err(map)
 }
 
-fn create_gi(
+pub(crate) fn create_gi(
     backend: &mut dyn MigBackend,
     index: u32,
     n: &NewInstance,
@@ -282,166 +305,6 @@ fn create_gi(
         cis.push(backend.create_compute_instance(index, gi, ci_profile)?);
     }
     Ok((gi, cis))
-}
-
-/// A MIG device made by [`create_instance`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CreatedDevice {
-    pub gpu: u32,
-    pub gpu_instance: u32,
-    pub compute_instance: u32,
-    pub placement: Placement,
-    /// Its UUID, read back from the backend.
-    pub uuid: Option<String>,
-}
-
-/// Creates one MIG device (a GPU instance and one compute instance spanning it) of profile
-/// `profile` (`1g.10gb`, `1c.2g.20gb`) on GPU `index`, at `start` or at the place the planner
-/// picks among the free ones. For the DRA driver's claims.
-pub fn create_instance(
-    backend: &mut dyn MigBackend,
-    index: u32,
-    profile: &str,
-    start: Option<u32>,
-) -> Result<CreatedDevice, MigError> {
-    let gpu = backend.gpu(index)?;
-    let p = crate::profile::MigProfile::parse(profile)
-        .map_err(|e| MigError::NotFound(e.to_string()))?;
-    let unknown = || MigError::UnknownProfile {
-        index,
-        uuid: gpu.uuid.clone(),
-        model: gpu.model.clone(),
-        profile: profile.to_string(),
-        available: gpu.profile_names(),
-    };
-    let gi_prof = gpu.profile(&p.gi_name()).ok_or_else(unknown)?;
-    let occupied: Vec<Placement> = gpu.instances.iter().map(|g| g.placement).collect();
-    let mut item = crate::pack::Item {
-        profile_id: gi_prof.id,
-        slices: gi_prof.slices,
-        placements: gi_prof.placements.clone(),
-    };
-    if let Some(s) = start {
-        item.placements.retain(|pl| pl.start == s);
-    }
-    let placement = crate::pack::pack(std::slice::from_ref(&item), &occupied)
-        .map(|v| v[0])
-        .ok_or_else(|| MigError::DoesNotFit {
-            index,
-            uuid: gpu.uuid.clone(),
-            model: gpu.model.clone(),
-            wanted: format!(
-                "{profile} (beside the existing instances{})",
-                start.map(|s| format!(", at slice {s}")).unwrap_or_default()
-            ),
-        })?;
-    let n = NewInstance {
-        profile_id: gi_prof.id,
-        profile: gi_prof.name.clone(),
-        placement,
-        cis: vec![p.compute],
-    };
-    let (gi, cis) = create_gi(backend, index, &n)?;
-    let after = backend.gpu(index)?;
-    let uuid = after
-        .instances
-        .iter()
-        .find(|g| g.id == gi)
-        .and_then(|g| g.cis.first())
-        .and_then(|c| c.uuid.clone());
-    Ok(CreatedDevice {
-        gpu: index,
-        gpu_instance: gi,
-        compute_instance: cis[0],
-        placement,
-        uuid,
-    })
-}
-
-/// Destroys GPU instance `gi` of GPU `index` with its compute instances, unless someone holds
-/// it (`drain` destroys anyway).
-pub fn destroy_instance(
-    backend: &mut dyn MigBackend,
-    index: u32,
-    gi: u32,
-    in_use: &dyn InUse,
-    drain: bool,
-) -> Result<(), MigError> {
-    let gpu = backend.gpu(index)?;
-    let inst = gpu
-        .instances
-        .iter()
-        .find(|g| g.id == gi)
-        .cloned()
-        .ok_or_else(|| {
-            MigError::NotFound(format!(
-                "GPU {index} ({}) has no GPU instance {gi}",
-                gpu.uuid
-            ))
-        })?;
-    if !drain {
-        let holders = in_use.holders(&gpu, &inst);
-        if !holders.is_empty() {
-            return Err(in_use_error(&gpu, &inst, holders.join(", ")));
-        }
-    }
-    destroy_gi(backend, &gpu, &inst)
-}
-
-/// Whether every GPU the config selects is in its desired state (mig-parted's `assert`: a GPU no
-/// entry covers fails it too). `mode_only` checks MIG modes only.
-pub fn assert_applied(
-    gpus: &[GpuState],
-    entries: &[MigConfigSpec],
-    mode_only: bool,
-) -> Result<Vec<String>, MigError> {
-    let desired = select(entries, gpus)?;
-    let mut problems = Vec::new();
-    for g in gpus {
-        let covered = entries.iter().any(|e| crate::select::entry_matches(e, g));
-        if !covered {
-            problems.push(format!(
-                "GPU {} ({}): no entry of the config covers it",
-                g.index, g.uuid
-            ));
-        }
-    }
-    for d in &desired {
-        let Some(g) = gpus.iter().find(|g| g.index == d.index) else {
-            continue;
-        };
-        if g.mig.enabled() != d.mig_enabled || g.mig.pending_change() {
-            problems.push(format!(
-                "GPU {} ({}): MIG mode is {}, wanted {}",
-                g.index,
-                g.uuid,
-                mode_word(g.mig.enabled()),
-                mode_word(d.mig_enabled)
-            ));
-            continue;
-        }
-        if !mode_only
-            && d.mig_enabled
-            && (g.layout() != d.layout() || g.instances.iter().any(|i| i.cis.is_empty()))
-        {
-            problems.push(format!(
-                "GPU {} ({}): has {:?}, wanted {:?}",
-                g.index,
-                g.uuid,
-                g.layout(),
-                d.layout()
-            ));
-        }
-    }
-    Ok(problems)
-}
-
-fn mode_word(b: bool) -> &'static str {
-    if b {
-        "enabled"
-    } else {
-        "disabled"
-    }
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 use super::*;
 use crate::spec::MigConfigFile;
 use crate::test_support::Fake;
+use crate::{assert_applied, create_instance, destroy_instance};
 
 const A100_80: &str = "NVIDIA A100-SXM4-80GB";
 

@@ -41,10 +41,12 @@
 //! [`cli`].
 
 mod apply;
+mod assertion;
 pub mod cli;
 mod device_id;
 mod error;
 mod export;
+mod instance;
 mod nvml_backend;
 mod pack;
 mod plan;
@@ -54,12 +56,13 @@ mod spec;
 mod state;
 
 pub use apply::{
-    apply, assert_applied, create_instance, destroy_instance, ApplyOptions, CreatedDevice,
-    GpuOutcome, GpuStatus, InUse, MigBackend, NoHolders, Outcome,
+    apply, ApplyOptions, GpuOutcome, GpuStatus, InUse, MigBackend, NoHolders, Outcome,
 };
+pub use assertion::assert_applied;
 pub use device_id::{filter_matches, DeviceId, DeviceIdError};
 pub use error::{MigError, NVML_ERROR_INSUFFICIENT_RESOURCES, NVML_ERROR_IN_USE};
 pub use export::export_yaml;
+pub use instance::{create_instance, destroy_instance, CreatedDevice};
 pub use nvml_backend::NvmlBackend;
 pub use pack::{pack, Item};
 pub use plan::{plan, GpuPlan, NewInstance};
@@ -74,3 +77,7 @@ pub use state::{
 
 #[cfg(test)]
 pub(crate) mod test_support;
+
+#[cfg(test)]
+#[path = "operator_tests.rs"]
+mod operator_tests;

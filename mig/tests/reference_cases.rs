@@ -3,6 +3,9 @@
 //! accept/refuse result, every device-filter and profile-name case the same answer, and the GPU
 //! Operator's default config parses.
 
+// Integration tests: a failed unwrap or expect is the test failure, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::path::PathBuf;
 
 use gpuhook_mig::{filter_matches, parse_entry_document, DeviceId, MigConfigFile, MigProfile};

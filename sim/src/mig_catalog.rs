@@ -181,7 +181,7 @@ pub fn product_for(gpu_name: &str) -> Option<&'static MigProduct> {
 /// The GPU instance id the driver gives an instance at memory placement `start` of `size`
 /// slices on a GPU of `memory_slices` slices (the memory-partition tree, see the module docs).
 pub fn gi_id_for(memory_slices: u32, start: u32, size: u32) -> Option<u32> {
-    if size == 0 || memory_slices % size != 0 || start % size != 0 {
+    if size == 0 || !memory_slices.is_multiple_of(size) || !start.is_multiple_of(size) {
         return None;
     }
     let parts = memory_slices / size;

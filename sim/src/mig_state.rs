@@ -12,8 +12,9 @@
 //!   mode in effect (with no instances, as after a real reset).
 //! - `in-use-<uuid>`: a process holds the GPU; destroying an instance or changing the mode fails
 //!   with `NVML_ERROR_IN_USE`.
-//! - `count-calls`: when present, the mock appends the name of every NVML call it serves to
-//!   `calls.log` (benchmarks count calls and writes).
+//! - `count-calls`: when present as a process loads the mock, it appends `W <call>` for every
+//!   MIG write call and `R <call>` for every MIG read call it serves to `calls.log`
+//!   (benchmarks and tests count NVML calls and writes).
 
 use std::path::{Path, PathBuf};
 

@@ -143,6 +143,7 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuInstances(
     gpu_instances: *mut NvmlGpuInstance,
     count: *mut c_uint,
 ) -> NvmlReturn {
+    crate::calls::read("nvmlDeviceGetGpuInstances");
     with_device(device, |_, d| {
         let gpu = mig_gpu(d)?;
         if !gpu.profiles.iter().any(|p| p.id == profile_id) {
@@ -169,6 +170,7 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceById(
     id: c_uint,
     gpu_instance: *mut NvmlGpuInstance,
 ) -> NvmlReturn {
+    crate::calls::read("nvmlDeviceGetGpuInstanceById");
     with_device(device, |_, d| {
         let gpu_instance = nonnull(gpu_instance)?;
         let gpu = mig_gpu(d)?;
@@ -191,6 +193,7 @@ pub unsafe extern "C" fn nvmlGpuInstanceGetInfo(
     gpu_instance: NvmlGpuInstance,
     info: *mut NvmlGpuInstanceInfo,
 ) -> NvmlReturn {
+    crate::calls::read("nvmlGpuInstanceGetInfo");
     with_gi(gpu_instance, |gpu, gi| {
         let value = NvmlGpuInstanceInfo {
             device: handle_of(gpu),
@@ -217,6 +220,7 @@ pub unsafe extern "C" fn nvmlGpuInstanceGetComputeInstances(
     compute_instances: *mut NvmlComputeInstance,
     count: *mut c_uint,
 ) -> NvmlReturn {
+    crate::calls::read("nvmlGpuInstanceGetComputeInstances");
     with_gi(gpu_instance, |_, gi| {
         if profile_id >= crate::ffi_mig::NVML_COMPUTE_INSTANCE_PROFILE_COUNT {
             return Err(ffi::NVML_ERROR_INVALID_ARGUMENT);
@@ -263,6 +267,7 @@ pub unsafe extern "C" fn nvmlComputeInstanceGetInfo_v2(
     compute_instance: NvmlComputeInstance,
     info: *mut NvmlComputeInstanceInfo,
 ) -> NvmlReturn {
+    crate::calls::read("nvmlComputeInstanceGetInfo_v2");
     guard(|| {
         let info = nonnull(info)?;
         let t = state::table()?;

@@ -23,6 +23,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMigMode(
     current_mode: *mut c_uint,
     pending_mode: *mut c_uint,
 ) -> NvmlReturn {
+    crate::calls::read("nvmlDeviceGetMigMode");
     with_device(device, |_, d| {
         let (current_mode, pending_mode) = (nonnull(current_mode)?, nonnull(pending_mode)?);
         let gpu = d.whole_gpu()?;
@@ -73,6 +74,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMigDeviceHandleByIndex(
     index: c_uint,
     mig_device: *mut NvmlDevice,
 ) -> NvmlReturn {
+    crate::calls::read("nvmlDeviceGetMigDeviceHandleByIndex");
     with_device(device, |_, d| {
         let mig_device = nonnull(mig_device)?;
         let gpu = d

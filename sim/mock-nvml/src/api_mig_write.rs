@@ -27,21 +27,6 @@ const NVML_ERROR_RESET_REQUIRED: NvmlReturn = 16;
 const NVML_ERROR_IN_USE: NvmlReturn = 19;
 const NVML_ERROR_INSUFFICIENT_RESOURCES: NvmlReturn = 23;
 
-/// Appends `call` to `calls.log` when the `count-calls` switch is there.
-fn note(t: &Table, call: &str) {
-    let dir = mig_state::state_dir(&t.dir);
-    if dir.join("count-calls").exists() {
-        use std::io::Write;
-        if let Ok(mut f) = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(dir.join("calls.log"))
-        {
-            let _ = writeln!(f, "{call}");
-        }
-    }
-}
-
 /// Runs one MIG write on GPU `index` under the state directory's lock: `f` changes the GPU's
 /// persisted layout and returns a value; the new table is swapped in before returning it.
 fn write_gpu<R>(
@@ -50,7 +35,7 @@ fn write_gpu<R>(
     f: impl FnOnce(&Gpu, &mut SimMigGpu) -> Result<R, NvmlReturn>,
 ) -> Result<(R, &'static Table), NvmlReturn> {
     let mut t = state::table()?;
-    note(t, call);
+    crate::calls::note(t, call, true);
     let dir = mig_state::state_dir(&t.dir);
     std::fs::create_dir_all(&dir).map_err(|_| ffi::NVML_ERROR_NO_PERMISSION)?;
     let lock =
@@ -274,6 +259,7 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuInstancePossiblePlacements_v2(
     placements_out: *mut NvmlPlacement,
     count: *mut c_uint,
 ) -> NvmlReturn {
+    crate::calls::read("nvmlDeviceGetGpuInstancePossiblePlacements_v2");
     crate::api_device::with_device(device, |_, d| {
         let count = nonnull(count)?;
         let gpu = d.whole_gpu()?;
@@ -309,6 +295,7 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceRemainingCapacity(
     profile_id: c_uint,
     count: *mut c_uint,
 ) -> NvmlReturn {
+    crate::calls::read("nvmlDeviceGetGpuInstanceRemainingCapacity");
     crate::api_device::with_device(device, |_, d| {
         let count = nonnull(count)?;
         let gpu = d.whole_gpu()?;

@@ -148,6 +148,7 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceProfileInfoV(
     profile: c_uint,
     info: *mut NvmlGpuInstanceProfileInfoV3,
 ) -> NvmlReturn {
+    crate::calls::read("nvmlDeviceGetGpuInstanceProfileInfoV");
     with_device(device, |_, d| {
         if profile >= NVML_GPU_INSTANCE_PROFILE_COUNT {
             return Err(ffi::NVML_ERROR_INVALID_ARGUMENT);

@@ -83,7 +83,7 @@ fn gb_of(name: &str) -> u64 {
 /// A100/H100 report: 9984 MiB for `1g.10gb`).
 pub fn gi_profiles(gpu: &GpuProfile) -> Vec<GiProfile> {
     if let Some(product) = gpuhook_sim::mig_catalog::product_for(&gpu.name) {
-        return crate::mig_overlay::catalog_profiles(gpu, product);
+        return catalog_profiles(gpu, product);
     }
     let Some(names) = mig_profiles_for(&gpu.name) else {
         return Vec::new();
@@ -130,6 +130,42 @@ pub fn gi_profiles(gpu: &GpuProfile) -> Vec<GiProfile> {
                 memory_mb,
                 engines: [slices, decoders, 0, full, full],
             })
+        })
+        .collect()
+}
+
+/// The GPU instance profiles of a catalogued product; memory from the profile's MIG devices of
+/// that name when it lists any (so static layouts agree), else the catalogue's.
+pub fn catalog_profiles(
+    gpu: &GpuProfile,
+    product: &gpuhook_sim::mig_catalog::MigProduct,
+) -> Vec<GiProfile> {
+    product
+        .profiles
+        .iter()
+        .map(|p| {
+            let decoders = match p.slices {
+                1 if p.media || p.size > 1 => 1,
+                1 => 0,
+                2 => 1,
+                3 | 4 => 2,
+                _ => 5,
+            };
+            let media = c_uint::from(p.media);
+            let memory_mb = gpu
+                .mig_devices
+                .iter()
+                .find(|m| m.profile == p.name)
+                .map_or(p.memory_mib, |m| m.memory_mib);
+            GiProfile {
+                index: p.index,
+                id: p.id,
+                name: p.name.to_string(),
+                slices: p.slices,
+                instance_count: p.instance_count,
+                memory_mb,
+                engines: [p.slices, decoders, 0, media, media],
+            }
         })
         .collect()
 }

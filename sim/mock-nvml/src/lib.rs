@@ -20,6 +20,7 @@ mod api_mig_write;
 mod api_profiles;
 mod api_system;
 mod api_topology;
+mod calls;
 mod error;
 mod events;
 mod ffi;

@@ -9,77 +9,13 @@
 //! real node. Other processes pick the new layout up at their next `nvmlInit`.
 
 use std::os::raw::{c_uint, c_void};
-use std::path::{Path, PathBuf};
 
-use gpuhook_sim::mig_catalog::MigProduct;
 use gpuhook_sim::mig_state::{self, SimMigGpu};
-use gpuhook_sim::profile::{GpuProfile, NodeProfile};
 
 use crate::instances::{ComputeInstance, GiProfile, GpuInstance};
 use crate::table::{handle_of, Gpu, Mig, Table};
 
 const MIB: u64 = 1024 * 1024;
-
-/// What the table needs for MIG writes.
-#[derive(Debug)]
-pub struct TableMig {
-    /// The driver root (the library directory minus the profile's `lib_dir`).
-    pub root: PathBuf,
-    pub caps_major: c_uint,
-    /// The table this one replaced.
-    pub previous: Option<&'static Table>,
-    /// `mig_state::generation` when this table was built.
-    pub generation: u64,
-}
-
-impl TableMig {
-    pub fn new(profile: &NodeProfile, dir: &Path) -> TableMig {
-        let depth = Path::new(&profile.lib_dir)
-            .components()
-            .count()
-            .saturating_sub(1);
-        let root = dir.ancestors().nth(depth).unwrap_or(dir).to_path_buf();
-        TableMig {
-            root,
-            caps_major: profile.majors.nvidia_caps,
-            previous: None,
-            generation: mig_state::generation(dir),
-        }
-    }
-}
-
-/// The GPU instance profiles of a catalogued product; memory from the profile's MIG devices of
-/// that name when it lists any (so static layouts agree), else the catalogue's.
-pub fn catalog_profiles(gpu: &GpuProfile, product: &MigProduct) -> Vec<GiProfile> {
-    product
-        .profiles
-        .iter()
-        .map(|p| {
-            let decoders = match p.slices {
-                1 if p.media || p.size > 1 => 1,
-                1 => 0,
-                2 => 1,
-                3 | 4 => 2,
-                _ => 5,
-            };
-            let media = c_uint::from(p.media);
-            let memory_mb = gpu
-                .mig_devices
-                .iter()
-                .find(|m| m.profile == p.name)
-                .map_or(p.memory_mib, |m| m.memory_mib);
-            GiProfile {
-                index: p.index,
-                id: p.id,
-                name: p.name.to_string(),
-                slices: p.slices,
-                instance_count: p.instance_count,
-                memory_mb,
-                engines: [p.slices, decoders, 0, media, media],
-            }
-        })
-        .collect()
-}
 
 /// Lays every persisted MIG layout over the table's GPUs; a pending mode change whose reset
 /// switch is gone takes effect here (the GPU was reset: no instances).

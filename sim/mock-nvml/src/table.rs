@@ -32,7 +32,7 @@ pub struct Table {
     pub gpus: Vec<Gpu>,
     /// MIG write support (`mig_overlay`): the driver root, the `nvidia-caps` major, the table
     /// this one replaced (its handles stay valid) and the state generation it was built from.
-    pub mig: crate::mig_overlay::TableMig,
+    pub mig: TableMig,
 }
 
 /// A physical GPU.
@@ -77,6 +77,39 @@ pub struct Mig {
     /// `<parent name> MIG <profile>`, as the real driver names it.
     pub name: String,
     pub memory_bytes: u64,
+}
+
+/// What the table needs for MIG writes.
+#[derive(Debug)]
+pub struct TableMig {
+    /// The driver root (the library directory minus the profile's `lib_dir`).
+    pub root: PathBuf,
+    pub caps_major: c_uint,
+    /// The table this one replaced.
+    pub previous: Option<&'static Table>,
+    /// `mig_state::generation` when this table was built.
+    pub generation: u64,
+    /// The `count-calls` switch was there when the table was built (`crate::calls`).
+    pub count_calls: bool,
+}
+
+impl TableMig {
+    pub fn new(profile: &NodeProfile, dir: &std::path::Path) -> TableMig {
+        let depth = std::path::Path::new(&profile.lib_dir)
+            .components()
+            .count()
+            .saturating_sub(1);
+        let root = dir.ancestors().nth(depth).unwrap_or(dir).to_path_buf();
+        TableMig {
+            root,
+            caps_major: profile.majors.nvidia_caps,
+            previous: None,
+            generation: gpuhook_sim::mig_state::generation(dir),
+            count_calls: gpuhook_sim::mig_state::state_dir(dir)
+                .join("count-calls")
+                .exists(),
+        }
+    }
 }
 
 /// A resolved handle.
@@ -201,7 +234,7 @@ impl Table {
             driver_version: profile.driver_version.clone(),
             cuda_version,
             nvml_version: format!("{}.{}", cuda_version / 1000, profile.driver_version),
-            mig: crate::mig_overlay::TableMig::new(profile, &dir),
+            mig: TableMig::new(profile, &dir),
             dir,
             gpus,
         })
