@@ -8,6 +8,12 @@
 //! `doctor`.
 
 pub mod configure;
+pub mod crio;
+pub mod docker;
+pub mod engine;
+pub mod json_order;
+pub mod oci_hook;
+pub mod publish;
 pub mod timestamp;
 
 pub use configure::{
