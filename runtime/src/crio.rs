@@ -100,7 +100,10 @@ fn other_drop_ins(drop_in: &Path) -> Result<Vec<DocumentMut>, ConfigureError> {
 
 /// `crio.runtime` of `doc`, if it is a table.
 fn runtime_section(doc: &DocumentMut) -> Option<&dyn toml_edit::TableLike> {
-    doc.get("crio")?.as_table_like()?.get("runtime")?.as_table_like()
+    doc.get("crio")?
+        .as_table_like()?
+        .get("runtime")?
+        .as_table_like()
 }
 
 /// The runtime nvidia-ctk copies (`engine.GetLowLevelRuntimes`: the default runtime unless it
@@ -124,7 +127,10 @@ fn low_level_runtime(docs: &[DocumentMut], ours: &str) -> Option<(String, Table)
 /// Our runtime table: path and type first, then the copied settings.
 fn runtime_table(source: Option<Table>, opts: &EngineOptions) -> Table {
     let mut t = Table::new();
-    t.insert("runtime_path", value(opts.binary.to_string_lossy().as_ref()));
+    t.insert(
+        "runtime_path",
+        value(opts.binary.to_string_lossy().as_ref()),
+    );
     t.insert("runtime_type", value("oci"));
     for (k, item) in source.iter().flat_map(|s| s.iter()) {
         if !NOT_COPIED.contains(&k) {
@@ -189,7 +195,11 @@ fn in_place_change(
     let runtimes = child(runtime, "runtimes", "crio.runtime", path)?;
     match runtimes.get_mut(name).and_then(Item::as_table_mut) {
         Some(existing) => {
-            set_if_different(existing, "runtime_path", opts.binary.to_string_lossy().as_ref());
+            set_if_different(
+                existing,
+                "runtime_path",
+                opts.binary.to_string_lossy().as_ref(),
+            );
             set_if_different(existing, "runtime_type", "oci");
         }
         None => {

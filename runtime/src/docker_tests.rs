@@ -143,10 +143,7 @@ fn bad_daemon_json_is_named_and_left_untouched() {
         ("{\"log-driver\": \"json-file\",", "cannot parse"),
         ("[1, 2]", "(the top level)` must be a JSON object"),
         ("{\"runtimes\": []}", "`runtimes` must be a JSON object"),
-        (
-            "{\"features\": true}",
-            "`features` must be a JSON object",
-        ),
+        ("{\"features\": true}", "`features` must be a JSON object"),
         (
             "{\"runtimes\": {}, \"runtimes\": {}}",
             "duplicate key \"runtimes\"",
@@ -173,10 +170,7 @@ fn docker_has_no_drop_in_and_paths_must_be_absolute() {
     let mut o = opts(&cfg);
     o.drop_in = Some(d.path().join("x.json"));
     let err = configure_engine(Engine::Docker, &o, false).unwrap_err();
-    assert!(
-        matches!(err, ConfigureError::Unsupported { .. }),
-        "{err}"
-    );
+    assert!(matches!(err, ConfigureError::Unsupported { .. }), "{err}");
     assert!(err.to_string().contains("drop-in"), "{err}");
     let mut o = opts(&cfg);
     o.binary = "gpuhook-runtime".into();

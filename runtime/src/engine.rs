@@ -90,9 +90,12 @@ impl EngineOptions {
                 message: format!("{n:?}: use letters, digits, '-', '_' or '.'"),
             });
         }
-        for (option, path) in [("binary", Some(&self.binary)), ("config", Some(&self.config))]
-            .into_iter()
-            .chain([("drop-in path", self.drop_in.as_ref())])
+        for (option, path) in [
+            ("binary", Some(&self.binary)),
+            ("config", Some(&self.config)),
+        ]
+        .into_iter()
+        .chain([("drop-in path", self.drop_in.as_ref())])
         {
             if let Some(p) = path.filter(|p| !p.is_absolute()) {
                 return Err(ConfigureError::InvalidOption {

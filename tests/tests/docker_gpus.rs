@@ -56,7 +56,10 @@ impl Rig {
     /// dockerd's PATH starts with a dir holding `nvidia-container-runtime-hook` -> gpuhook.
     fn new(daemon_json: Option<&Path>) -> Rig {
         let node = prestart_support::node("dgx-h100", "");
-        let dir = tempfile::Builder::new().prefix("gpuhook-docker-").tempdir().unwrap();
+        let dir = tempfile::Builder::new()
+            .prefix("gpuhook-docker-")
+            .tempdir()
+            .unwrap();
         let bin = dir.path().join("bin");
         std::fs::create_dir(&bin).unwrap();
         std::os::unix::fs::symlink(
@@ -110,7 +113,13 @@ impl Rig {
 
     /// `/dev/nvidia<minor>` of the GPU at NVML index `i`.
     fn gpu_node(&self, i: usize) -> (String, u32, u32) {
-        let g = self.node.inventory.gpus.iter().find(|g| g.index as usize == i).unwrap();
+        let g = self
+            .node
+            .inventory
+            .gpus
+            .iter()
+            .find(|g| g.index as usize == i)
+            .unwrap();
         (format!("/dev/nvidia{}", g.minor), 195, g.minor)
     }
 
@@ -165,20 +174,29 @@ impl Seen {
 
     /// Every `/dev/nvidiaN` opens with ENXIO, every `/host/*` with EPERM.
     fn assert_cgroup(&self, ctx: &str) {
-        assert!(!self.open.is_empty() || self.nodes.is_empty(), "{ctx}: {self:?}");
+        assert!(
+            !self.open.is_empty() || self.nodes.is_empty(),
+            "{ctx}: {self:?}"
+        );
         for (path, err) in &self.open {
             let want = if path.starts_with("/host/") {
                 "Operation not permitted"
             } else {
                 "No such device or address"
             };
-            assert!(err.contains(want), "{ctx}: open {path}: {err:?}, want {want}");
+            assert!(
+                err.contains(want),
+                "{ctx}: open {path}: {err:?}, want {want}"
+            );
         }
     }
 }
 
 fn ready(test: &str) -> bool {
-    gpuhook_e2e::e2e_ready(test, &["dockerd", "docker", "runc", "containerd", "ldconfig"])
+    gpuhook_e2e::e2e_ready(
+        test,
+        &["dockerd", "docker", "runc", "containerd", "ldconfig"],
+    )
 }
 
 #[test]
@@ -198,7 +216,10 @@ fn docker_run_gpus_on_dgx_h100() {
     for (p, existed) in host_files.iter().zip(existed) {
         assert!(existed || !Path::new(p).exists(), "{p} was created");
     }
-    assert!(rig.dir.path().join("key.json").exists(), "the trust key went to the temp dir");
+    assert!(
+        rig.dir.path().join("key.json").exists(),
+        "the trust key went to the temp dir"
+    );
 }
 
 /// `--gpus all`: every GPU by its minor, the control and UVM nodes, NVML and CUDA mounted.
@@ -209,14 +230,24 @@ fn gpus_all(rig: &Rig) {
     want.extend(rig.uvm());
     assert_eq!(s.nodes, want, "--gpus all: {s:?}");
     s.assert_cgroup("--gpus all");
-    assert!(s.has_lib("libnvidia-ml.so.") && s.has_lib("libcuda.so."), "{s:?}");
-    assert_eq!(s.env, ["NVIDIA_VISIBLE_DEVICES=all"], "dockerd sets no capabilities");
+    assert!(
+        s.has_lib("libnvidia-ml.so.") && s.has_lib("libcuda.so."),
+        "{s:?}"
+    );
+    assert_eq!(
+        s.env,
+        ["NVIDIA_VISIBLE_DEVICES=all"],
+        "dockerd sets no capabilities"
+    );
 }
 
 /// `--gpus '"device=1"'`: NVML index 1 (not minor 1); the GPU at minor 1 bound in is denied.
 fn gpus_device_by_index_and_uuid(rig: &Rig) {
     let one = rig.gpu_node(1);
-    assert_ne!(one.0, "/dev/nvidia1", "the profile must tell index and minor apart");
+    assert_ne!(
+        one.0, "/dev/nvidia1",
+        "the profile must tell index and minor apart"
+    );
     let s = rig.seen(&["--gpus", "\"device=1\""], &["nvidia1".into()]);
     let mut want = BTreeSet::from([one.clone(), ("/dev/nvidiactl".into(), 195, 255)]);
     want.extend(rig.uvm());
@@ -224,10 +255,26 @@ fn gpus_device_by_index_and_uuid(rig: &Rig) {
     assert!(s.open.iter().any(|(p, _)| p == "/host/nvidia1"), "{s:?}");
     s.assert_cgroup("device=1");
     // Two devices by UUID and index (the quoted CSV form Docker documents).
-    let uuid = &rig.node.inventory.gpus.iter().find(|g| g.index == 5).unwrap().uuid;
+    let uuid = &rig
+        .node
+        .inventory
+        .gpus
+        .iter()
+        .find(|g| g.index == 5)
+        .unwrap()
+        .uuid;
     let s = rig.seen(&["--gpus", &format!("\"device={uuid},2\"")], &[]);
-    let got: BTreeSet<_> = s.nodes.iter().filter(|n| n.1 == 195 && n.2 < 128).cloned().collect();
-    assert_eq!(got, BTreeSet::from([rig.gpu_node(5), rig.gpu_node(2)]), "{s:?}");
+    let got: BTreeSet<_> = s
+        .nodes
+        .iter()
+        .filter(|n| n.1 == 195 && n.2 < 128)
+        .cloned()
+        .collect();
+    assert_eq!(
+        got,
+        BTreeSet::from([rig.gpu_node(5), rig.gpu_node(2)]),
+        "{s:?}"
+    );
     s.assert_cgroup("device=uuid,2");
 }
 
@@ -235,18 +282,34 @@ fn gpus_device_by_index_and_uuid(rig: &Rig) {
 fn gpus_count(rig: &Rig) {
     let s = rig.seen(&["--gpus", "2"], &[]);
     assert_eq!(s.env, ["NVIDIA_VISIBLE_DEVICES=0,1"]);
-    let got: BTreeSet<_> = s.nodes.iter().filter(|n| n.1 == 195 && n.2 < 128).cloned().collect();
-    assert_eq!(got, BTreeSet::from([rig.gpu_node(0), rig.gpu_node(1)]), "{s:?}");
+    let got: BTreeSet<_> = s
+        .nodes
+        .iter()
+        .filter(|n| n.1 == 195 && n.2 < 128)
+        .cloned()
+        .collect();
+    assert_eq!(
+        got,
+        BTreeSet::from([rig.gpu_node(0), rig.gpu_node(1)]),
+        "{s:?}"
+    );
     s.assert_cgroup("--gpus 2");
 }
 
 /// `capabilities=utility`: NVML, no CUDA and no UVM nodes.
 fn gpus_capabilities(rig: &Rig) {
     let s = rig.seen(&["--gpus", "all,capabilities=utility"], &[]);
-    assert!(s.env.contains(&"NVIDIA_DRIVER_CAPABILITIES=utility".to_string()), "{s:?}");
+    assert!(
+        s.env
+            .contains(&"NVIDIA_DRIVER_CAPABILITIES=utility".to_string()),
+        "{s:?}"
+    );
     assert!(s.has_lib("libnvidia-ml.so."), "{s:?}");
     assert!(!s.has_lib("libcuda.so."), "utility only: {s:?}");
-    assert!(!s.nodes.iter().any(|n| n.0.starts_with("/dev/nvidia-uvm")), "{s:?}");
+    assert!(
+        !s.nodes.iter().any(|n| n.0.starts_with("/dev/nvidia-uvm")),
+        "{s:?}"
+    );
     assert!(s.nodes.contains(&rig.gpu_node(7)), "{s:?}");
 }
 
@@ -257,8 +320,14 @@ fn no_gpus_and_unknown_devices(rig: &Rig) {
     s.assert_cgroup("no --gpus");
     let out = rig.run(&["--gpus", "\"device=99\""], &[]);
     let (stdout, stderr) = prestart_support::text(&out);
-    assert!(!out.status.success(), "a GPU container without its GPU started: {stdout}");
-    assert!(stderr.contains("99"), "the error names the device: {stderr}");
+    assert!(
+        !out.status.success(),
+        "a GPU container without its GPU started: {stdout}"
+    );
+    assert!(
+        stderr.contains("99"),
+        "the error names the device: {stderr}"
+    );
 }
 
 #[test]
@@ -276,7 +345,13 @@ fn docker_run_runtime_gpuhook_from_runtime_configure() {
     std::fs::write(&json, &before).unwrap();
     let configure = |expect: i32| {
         let out = Command::new(gpuhook_e2e::built("gpuhook"))
-            .args(["runtime", "configure", "--runtime", "docker", "--runtime-config"])
+            .args([
+                "runtime",
+                "configure",
+                "--runtime",
+                "docker",
+                "--runtime-config",
+            ])
             .arg(&json)
             .arg("--binary")
             .arg(gpuhook_e2e::built("gpuhook-runtime"))
@@ -287,15 +362,27 @@ fn docker_run_runtime_gpuhook_from_runtime_configure() {
     configure(0);
     configure(3);
     let text = std::fs::read_to_string(&json).unwrap();
-    assert!(text.starts_with("{\n  \"log-level\": \"info\",\n  \"deprecated-key-path\""), "{text}");
+    assert!(
+        text.starts_with("{\n  \"log-level\": \"info\",\n  \"deprecated-key-path\""),
+        "{text}"
+    );
     let rig = Rig::new(Some(&json));
-    let s = rig.seen(&["--runtime", "gpuhook", "-e", "NVIDIA_VISIBLE_DEVICES=1"], &["nvidia1".into()]);
+    let s = rig.seen(
+        &["--runtime", "gpuhook", "-e", "NVIDIA_VISIBLE_DEVICES=1"],
+        &["nvidia1".into()],
+    );
     assert!(s.nodes.contains(&rig.gpu_node(1)), "{s:?}");
     let gpus: Vec<_> = s.nodes.iter().filter(|n| n.1 == 195 && n.2 < 128).collect();
     assert_eq!(gpus, [&rig.gpu_node(1)], "only index 1: {s:?}");
-    assert!(s.nodes.contains(&("/dev/nvidiactl".into(), 195, 255)), "{s:?}");
+    assert!(
+        s.nodes.contains(&("/dev/nvidiactl".into(), 195, 255)),
+        "{s:?}"
+    );
     assert!(s.has_lib("libnvidia-ml.so."), "{s:?}");
     s.assert_cgroup("--runtime gpuhook");
     let s = rig.seen(&["--runtime", "gpuhook"], &[]);
-    assert!(s.nodes.is_empty() && s.mounts.is_empty(), "no request, nothing: {s:?}");
+    assert!(
+        s.nodes.is_empty() && s.mounts.is_empty(),
+        "no request, nothing: {s:?}"
+    );
 }

@@ -12,10 +12,10 @@ mod fast_generate;
 mod fast_path;
 mod hook;
 pub mod nvidia_hook;
+mod oci_hook;
 mod prestart;
 mod runtime;
 mod runtime_engine;
-mod oci_hook;
 mod system;
 
 use std::path::PathBuf;

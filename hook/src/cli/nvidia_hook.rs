@@ -201,11 +201,9 @@ fn go_bool(v: &str) -> Option<bool> {
 
 /// The `gpuhook prestart` command line these flags mean.
 fn prestart(flags: Flags, env: impl Fn(&str) -> Option<OsString>) -> Cli {
-    let config = flags.config.or_else(|| {
-        env(CONFIG_ENV)
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-    });
+    let config = flags
+        .config
+        .or_else(|| env(CONFIG_ENV).filter(|v| !v.is_empty()).map(PathBuf::from));
     Cli {
         config,
         log_level: flags.debug.then_some(LogLevel::Debug),

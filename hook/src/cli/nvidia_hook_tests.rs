@@ -77,10 +77,28 @@ fn dockers_argv_is_gpuhook_prestart() {
 fn nvidias_flags_in_every_go_spelling() {
     let cfg = Some(PathBuf::from("/etc/nvidia-container-runtime/config.toml"));
     for argv in [
-        &["h", "-config", "/etc/nvidia-container-runtime/config.toml", "prestart"][..],
-        &["h", "--config", "/etc/nvidia-container-runtime/config.toml", "prestart"],
-        &["h", "-config=/etc/nvidia-container-runtime/config.toml", "prestart"],
-        &["h", "--config=/etc/nvidia-container-runtime/config.toml", "prestart"],
+        &[
+            "h",
+            "-config",
+            "/etc/nvidia-container-runtime/config.toml",
+            "prestart",
+        ][..],
+        &[
+            "h",
+            "--config",
+            "/etc/nvidia-container-runtime/config.toml",
+            "prestart",
+        ],
+        &[
+            "h",
+            "-config=/etc/nvidia-container-runtime/config.toml",
+            "prestart",
+        ],
+        &[
+            "h",
+            "--config=/etc/nvidia-container-runtime/config.toml",
+            "prestart",
+        ],
     ] {
         let mut argv = argv.to_vec();
         argv[0] = "nvidia-container-runtime-hook";
@@ -129,14 +147,20 @@ fn poststart_and_poststop_are_no_ops_as_nvidias() {
 fn version_and_help_exit_zero() {
     let (code, out, _) = exit(&["nvidia-container-runtime-hook", "-version"]);
     assert_eq!(code, 0);
-    assert!(out.contains("gpuhook") && out.contains(NVIDIA_HOOK_NAME), "{out}");
+    assert!(
+        out.contains("gpuhook") && out.contains(NVIDIA_HOOK_NAME),
+        "{out}"
+    );
     // -version wins over the command, as in NVIDIA's main().
     let (code, ..) = exit(&["nvidia-container-runtime-hook", "--version", "prestart"]);
     assert_eq!(code, 0);
     for h in ["-h", "-help", "--help"] {
         let (code, _, err) = exit(&["nvidia-container-runtime-hook", h]);
         assert_eq!(code, 0, "{h}");
-        assert!(err.contains("-config FILE") && err.contains("poststop"), "{err}");
+        assert!(
+            err.contains("-config FILE") && err.contains("poststop"),
+            "{err}"
+        );
     }
 }
 
@@ -181,6 +205,9 @@ fn unknown_flags_and_commands_are_refused_by_name() {
         assert_eq!(code, EXIT_USAGE, "{argv:?}");
         assert!(out.is_empty(), "{argv:?}: {out}");
         assert!(err.contains(needle), "{argv:?}: {err}");
-        assert!(err.contains("Usage of nvidia-container-runtime-hook"), "{err}");
+        assert!(
+            err.contains("Usage of nvidia-container-runtime-hook"),
+            "{err}"
+        );
     }
 }

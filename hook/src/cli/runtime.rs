@@ -68,8 +68,12 @@ pub struct ConfigureArgs {
     pub runtime: RuntimeKind,
     /// The runtime's config file [default: /etc/containerd/config.toml, /etc/docker/daemon.json,
     /// /etc/crio/crio.conf]
-    #[arg(long = "runtime-config", visible_alias = "containerd-config", value_name = "FILE",
-          conflicts_with = "config")]
+    #[arg(
+        long = "runtime-config",
+        visible_alias = "containerd-config",
+        value_name = "FILE",
+        conflicts_with = "config"
+    )]
     pub containerd_config: Option<PathBuf>,
     /// nvidia-ctk's spelling of --runtime-config (everywhere else --config is gpuhook's own
     /// config.toml)

@@ -31,7 +31,11 @@ pub fn engine_options(args: &ConfigureArgs) -> Result<(Engine, EngineOptions), C
         }
     }
     let mut o = EngineOptions::defaults(engine);
-    if let Some(c) = args.containerd_config.clone().or_else(|| args.config.clone()) {
+    if let Some(c) = args
+        .containerd_config
+        .clone()
+        .or_else(|| args.config.clone())
+    {
         o.config = c;
     }
     o.drop_in = match (engine, &args.drop_in) {
@@ -124,8 +128,14 @@ mod tests {
     #[test]
     fn containerd_only_flags_are_refused_by_name() {
         for (args, flag) in [
-            (&["--runtime", "docker", "--privileged-host-devices"][..], "--privileged-host-devices"),
-            (&["--runtime", "crio", "--pod-cdi-annotations"], "--pod-cdi-annotations"),
+            (
+                &["--runtime", "docker", "--privileged-host-devices"][..],
+                "--privileged-host-devices",
+            ),
+            (
+                &["--runtime", "crio", "--pod-cdi-annotations"],
+                "--pod-cdi-annotations",
+            ),
             (&["--runtime", "docker", "--in-place"], "--in-place"),
         ] {
             let err = parse(args).unwrap_err().to_string();

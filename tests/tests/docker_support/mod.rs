@@ -45,7 +45,12 @@ impl Dockerd {
     /// Starts dockerd with `daemon.json` (written to `dir`, `deprecated-key-path` added), `path`
     /// as its `PATH` and `env`; overlay2 when it works here, else vfs. Waits until the API
     /// answers (a readiness wait, not a timing assertion).
-    pub fn start(dir: &Path, daemon_json: &serde_json::Value, path: &str, env: &[(&str, &Path)]) -> Dockerd {
+    pub fn start(
+        dir: &Path,
+        daemon_json: &serde_json::Value,
+        path: &str,
+        env: &[(&str, &Path)],
+    ) -> Dockerd {
         let mut json = daemon_json.clone();
         json["deprecated-key-path"] = serde_json::json!(dir.join("key.json"));
         let config = dir.join("daemon.json");
@@ -104,7 +109,10 @@ impl Dockerd {
             if self.docker(&["version"]).status.success() {
                 return Ok(());
             }
-            let exited = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten());
+            let exited = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten());
             if exited.is_some() || Instant::now() > deadline {
                 return Err(self.log_text());
             }
@@ -126,13 +134,24 @@ impl Dockerd {
     /// Imports `rootfs` as the image `name` (`docker import` of a tar: no registry).
     pub fn import(&self, rootfs: &Path, name: &str) {
         let tar = self.dir.join("rootfs.tar");
-        gpuhook_e2e::run_ok(Command::new("tar").arg("-C").arg(rootfs).arg("-cf").arg(&tar).arg("."));
+        gpuhook_e2e::run_ok(
+            Command::new("tar")
+                .arg("-C")
+                .arg(rootfs)
+                .arg("-cf")
+                .arg(&tar)
+                .arg("."),
+        );
         let out = self.docker(&[
             "import".as_ref(),
             tar.as_os_str(),
             std::ffi::OsStr::new(name),
         ]);
-        assert!(out.status.success(), "docker import: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "docker import: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     pub fn log_text(&self) -> String {
