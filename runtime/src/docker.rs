@@ -16,6 +16,10 @@ use crate::engine::EngineOptions;
 use crate::json_order::{self, Json};
 use crate::publish::read_bounded;
 
+/// The name dockerd looks up on its `PATH` and runs for `docker run --gpus` (moby
+/// `daemon/nvidia_linux.go`): `gpuhook` answers to it (a link of that name).
+pub const NVIDIA_HOOK_NAME: &str = "nvidia-container-runtime-hook";
+
 /// The changes (at most `daemon.json`) and notes.
 pub fn plan(opts: &EngineOptions) -> Result<(Vec<FileChange>, Vec<String>), ConfigureError> {
     if let Some(d) = &opts.drop_in {

@@ -27,8 +27,7 @@ use super::{Cli, Command, PrestartArgs};
 use crate::config::CONFIG_ENV;
 use crate::logging::{LogFormat, LogLevel};
 
-/// The name dockerd looks up on its `PATH` for `--gpus`.
-pub const NVIDIA_HOOK_NAME: &str = "nvidia-container-runtime-hook";
+pub use gpuhook_containerd::docker::NVIDIA_HOOK_NAME;
 
 /// Exit status of a usage error (Go's `flag` package and NVIDIA's hook use 2).
 pub const EXIT_USAGE: u8 = 2;

@@ -120,7 +120,7 @@ pub struct ConfigureArgs {
 
 /// The deprecation warning for `runtime configure --config`.
 pub const CONFIG_DEPRECATED: &str =
-    "`runtime configure --config` is deprecated: use --runtime-config (--config is gpuhook's own config.toml)";
+    "`runtime configure --config` is deprecated: use --runtime-config (or --containerd-config; --config is gpuhook's own config.toml)";
 
 impl ConfigureArgs {
     /// containerd's config file, from --containerd-config or the deprecated --config.
