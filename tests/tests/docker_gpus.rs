@@ -212,6 +212,7 @@ fn docker_run_gpus_on_dgx_h100() {
     gpus_count(&rig);
     gpus_capabilities(&rig);
     no_gpus_and_unknown_devices(&rig);
+    doctor_sees_the_hook(&rig);
     // The machine's Docker configuration was not touched by this daemon.
     for (p, existed) in host_files.iter().zip(existed) {
         assert!(existed || !Path::new(p).exists(), "{p} was created");
@@ -327,6 +328,44 @@ fn no_gpus_and_unknown_devices(rig: &Rig) {
     assert!(
         stderr.contains("99"),
         "the error names the device: {stderr}"
+    );
+}
+
+/// `gpuhook doctor` finds the link on dockerd's PATH and knows it is gpuhook.
+fn doctor_sees_the_hook(rig: &Rig) {
+    let path = format!(
+        "{}:/usr/sbin:/usr/bin",
+        rig.dir.path().join("bin").display()
+    );
+    let out = Command::new(gpuhook_e2e::built("gpuhook"))
+        .args(["--config"])
+        .arg(&rig.node.config)
+        .args([
+            "doctor",
+            "--json",
+            "--engine-path",
+            &path,
+            "--docker-config",
+        ])
+        .arg(rig.dir.path().join("daemon.json"))
+        .output()
+        .unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let f: Vec<_> = doc["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["check"] == "docker-gpus" || f["check"] == "docker")
+        .collect();
+    assert_eq!(f.len(), 2, "{doc:#}");
+    assert_eq!(f[0]["status"], "ok", "{:#}", f[0]);
+    assert!(
+        f[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("gpuhook prestart"),
+        "{:#}",
+        f[0]
     );
 }
 
