@@ -8,13 +8,13 @@
 //! `doctor`.
 
 pub mod configure;
-pub mod crio;
-pub mod docker;
 pub mod engine;
 pub mod json_order;
 pub mod oci_hook;
-pub mod publish;
 pub mod timestamp;
+
+pub use configure::publish;
+pub use engine::{crio, docker};
 
 pub use configure::{
     configure, plan, ConfigVersion, ConfigureError, ConfigureOptions, ConfigureOutcome, FileChange,

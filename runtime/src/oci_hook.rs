@@ -14,8 +14,8 @@ use std::path::{Path, PathBuf};
 
 use serde_json::json;
 
+use crate::configure::publish::{publish, read_bounded, refuse_symlinked_dir};
 use crate::configure::{ConfigureError, FileChange};
-use crate::publish::{publish, read_bounded, refuse_symlinked_dir};
 
 /// podman's and CRI-O's default hooks directory (NVIDIA's `defaultHooksDir`).
 pub const DEFAULT_HOOKS_DIR: &str = "/usr/share/containers/oci/hooks.d";

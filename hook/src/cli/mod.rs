@@ -15,7 +15,6 @@ pub mod nvidia_hook;
 mod oci_hook;
 mod prestart;
 mod runtime;
-mod runtime_engine;
 mod system;
 
 use std::path::PathBuf;

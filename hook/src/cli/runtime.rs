@@ -149,7 +149,7 @@ impl ConfigureArgs {
 pub(super) fn run(command: &RuntimeCommand, _config: &Config) -> Result<(), CliError> {
     match command {
         RuntimeCommand::Configure(args) if args.runtime != RuntimeKind::Containerd => {
-            super::runtime_engine::run(args)
+            engine::run(args)
         }
         RuntimeCommand::Configure(args) => {
             if args.config.is_some() {
@@ -173,6 +173,9 @@ pub(super) fn run(command: &RuntimeCommand, _config: &Config) -> Result<(), CliE
         }
     }
 }
+
+#[path = "runtime_engine.rs"]
+mod engine;
 
 #[cfg(test)]
 mod tests {

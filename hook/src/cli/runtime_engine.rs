@@ -8,8 +8,7 @@ use std::path::PathBuf;
 use gpuhook_containerd::engine::{configure_engine, Engine, EngineOptions, CRIO_DROP_IN};
 use gpuhook_containerd::{ConfigureError, DEFAULT_DROP_IN, EXIT_UNCHANGED};
 
-use super::runtime::{ConfigureArgs, RuntimeKind};
-use super::CliError;
+use super::{CliError, ConfigureArgs, RuntimeKind};
 
 /// The library's options for `args` (whose runtime is Docker or CRI-O).
 pub fn engine_options(args: &ConfigureArgs) -> Result<(Engine, EngineOptions), ConfigureError> {

@@ -27,6 +27,7 @@ mod drop_in;
 pub(crate) mod edit;
 mod error;
 mod outcome;
+pub mod publish;
 
 use std::fs;
 use std::io::ErrorKind;
@@ -281,7 +282,7 @@ pub fn configure(
         return Ok(ConfigureOutcome::Unchanged { version });
     }
     if !dry_run {
-        crate::publish::publish(&mut changes, |c| c.path == opts.config)?;
+        crate::configure::publish::publish(&mut changes, |c| c.path == opts.config)?;
     }
     Ok(ConfigureOutcome::Changed {
         version,

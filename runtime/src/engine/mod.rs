@@ -7,6 +7,9 @@
 //! status 3), a backup of a replaced config, atomic writes, never over a file edited since it
 //! was read, and the engine is never restarted.
 
+pub mod crio;
+pub mod docker;
+
 use std::path::PathBuf;
 
 use crate::configure::{ConfigureError, FileChange, EXIT_CHANGED, EXIT_UNCHANGED};
@@ -172,13 +175,13 @@ pub fn configure_engine(
 ) -> Result<EngineOutcome, ConfigureError> {
     opts.validate()?;
     let (mut files, notes) = match engine {
-        Engine::Docker => crate::docker::plan(opts)?,
-        Engine::Crio => crate::crio::plan(opts)?,
+        Engine::Docker => docker::plan(opts)?,
+        Engine::Crio => crio::plan(opts)?,
     };
     if !dry_run {
         // Back up an engine's own config; our drop-in is ours (re-created by a re-run).
         let drop_in = opts.drop_in.clone();
-        crate::publish::publish(&mut files, |c| Some(&c.path) != drop_in.as_ref())?;
+        crate::configure::publish::publish(&mut files, |c| Some(&c.path) != drop_in.as_ref())?;
     }
     Ok(EngineOutcome {
         engine,

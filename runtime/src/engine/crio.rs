@@ -20,9 +20,9 @@ use std::path::{Path, PathBuf};
 use toml_edit::{value, DocumentMut, Item, Table};
 
 use crate::configure::edit::{child, fresh_copy, set_if_different};
+use crate::configure::publish::{read_bounded, refuse_symlinked_dir};
 use crate::configure::{ConfigureError, FileChange, DROP_IN_MARKER};
 use crate::engine::EngineOptions;
-use crate::publish::{read_bounded, refuse_symlinked_dir};
 
 /// Keys of the copied runtime that would point CRI-O at another binary than ours.
 const NOT_COPIED: &[&str] = &[

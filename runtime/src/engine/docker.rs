@@ -11,10 +11,10 @@
 
 use std::path::Path;
 
+use crate::configure::publish::read_bounded;
 use crate::configure::{ConfigureError, FileChange};
 use crate::engine::EngineOptions;
 use crate::json_order::{self, Json};
-use crate::publish::read_bounded;
 
 /// The name dockerd looks up on its `PATH` and runs for `docker run --gpus` (moby
 /// `daemon/nvidia_linux.go`): `gpuhook` answers to it (a link of that name).
