@@ -14,7 +14,13 @@ use super::{CliError, ConfigureArgs, RuntimeKind};
 pub fn engine_options(args: &ConfigureArgs) -> Result<(Engine, EngineOptions), ConfigureError> {
     let engine = match args.runtime {
         RuntimeKind::Docker => Engine::Docker,
-        RuntimeKind::Crio | RuntimeKind::Containerd => Engine::Crio,
+        RuntimeKind::Crio => Engine::Crio,
+        RuntimeKind::Containerd => {
+            return Err(ConfigureError::InvalidOption {
+                option: "runtime",
+                message: "containerd is configured by gpuhook_containerd::configure".into(),
+            })
+        }
     };
     for (given, flag) in [
         (args.privileged_host_devices, "--privileged-host-devices"),
