@@ -88,6 +88,7 @@ impl Node {
         let (cache, ctd) = (self.path("inventory.json"), self.path("containerd.toml"));
         let (drop_in, plugins) = (self.path("conf.d/99-gpuhook.toml"), self.path("plugins"));
         let (mps, runtime) = (self.path("mps"), gpuhook_e2e::built("gpuhook-runtime"));
+        let (engines, docker) = (self.path("no-engines"), self.path("docker/daemon.json"));
         let mut args = vec![
             "--config",
             s(&config),
@@ -111,6 +112,11 @@ impl Node {
             s(&plugins),
             "--mps-root",
             s(&mps),
+            // No Docker or CRI-O on this simulated node (tests/tests/docker_gpus.rs has Docker).
+            "--engine-path",
+            s(&engines),
+            "--docker-config",
+            s(&docker),
         ];
         args.extend_from_slice(extra);
         let before = listing(self.dir.path());

@@ -46,6 +46,19 @@ pub struct DoctorArgs {
     /// Where gpuhook-runtime is installed (the runtime's BinaryName)
     #[arg(long, value_name = "PATH", default_value = DEFAULT_BINARY)]
     pub runtime_binary: PathBuf,
+    /// Docker's daemon config (checked when Docker is installed)
+    #[arg(long, value_name = "FILE", default_value = gpuhook_containerd::engine::DOCKER_CONFIG)]
+    pub docker_config: PathBuf,
+    /// CRI-O's main config (checked, with its drop-ins, when CRI-O is installed)
+    #[arg(long, value_name = "FILE", default_value = gpuhook_containerd::engine::CRIO_CONFIG)]
+    pub crio_config: PathBuf,
+    /// The CRI-O drop-in `gpuhook runtime configure --runtime crio` writes
+    #[arg(long, value_name = "FILE", default_value = gpuhook_containerd::engine::CRIO_DROP_IN)]
+    pub crio_drop_in: PathBuf,
+    /// Where to look for dockerd, crio and nvidia-container-runtime-hook (dockerd's PATH, for
+    /// `--gpus`) [default: $PATH]
+    #[arg(long, value_name = "DIRS")]
+    pub engine_path: Option<std::ffi::OsString>,
     /// kubelet's device plugin directory
     #[arg(
         long,
@@ -97,6 +110,13 @@ pub(super) fn run(args: &DoctorArgs, config: &Config) -> Result<(), CliError> {
         containerd_drop_in: args.containerd_drop_in.clone(),
         runtime_name: args.runtime_name.clone(),
         runtime_binary: args.runtime_binary.clone(),
+        docker_config: args.docker_config.clone(),
+        crio_config: args.crio_config.clone(),
+        crio_drop_in: args.crio_drop_in.clone(),
+        engine_path: args
+            .engine_path
+            .clone()
+            .or_else(|| std::env::var_os("PATH")),
         device_plugin_dir: args.device_plugin_dir.clone(),
         mps_root: args.mps_root.clone(),
         container: args.container.clone().map(|id| ContainerTarget {

@@ -78,6 +78,19 @@ pub enum HookCommand {
         gpuhook hook disable-device-node-modification < state.json"
     )]
     DisableDeviceNodeModification(DisableDeviceNodeModificationArgs),
+    /// Install the OCI hook file that runs `gpuhook prestart` (podman's and CRI-O's hooks dir)
+    #[command(
+        long_about = "Write the OCI hook file (oci-hooks(5), version 1.0.0) that makes podman and \
+        CRI-O run `gpuhook prestart` for every container, as NVIDIA's oci-nvidia-hook.json runs \
+        nvidia-container-runtime-hook: stage prestart, when always (the hook leaves containers \
+        that ask for no GPU untouched), env PATH only. An existing file is replaced only when it \
+        is ours; exit status 3 when it was already in place.",
+        after_help = "Examples:\n  \
+        gpuhook hook install-oci-hook --hooks-dir /usr/share/containers/oci/hooks.d\n  \
+        gpuhook hook install-oci-hook --hooks-dir /etc/containers/oci/hooks.d \
+        --gpuhook-path /usr/bin/gpuhook --gpuhook-config /etc/gpuhook/config.toml --dry-run"
+    )]
+    InstallOciHook(super::oci_hook::InstallOciHookArgs),
 }
 
 /// `TARGET::LINK`: the setup hook's link ([`SetupLink`]), one parser for every reader.
@@ -189,6 +202,7 @@ fn bundle_config(container_spec: Option<&Path>) -> Result<BundleConfig, CliError
 
 pub(super) fn run(command: &HookCommand, config: &Config) -> Result<(), CliError> {
     match command {
+        HookCommand::InstallOciHook(args) => super::oci_hook::run(args),
         HookCommand::Setup(args) => {
             let args = SetupHookArgs::from(args);
             let bundle = bundle_config(args.container_spec.as_deref())?;

@@ -11,6 +11,8 @@ mod error;
 mod fast_generate;
 mod fast_path;
 mod hook;
+pub mod nvidia_hook;
+mod oci_hook;
 mod prestart;
 mod runtime;
 mod system;
@@ -107,7 +109,22 @@ pub fn main() -> ExitCode {
 /// Runs the command line; returns the exit status (usage errors exit from clap, with 2).
 pub fn status() -> u8 {
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    let cli = prestart_fast_path(&argv)
+    // Called as `nvidia-container-runtime-hook` (dockerd's `--gpus`): NVIDIA's hook command line.
+    let cli = match nvidia_hook::from_argv(&argv, |name| std::env::var_os(name)) {
+        Some(nvidia_hook::HookCall::Prestart(cli)) => Some(*cli),
+        Some(nvidia_hook::HookCall::Exit {
+            code,
+            stdout,
+            stderr,
+        }) => {
+            print!("{stdout}");
+            eprint!("{stderr}");
+            return code;
+        }
+        None => None,
+    };
+    let cli = cli
+        .or_else(|| prestart_fast_path(&argv))
         .or_else(|| cdi_generate_fast_path(&argv, |name| std::env::var_os(name)))
         .unwrap_or_else(|| Cli::parse_from(&argv));
     match run(cli) {

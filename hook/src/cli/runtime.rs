@@ -22,9 +22,15 @@ use crate::config::Config;
     gpuhook runtime configure --drop-in --dry-run\n  \
     gpuhook runtime configure --drop-in && systemctl restart containerd")]
 pub enum RuntimeCommand {
-    /// Add a gpuhook runtime to containerd's config
+    /// Add a gpuhook runtime to containerd's, Docker's or CRI-O's config
     #[command(
-        long_about = "Add a gpuhook runtime to containerd's config.\n\n\
+        long_about = "Add a gpuhook runtime to containerd's (default), Docker's or CRI-O's config.\n\n\
+        --runtime docker adds runtimes.<name> = {\"args\": [], \"path\": --binary} to \
+        /etc/docker/daemon.json, keeping every other key in place (`docker run --runtime <name>`; \
+        `docker run --gpus` needs only the nvidia-container-runtime-hook link on dockerd's PATH). \
+        --runtime crio writes [crio.runtime.runtimes.<name>] (runtime_path, runtime_type = \"oci\" \
+        and the settings of the node's runc/crun/default runtime, monitor_path included) to \
+        /etc/crio/crio.conf.d/99-gpuhook.toml, or into crio.conf with --in-place.\n\n\
         Adds a runtime (runtime_type io.containerd.runc.v2, options.BinaryName = --binary) to the \
         CRI plugin table of the config version found (v1, v2 or v3), copying the options of the \
         existing runc runtime (SystemdCgroup included). With --drop-in the change goes to a separate \
@@ -35,6 +41,8 @@ pub enum RuntimeCommand {
         --runtime-name.",
         after_help = "Examples:\n  \
         gpuhook runtime configure --drop-in --dry-run          # show the diff, write nothing\n  \
+        gpuhook runtime configure --runtime docker --binary /usr/bin/gpuhook-runtime --set-as-default\n  \
+        gpuhook runtime configure --runtime crio --runtime-name gpuhook --dry-run\n  \
         gpuhook runtime configure --drop-in; [ $? = 0 ] && systemctl restart containerd\n  \
         gpuhook runtime configure --containerd-config /etc/containerd/config.toml \\\n      \
         --drop-in-config /etc/containerd/conf.d/99-gpuhook.toml --binary /usr/local/bin/gpuhook-runtime"
@@ -46,6 +54,10 @@ pub enum RuntimeCommand {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum RuntimeKind {
     Containerd,
+    /// Docker: a runtime in /etc/docker/daemon.json (`docker run --runtime NAME`)
+    Docker,
+    /// CRI-O: a runtime handler in a drop-in of /etc/crio/crio.conf.d/ (or crio.conf)
+    Crio,
 }
 
 /// Arguments of `gpuhook runtime configure`.
@@ -54,10 +66,16 @@ pub struct ConfigureArgs {
     /// Which runtime to configure
     #[arg(long, value_enum, default_value = "containerd")]
     pub runtime: RuntimeKind,
-    /// containerd's main config file [default: /etc/containerd/config.toml]
-    #[arg(long, value_name = "FILE", conflicts_with = "config")]
+    /// The runtime's config file [default: /etc/containerd/config.toml, /etc/docker/daemon.json,
+    /// /etc/crio/crio.conf]
+    #[arg(
+        long = "runtime-config",
+        visible_alias = "containerd-config",
+        value_name = "FILE",
+        conflicts_with = "config"
+    )]
     pub containerd_config: Option<PathBuf>,
-    /// Deprecated spelling of --containerd-config (everywhere else --config is gpuhook's own
+    /// nvidia-ctk's spelling of --runtime-config (everywhere else --config is gpuhook's own
     /// config.toml)
     #[arg(long, value_name = "FILE", hide = true)]
     pub config: Option<PathBuf>,
@@ -67,22 +85,29 @@ pub struct ConfigureArgs {
     #[arg(long, value_name = "PATH", num_args = 0..=1, default_missing_value = DEFAULT_DROP_IN,
           visible_alias = "drop-in-config", alias = "drop-in-path")]
     pub drop_in: Option<PathBuf>,
+    /// CRI-O: edit crio.conf itself instead of writing the drop-in
+    /// /etc/crio/crio.conf.d/99-gpuhook.toml (nvidia-ctk's `--drop-in-config=""`)
+    #[arg(long, conflicts_with = "drop_in")]
+    pub in_place: bool,
     /// Name of the runtime entry (the RuntimeClass handler)
-    #[arg(long, value_name = "NAME", default_value = DEFAULT_RUNTIME_NAME)]
+    #[arg(long, value_name = "NAME", default_value = DEFAULT_RUNTIME_NAME,
+          alias = "nvidia-runtime-name")]
     pub runtime_name: String,
-    /// Absolute path of the gpuhook-runtime binary (options.BinaryName)
-    #[arg(long, value_name = "PATH", default_value = DEFAULT_BINARY)]
+    /// Absolute path of the gpuhook-runtime binary (options.BinaryName; Docker's `path`;
+    /// CRI-O's `runtime_path`)
+    #[arg(long, value_name = "PATH", default_value = DEFAULT_BINARY,
+          aliases = ["nvidia-runtime-path", "runtime-path"])]
     pub binary: PathBuf,
     /// Also make it the default runtime (needs --privileged-host-devices: a default runtime
     /// must not hide host devices from privileged pods such as CSI drivers)
-    #[arg(long)]
+    #[arg(long, alias = "nvidia-set-as-default")]
     pub set_as_default: bool,
     /// Privileged containers of this runtime see all host devices, as with runc
     /// (privileged_without_host_devices = false)
     #[arg(long)]
     pub privileged_host_devices: bool,
-    /// Turn on enable_cdi in the CRI plugin (containerd 1.7+)
-    #[arg(long)]
+    /// Turn on CDI: containerd's enable_cdi (1.7+), Docker's features.cdi (25+); CRI-O has it on
+    #[arg(long, visible_alias = "cdi.enabled", alias = "cdi.enable")]
     pub enable_cdi: bool,
     /// Also pass cdi.k8s.io/* pod annotations to the runtime (pod_annotations); honoured only
     /// for devices in allow-cdi-devices-from-pod-annotations of gpuhook's config
@@ -95,7 +120,7 @@ pub struct ConfigureArgs {
 
 /// The deprecation warning for `runtime configure --config`.
 pub const CONFIG_DEPRECATED: &str =
-    "`runtime configure --config` is deprecated: use --containerd-config (--config is gpuhook's own config.toml)";
+    "`runtime configure --config` is deprecated: use --runtime-config (or --containerd-config; --config is gpuhook's own config.toml)";
 
 impl ConfigureArgs {
     /// containerd's config file, from --containerd-config or the deprecated --config.
@@ -123,8 +148,10 @@ impl ConfigureArgs {
 
 pub(super) fn run(command: &RuntimeCommand, _config: &Config) -> Result<(), CliError> {
     match command {
+        RuntimeCommand::Configure(args) if args.runtime != RuntimeKind::Containerd => {
+            engine::run(args)
+        }
         RuntimeCommand::Configure(args) => {
-            let RuntimeKind::Containerd = args.runtime;
             if args.config.is_some() {
                 tracing::warn!("{CONFIG_DEPRECATED}");
             }
@@ -146,6 +173,9 @@ pub(super) fn run(command: &RuntimeCommand, _config: &Config) -> Result<(), CliE
         }
     }
 }
+
+#[path = "runtime_engine.rs"]
+mod engine;
 
 #[cfg(test)]
 mod tests {

@@ -14,6 +14,7 @@
 
 mod container;
 mod containerd;
+mod engines;
 mod node;
 mod services;
 mod spec;
@@ -110,6 +111,14 @@ pub struct Options {
     pub containerd_drop_in: PathBuf,
     pub runtime_name: String,
     pub runtime_binary: PathBuf,
+    /// Docker's `daemon.json`.
+    pub docker_config: PathBuf,
+    /// CRI-O's `crio.conf` and the drop-in `runtime configure --runtime crio` writes.
+    pub crio_config: PathBuf,
+    pub crio_drop_in: PathBuf,
+    /// Where `dockerd`, `crio` and `nvidia-container-runtime-hook` are looked for (the doctor's
+    /// `PATH`).
+    pub engine_path: Option<std::ffi::OsString>,
     /// kubelet's device plugin directory.
     pub device_plugin_dir: PathBuf,
     /// gpu-mps-daemon's root (`status.json`, `<uuid>/ready`).
@@ -170,6 +179,7 @@ pub fn run(opts: &Options) -> Report {
     let node = node::check(opts, &mut findings);
     spec::check(opts, node.as_ref(), &mut findings);
     containerd::check(opts, &mut findings);
+    engines::check(opts, &mut findings);
     services::check(opts, &mut findings);
     if let Some(target) = &opts.container {
         container::check(opts, target, &mut findings);

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use super::*;
 
-fn options(dir: &std::path::Path) -> Options {
+pub(super) fn options(dir: &std::path::Path) -> Options {
     Options {
         driver_root: dir.join("node"),
         nvml_lib: None,
@@ -16,6 +16,10 @@ fn options(dir: &std::path::Path) -> Options {
         containerd_drop_in: dir.join("conf.d/99-gpuhook.toml"),
         runtime_name: "gpuhook".into(),
         runtime_binary: PathBuf::from("/usr/local/bin/gpuhook-runtime"),
+        docker_config: dir.join("docker/daemon.json"),
+        crio_config: dir.join("crio/crio.conf"),
+        crio_drop_in: dir.join("crio/crio.conf.d/99-gpuhook.toml"),
+        engine_path: Some(dir.join("bin").into_os_string()),
         device_plugin_dir: dir.join("plugins"),
         mps_root: dir.join("mps"),
         container: None,

@@ -51,6 +51,29 @@ pub enum ConfigureError {
         backup: PathBuf,
         error: std::io::Error,
     },
+    #[error("cannot parse {} as JSON: {message}; fix the file (or restore a backup) and re-run; nothing was written", path.display())]
+    ParseJson { path: PathBuf, message: String },
+    #[error("{} is larger than {limit} bytes; refusing to edit it; nothing was written", path.display())]
+    TooLarge { path: PathBuf, limit: u64 },
+    #[error(
+        "refusing to write into {}: it is a symlink to {} (give the real directory, or replace \
+         the link by a directory); nothing was written",
+        dir.display(),
+        target.display()
+    )]
+    DirIsSymlink { dir: PathBuf, target: PathBuf },
+    #[error(
+        "{} changed while gpuhook was editing it (someone else wrote it); nothing was written: \
+         re-run to apply the change to its new content",
+        path.display()
+    )]
+    ChangedSince { path: PathBuf },
+    #[error("{engine} does not support {what}: {message}; nothing was written")]
+    Unsupported {
+        engine: &'static str,
+        what: &'static str,
+        message: String,
+    },
     #[error("cannot write {}: {error}", path.display())]
     Write {
         path: PathBuf,
