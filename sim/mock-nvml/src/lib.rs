@@ -15,7 +15,9 @@
 mod api_device;
 mod api_events;
 mod api_instances;
+mod api_metrics;
 mod api_mig;
+mod api_processes;
 mod api_profiles;
 mod api_system;
 mod api_topology;
@@ -29,3 +31,4 @@ mod out;
 mod pci;
 mod state;
 mod table;
+mod telemetry;
