@@ -5,7 +5,7 @@
 //! Module map: [`cli`] flags; [`counters`] the counters CSV; [`fields`] DCGM field names → NVML;
 //! [`devices`] GPU/MIG identities; [`sample`] one GPU's sample; [`collect`] the per-GPU
 //! collector threads (timeouts, stale, lost); [`xid`] the Xid event thread; [`pods`] process →
-//! pod attribution; [`render`], [`render_pods`] the page; [`http`] the endpoint; [`run`] wiring.
+//! pod attribution; [`page`], [`render`], [`render_pods`] the page; [`http`] the endpoint; [`run`] wiring.
 
 pub mod cli;
 pub mod collect;
@@ -13,6 +13,7 @@ pub mod counters;
 pub mod devices;
 pub mod fields;
 pub mod http;
+pub mod page;
 pub mod pods;
 pub mod render;
 pub mod render_pods;

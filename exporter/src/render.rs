@@ -131,7 +131,7 @@ fn xid_text(xid: u64) -> &'static str {
 }
 
 /// The series of every served counter.
-fn dcgm_series(v: &View<'_>, slots: &[Slot], out: &mut String) {
+pub fn dcgm_series(v: &View<'_>, slots: &[Slot], out: &mut String) {
     let labels: Vec<Vec<String>> = v
         .collector
         .gpus
@@ -163,20 +163,6 @@ fn dcgm_series(v: &View<'_>, slots: &[Slot], out: &mut String) {
             }
         }
     }
-}
-
-/// The whole `/metrics` page.
-pub fn render(v: &View<'_>) -> String {
-    let slots: Vec<Slot> = (0..v.collector.gpus.len())
-        .map(|i| v.collector.slot(i))
-        .collect();
-    let mut out = String::with_capacity(64 * 1024);
-    dcgm_series(v, &slots, &mut out);
-    if let Some(names) = v.pods {
-        crate::render_pods::pod_series(v, &slots, names, &mut out);
-    }
-    crate::render_pods::exporter_series(v, &slots, &mut out);
-    out
 }
 
 #[cfg(test)]

@@ -14,8 +14,9 @@ use crate::collect::{Collector, Settings};
 use crate::counters::{Counters, CountersError};
 use crate::fields::Source;
 use crate::http::Endpoint;
+use crate::page::render;
 use crate::pods::Names;
-use crate::render::{render, View};
+use crate::render::View;
 
 /// Why the exporter did not start.
 #[derive(Debug, thiserror::Error)]

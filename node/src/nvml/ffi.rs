@@ -128,7 +128,7 @@ pub struct Fns {
 ///
 /// # Safety
 /// `T` must be the exact C signature of the symbol `name_nul`.
-pub(super) unsafe fn sym<T: Copy>(lib: &libloading::Library, name_nul: &[u8]) -> Option<T> {
+unsafe fn sym<T: Copy>(lib: &libloading::Library, name_nul: &[u8]) -> Option<T> {
     // SAFETY: the caller guarantees `T` matches the symbol's C type.
     unsafe { lib.get::<T>(name_nul).ok().map(|s| *s) }
 }

@@ -6,9 +6,20 @@
 //! taken by the `_v3` process queries, `nvmlProcessUtilizationSample_t`, `nvmlUtilization_t`);
 //! the layout tests at the bottom pin their sizes and offsets.
 
-use std::os::raw::{c_int, c_uint, c_ulonglong};
+use std::os::raw::{c_int, c_uint, c_ulonglong, c_void};
 
-use super::ffi::{Memory, NvmlDevice, NvmlReturn};
+/// `nvmlReturn_t` and `nvmlDevice_t`, as in `ffi.rs` (kept apart so this table does not import it).
+pub type NvmlReturn = c_uint;
+pub type NvmlDevice = *mut c_void;
+
+/// `nvmlMemory_t` (v1).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Memory {
+    pub total: c_ulonglong,
+    pub free: c_ulonglong,
+    pub used: c_ulonglong,
+}
 
 /// `nvmlUtilization_t`.
 #[repr(C)]
@@ -111,7 +122,7 @@ impl MetricFns {
         macro_rules! opt {
             ($name:literal) => {
                 // SAFETY: the field's type is the C signature of `$name` from nvml.h.
-                unsafe { super::ffi::sym(lib, concat!($name, "\0").as_bytes()) }
+                unsafe { lib.get(concat!($name, "\0").as_bytes()).ok().map(|s| *s) }
             };
         }
         MetricFns {
