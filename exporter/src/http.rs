@@ -189,3 +189,7 @@ pub async fn serve(listener: TcpListener, ep: Arc<Endpoint>) {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "http_tests.rs"]
+mod tests;

@@ -248,3 +248,7 @@ pub fn container_of(proc_root: &Path, pid: u32) -> Option<String> {
     file.take(MAX_CGROUP_FILE).read_to_string(&mut text).ok()?;
     gpu_mps_daemon::cgroup::parse_proc_cgroup(&text).map(|o| o.id)
 }
+
+#[cfg(test)]
+#[path = "sample_tests.rs"]
+mod tests;
