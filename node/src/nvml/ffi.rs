@@ -119,6 +119,8 @@ pub struct Fns {
     pub device_get_nvlink_state: Option<FnDevLinkUint>,
     pub device_get_nvlink_remote_pci_info_v2: Option<FnDevLinkPci>,
     pub device_get_nvlink_remote_device_type: Option<FnDevLinkUint>,
+    /// Telemetry (`gpuhook-exporter`): its own table, see `metrics_ffi.rs`.
+    pub metrics: super::metrics_ffi::MetricFns,
 }
 
 /// Looks one symbol up by its NUL-terminated name (no copy is made); `None` when the library
@@ -180,6 +182,7 @@ impl Fns {
             device_get_nvlink_state: opt!("nvmlDeviceGetNvLinkState"),
             device_get_nvlink_remote_pci_info_v2: opt!("nvmlDeviceGetNvLinkRemotePciInfo_v2"),
             device_get_nvlink_remote_device_type: opt!("nvmlDeviceGetNvLinkRemoteDeviceType"),
+            metrics: super::metrics_ffi::MetricFns::load(lib),
         })
     }
 }

@@ -146,7 +146,7 @@ pub unsafe extern "C" fn nvmlDeviceGetPciInfo(
     })
 }
 
-/// Memory of the device (a MIG device's own slice); nothing is in use on a simulated node.
+/// Memory of the device (a MIG device's own slice); in use: what `telemetry.rs` scripts.
 /// `GPU_IS_LOST` while the GPU is marked lost (see `events`).
 ///
 /// # Safety
@@ -157,21 +157,11 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(
     memory: *mut NvmlMemory,
 ) -> NvmlReturn {
     with_device(device, |t, d| {
-        if crate::events::is_lost(t, d.gpu()) {
-            return Err(ffi::NVML_ERROR_GPU_IS_LOST);
-        }
-        let total = d.memory_bytes();
+        // Scripted use (telemetry.rs); v1 counts the reserved memory as used.
+        let (total, reserved, used, free) = crate::telemetry::memory(t, d)?;
+        let used = used + reserved;
         // SAFETY: forwarded caller contract.
-        unsafe {
-            put(
-                memory,
-                NvmlMemory {
-                    total,
-                    free: total,
-                    used: 0,
-                },
-            )
-        }
+        unsafe { put(memory, NvmlMemory { total, free, used }) }
     })
 }
 
@@ -194,13 +184,13 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
         if version != ffi::NVML_MEMORY_V2_VERSION {
             return Err(ffi::NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
         }
-        let total = d.memory_bytes();
+        let (total, reserved, used, free) = crate::telemetry::memory(t, d)?;
         let info = NvmlMemoryV2 {
             version,
             total,
-            reserved: 0,
-            free: total,
-            used: 0,
+            reserved,
+            free,
+            used,
         };
         // SAFETY: forwarded caller contract.
         unsafe { put(memory, info) }

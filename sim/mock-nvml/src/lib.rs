@@ -15,8 +15,10 @@
 mod api_device;
 mod api_events;
 mod api_instances;
+mod api_metrics;
 mod api_mig;
 mod api_mig_write;
+mod api_processes;
 mod api_profiles;
 mod api_system;
 mod api_topology;
@@ -32,3 +34,4 @@ mod out;
 mod pci;
 mod state;
 mod table;
+mod telemetry;
