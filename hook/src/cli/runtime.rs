@@ -116,6 +116,14 @@ pub struct ConfigureArgs {
     /// Print the diff instead of writing (exit status as if written)
     #[arg(long)]
     pub dry_run: bool,
+    /// nvidia-ctk's `--config-source`: only `file` (the config files are read; `command`, the
+    /// engine's `config dump`, is refused by name)
+    #[arg(long, value_name = "SOURCE", hide = true)]
+    pub config_source: Option<String>,
+    /// nvidia-ctk's `--config-mode`: only `config`/`config-file` (the OCI hook file is
+    /// `gpuhook hook install-oci-hook`)
+    #[arg(long, value_name = "MODE", hide = true)]
+    pub config_mode: Option<String>,
 }
 
 /// The deprecation warning for `runtime configure --config`.
@@ -152,6 +160,7 @@ pub(super) fn run(command: &RuntimeCommand, _config: &Config) -> Result<(), CliE
             engine::run(args)
         }
         RuntimeCommand::Configure(args) => {
+            engine::nvidia_modes(args)?;
             if args.config.is_some() {
                 tracing::warn!("{CONFIG_DEPRECATED}");
             }

@@ -57,7 +57,40 @@ pub fn engine_options(args: &ConfigureArgs) -> Result<(Engine, EngineOptions), C
     Ok((engine, o))
 }
 
+/// nvidia-ctk's `--config-source` and `--config-mode`: what gpuhook does is accepted, the rest
+/// refused by name with what to use instead.
+pub fn nvidia_modes(args: &ConfigureArgs) -> Result<(), ConfigureError> {
+    match args.config_source.as_deref() {
+        None | Some("file") => {}
+        Some(other) => {
+            return Err(ConfigureError::Unsupported {
+                engine: "gpuhook runtime configure",
+                what: "--config-source other than `file`",
+                message: format!(
+                    "{other:?}: gpuhook reads the config files themselves (CRI-O: with its \
+                     drop-ins); give the file with --runtime-config"
+                ),
+            })
+        }
+    }
+    match args.config_mode.as_deref() {
+        None | Some("config" | "config-file") => Ok(()),
+        Some("oci-hook" | "hook") => Err(ConfigureError::Unsupported {
+            engine: "gpuhook runtime configure",
+            what: "--config-mode oci-hook",
+            message: "write the OCI hook file with `gpuhook hook install-oci-hook --hooks-dir DIR`"
+                .into(),
+        }),
+        Some(other) => Err(ConfigureError::Unsupported {
+            engine: "gpuhook runtime configure",
+            what: "this --config-mode",
+            message: format!("{other:?}: use `config` (the default)"),
+        }),
+    }
+}
+
 pub(super) fn run(args: &ConfigureArgs) -> Result<(), CliError> {
+    nvidia_modes(args)?;
     let (engine, opts) = engine_options(args)?;
     let outcome = configure_engine(engine, &opts, args.dry_run)?;
     let mut out = std::io::stdout().lock();
@@ -128,6 +161,33 @@ mod tests {
         let (_, o) = parse(&["--runtime", "crio", "--in-place", "--runtime-config", "/c"]).unwrap();
         assert_eq!(o.drop_in, None);
         assert_eq!(o.config, PathBuf::from("/c"));
+    }
+
+    #[test]
+    fn nvidia_ctks_config_source_and_mode_are_accepted_or_refused_by_name() {
+        let args = |extra: &[&str]| {
+            let argv = ["gpuhook", "runtime", "configure"].iter().chain(extra);
+            let Command::Runtime(RuntimeCommand::Configure(c)) =
+                Cli::try_parse_from(argv).unwrap().command
+            else {
+                panic!("not runtime configure")
+            };
+            nvidia_modes(&c)
+        };
+        assert!(args(&["--config-source", "file", "--config-mode", "config"]).is_ok());
+        assert!(args(&["--config-mode=config-file"]).is_ok());
+        let err = args(&["--config-source", "command"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("--config-source") && err.contains("--runtime-config"),
+            "{err}"
+        );
+        let err = args(&["--config-mode", "oci-hook"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("install-oci-hook"), "{err}");
+        assert!(args(&["--config-mode", "bogus"]).is_err());
     }
 
     #[test]
