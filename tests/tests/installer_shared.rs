@@ -113,11 +113,12 @@ fn docker_hook_link_respects_nvidias_hook() {
     let dir = tmp("installer-docker-hook");
     let root = host_root(dir.path());
     let link = root.join("usr/local/bin/nvidia-container-runtime-hook");
+    let src = source_dir();
     let install = [
         "install",
         "--no-containerd",
         "--source-dir",
-        s(&source_dir()),
+        s(&src),
     ];
     ok(&installer(&root, &install), "install");
     assert_eq!(
@@ -137,6 +138,8 @@ fn docker_hook_link_respects_nvidias_hook() {
     );
     ok(&installer(&root, &["uninstall"]), "uninstall");
 
+    // NVIDIA's hook in the link's own directory (uninstall removed the one it had made).
+    std::fs::create_dir_all(link.parent().unwrap()).unwrap();
     std::fs::rename(&nvidia, &link).unwrap();
     let mut forced = install.to_vec();
     forced.push("--force");
