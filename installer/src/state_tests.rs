@@ -31,7 +31,7 @@ fn record_then_undo_restores_the_files_and_dirs() {
     write(&dir.join("config.toml"), "version = 2\n[runtime]\n");
     write(&dir.join("config.toml.bak.1"), "version = 2\n");
     state.record(&before, &snap(&ours));
-    assert_eq!(state.created_dirs, [new.clone()]);
+    assert_eq!(state.created_dirs, std::slice::from_ref(&new));
     assert_eq!(state.created_files.len(), 2, "{state:?}");
     assert_eq!(state.changed_files.len(), 1);
 

@@ -19,7 +19,7 @@ use std::process::{Command, Output};
 
 use cdi_support::{s, texts, tmp, write};
 use gpuhook_e2e::{built, e2e_ready};
-use installer_support::{host_root, source_dir, INSTALL_DIR};
+use installer_support::{check_runtime_in_dump, host_root, source_dir, INSTALL_DIR};
 
 /// A CDI spec of another vendor (valid, so `cdi generate` has nothing to say about it).
 fn other_spec(kind: &str, value: &str) -> String {
@@ -85,6 +85,7 @@ fn uninstall_leaves_other_writers_files_alone() {
     let out = installer(&root, &["install", "--source-dir", s(&src)]);
     ok(&out, "install");
     assert!(root.join("run/cdi/nvidia.com-gpu.json").is_file());
+    check_runtime_in_dump(&root.join("etc/containerd/config.toml"));
     // The other tool goes on after the install.
     let v3 = other_spec("mps.example.com/gpu", "3");
     write(&mps, &v3);
