@@ -7,7 +7,7 @@ use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::mountapi;
 use crate::owner::{act_in, Trust};
@@ -200,4 +200,17 @@ fn fix_mode_owner(fd: BorrowedFd<'_>, mode: u32, uid: u32, gid: u32) -> io::Resu
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// An O_PATH fd on a (trusted) host path.
+pub(crate) fn open_host_path(path: &Path) -> io::Result<OwnedFd> {
+    let c = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains NUL"))?;
+    // SAFETY: open with a valid NUL-terminated path; O_PATH needs no mode.
+    let fd = unsafe { libc::open(c.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fresh descriptor owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }

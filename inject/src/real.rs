@@ -8,8 +8,7 @@
 use std::ffi::CString;
 use std::fs::Permissions;
 use std::io::{self, Read, Write};
-use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,7 +17,7 @@ use pathrs::flags::OpenFlags;
 use pathrs::Root;
 
 pub(crate) use crate::create::fd_kind;
-use crate::create::{c_name, Dir};
+use crate::create::{c_name, open_host_path, Dir};
 use crate::error::{pathrs_io, InjectError, Result};
 use crate::mountapi;
 use crate::openat2;
@@ -146,18 +145,6 @@ fn temp_name(name: &CString) -> CString {
     tmp.extend_from_slice(name.as_bytes());
     tmp.extend_from_slice(format!(".gpuhook-{}-{n}", std::process::id()).as_bytes());
     CString::new(tmp).expect("no NUL in a name without NUL")
-}
-
-fn open_host_path(path: &Path) -> io::Result<OwnedFd> {
-    let c = CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains NUL"))?;
-    // SAFETY: open with a valid NUL-terminated path; O_PATH needs no mode.
-    let fd = unsafe { libc::open(c.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fresh descriptor owned by nobody else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 impl Syscalls for PathrsSyscalls {

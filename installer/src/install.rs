@@ -69,7 +69,7 @@ fn install_steps(
     state: &mut State,
 ) -> anyhow::Result<bool> {
     let dir = &args.common.install_dir;
-    ensure_dir(state, dir)?;
+    ensure_dir(dir, |d| state.add_dir(d))?;
     for (name, bytes) in binaries {
         let dest = dir.join(name);
         if fs::symlink_metadata(&dest).is_err() {
@@ -96,9 +96,9 @@ fn install_steps(
 /// `gpuhook cdi generate` into the spec directory; records the spec file and the inventory
 /// cache (only those: the directory is shared with other writers).
 fn generate(args: &InstallArgs, gpuhook: &Path, state: &mut State) -> anyhow::Result<()> {
-    ensure_dir(state, &args.spec.cdi_spec_dir)?;
+    ensure_dir(&args.spec.cdi_spec_dir, |d| state.add_dir(d))?;
     if let Some(parent) = args.spec.inventory_cache.parent() {
-        ensure_dir(state, parent)?;
+        ensure_dir(parent, |d| state.add_dir(d))?;
     }
     let written = [
         args.spec.cdi_spec_dir.join(SPEC_FILE),
@@ -118,7 +118,7 @@ fn generate(args: &InstallArgs, gpuhook: &Path, state: &mut State) -> anyhow::Re
 /// The `nvidia-container-runtime-hook` link for `docker run --gpus` (see `link`).
 fn docker_hook(args: &InstallArgs, gpuhook: &Path, state: &mut State) -> anyhow::Result<()> {
     let dir = &args.docker.docker_hook_dir;
-    ensure_dir(state, dir)?;
+    ensure_dir(dir, |d| state.add_dir(d))?;
     let path_dirs: Vec<PathBuf> = link::DOCKERD_PATH.iter().map(PathBuf::from).collect();
     match link::install(dir, gpuhook, args.docker.force, &path_dirs)? {
         link::Outcome::Made(made) => state.add_link(made),
@@ -148,7 +148,7 @@ fn configure_containerd(args: &InstallArgs, state: &mut State) -> anyhow::Result
         .map(|c| c.path)
         .collect();
     for parent in planned.iter().filter_map(|p| p.parent()) {
-        ensure_dir(state, parent)?;
+        ensure_dir(parent, |d| state.add_dir(d))?;
     }
     let before = Snapshot::files(planned.iter().map(PathBuf::as_path))?;
     let result = gpuhook_containerd::configure(&opts, false);

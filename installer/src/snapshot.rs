@@ -13,8 +13,6 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 
-use crate::state::State;
-
 /// Files larger than this are not snapshotted (config files and specs are far smaller).
 const MAX_SNAPSHOT_BYTES: u64 = 4 << 20;
 
@@ -46,9 +44,9 @@ impl Snapshot {
     }
 }
 
-/// `mkdir -p dir`, recording in `state` each directory this call made (not one that another
-/// writer made meanwhile: `mkdir` tells them apart by EEXIST).
-pub fn ensure_dir(state: &mut State, dir: &Path) -> anyhow::Result<()> {
+/// `mkdir -p dir`, telling `made` each directory this call made (not one that another writer
+/// made meanwhile: `mkdir` tells them apart by EEXIST), parents first.
+pub fn ensure_dir(dir: &Path, mut made: impl FnMut(&Path)) -> anyhow::Result<()> {
     let mut missing: Vec<&Path> = dir
         .ancestors()
         .take_while(|d| !d.as_os_str().is_empty() && fs::symlink_metadata(d).is_err())
@@ -56,7 +54,7 @@ pub fn ensure_dir(state: &mut State, dir: &Path) -> anyhow::Result<()> {
     missing.reverse();
     for d in missing {
         match fs::create_dir(d) {
-            Ok(()) => state.add_dir(d),
+            Ok(()) => made(d),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(e).with_context(|| format!("cannot create {}", d.display())),
         }

@@ -26,7 +26,7 @@ fn record_then_undo_restores_the_files_and_dirs() {
     ];
     let before = snap(&ours);
     let mut state = State::default();
-    ensure_dir(&mut state, &new).unwrap();
+    ensure_dir(&new, |d| state.add_dir(d)).unwrap();
     write(&new.join("spec.json"), "{}");
     write(&dir.join("config.toml"), "version = 2\n[runtime]\n");
     write(&dir.join("config.toml.bak.1"), "version = 2\n");
@@ -88,12 +88,12 @@ fn ensure_dir_records_only_what_it_made() {
     let deep = tmp.path().join("a/b/c");
     fs::create_dir(tmp.path().join("a")).unwrap();
     let mut state = State::default();
-    ensure_dir(&mut state, &deep).unwrap();
+    ensure_dir(&deep, |d| state.add_dir(d)).unwrap();
     assert_eq!(state.created_dirs, [tmp.path().join("a/b"), deep.clone()]);
-    ensure_dir(&mut state, &deep).unwrap();
+    ensure_dir(&deep, |d| state.add_dir(d)).unwrap();
     assert_eq!(state.created_dirs.len(), 2);
     write(&tmp.path().join("a/file"), "x");
-    let err = ensure_dir(&mut state, &tmp.path().join("a/file")).unwrap_err();
+    let err = ensure_dir(&tmp.path().join("a/file"), |d| state.add_dir(d)).unwrap_err();
     assert!(err.to_string().contains("not a directory"), "{err}");
 }
 

@@ -115,12 +115,7 @@ fn docker_hook_link_respects_nvidias_hook() {
     let root = host_root(dir.path());
     let link = root.join("usr/local/bin/nvidia-container-runtime-hook");
     let src = source_dir();
-    let install = [
-        "install",
-        "--no-containerd",
-        "--source-dir",
-        s(&src),
-    ];
+    let install = ["install", "--no-containerd", "--source-dir", s(&src)];
     ok(&installer(&root, &install), "install");
     assert_eq!(
         std::fs::read_link(&link).unwrap(),
