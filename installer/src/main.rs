@@ -3,11 +3,12 @@
 //!
 //! The image is `FROM scratch` (no shell), so this is a binary, and a thin one: it copies the
 //! binaries shipped beside it into a host directory (temp + rename), then `chroot`s into the host
-//! root and runs the *installed* `gpuhook` for the real work (`cdi generate`, `runtime
-//! configure`). Running inside the host root is what makes every path in the spec and in
+//! root and runs the *installed* `gpuhook cdi generate`, then registers the runtime with
+//! containerd (the library of `gpuhook runtime configure`, in this process, which reports every
+//! file it writes). Running inside the host root is what makes every path in the spec and in
 //! containerd's config a host path, and makes `/var/run -> /run` style symlinks resolve on the
-//! host rather than in the image. Everything it creates or changes is recorded in a state file
-//! in the install directory, which `uninstall` replays backwards. It also links
+//! host rather than in the image. What it creates or changes is recorded, by exact path, in a
+//! state file in the install directory, which `uninstall` replays backwards. It also links
 //! `nvidia-container-runtime-hook` to the installed `gpuhook` on dockerd's `PATH`, so
 //! `docker run --gpus` uses gpuhook (see `link`).
 
