@@ -7,10 +7,10 @@ use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::mountapi;
-use crate::owner::act_as_owner_of;
+use crate::owner::{act_in, Trust};
 use crate::sys::EntryKind;
 
 /// A NUL-terminated single component.
@@ -35,18 +35,18 @@ fn rc(r: libc::c_int) -> io::Result<()> {
     }
 }
 
-/// A directory of the root, with the uid that owns the root (whose directories are ours).
+/// A directory of the root, with what decides who acts in it (see the `owner` module).
 #[derive(Clone, Copy)]
 pub(crate) struct Dir<'a> {
     pub fd: BorrowedFd<'a>,
-    pub root_owner: u32,
+    pub trust: &'a Trust,
 }
 
 impl Dir<'_> {
     /// `mkdirat` (EEXIST is fine: created meanwhile, or not a directory, which the caller's
     /// `open_dir` tells).
     pub fn mkdir(&self, name: &CStr, mode: u32) -> io::Result<()> {
-        let _as = act_as_owner_of(self.fd, self.root_owner)?;
+        let _as = act_in(self.fd, self.trust)?;
         // SAFETY: mkdirat in a live directory fd with a single-component, NUL-terminated name.
         match rc(unsafe { libc::mkdirat(self.fd.as_raw_fd(), name.as_ptr(), mode) }) {
             Err(e) if e.raw_os_error() == Some(libc::EEXIST) => Ok(()),
@@ -71,7 +71,7 @@ impl Dir<'_> {
     /// Opens `name`, creating it as an empty regular file when missing (an existing link is not
     /// followed: ELOOP).
     pub fn create_file(&self, name: &CStr, mode: u32, excl: bool) -> io::Result<File> {
-        let _as = act_as_owner_of(self.fd, self.root_owner)?;
+        let _as = act_in(self.fd, self.trust)?;
         // O_NONBLOCK: a FIFO swapped in meanwhile must not block the hook.
         let mut flags = libc::O_CREAT | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK;
         flags |= if excl {
@@ -93,7 +93,7 @@ impl Dir<'_> {
 
     /// `mknodat` a character device.
     pub fn mknod_char(&self, name: &CStr, mode: u32, dev: libc::dev_t) -> io::Result<()> {
-        let _as = act_as_owner_of(self.fd, self.root_owner)?;
+        let _as = act_in(self.fd, self.trust)?;
         let mode = libc::S_IFCHR | (mode & 0o7777);
         // SAFETY: mknodat in a live directory fd with a single-component name.
         rc(unsafe { libc::mknodat(self.fd.as_raw_fd(), name.as_ptr(), mode, dev) })
@@ -101,14 +101,14 @@ impl Dir<'_> {
 
     /// `symlinkat(target, name)`.
     pub fn symlink(&self, target: &CStr, name: &CStr) -> io::Result<()> {
-        let _as = act_as_owner_of(self.fd, self.root_owner)?;
+        let _as = act_in(self.fd, self.trust)?;
         // SAFETY: symlinkat with two NUL-terminated strings and a live directory fd.
         rc(unsafe { libc::symlinkat(target.as_ptr(), self.fd.as_raw_fd(), name.as_ptr()) })
     }
 
     /// `renameat(from, to)` within this directory.
     pub fn rename(&self, from: &CStr, to: &CStr) -> io::Result<()> {
-        let _as = act_as_owner_of(self.fd, self.root_owner)?;
+        let _as = act_in(self.fd, self.trust)?;
         let fd = self.fd.as_raw_fd();
         // SAFETY: renameat of two single components within one live directory fd.
         rc(unsafe { libc::renameat(fd, from.as_ptr(), fd, to.as_ptr()) })
@@ -116,7 +116,7 @@ impl Dir<'_> {
 
     /// `unlinkat(name)` (cleanup of our own temp names; errors ignored by callers).
     pub fn unlink(&self, name: &CStr) -> io::Result<()> {
-        let _as = act_as_owner_of(self.fd, self.root_owner)?;
+        let _as = act_in(self.fd, self.trust)?;
         // SAFETY: unlinkat of a single component in a live directory fd.
         rc(unsafe { libc::unlinkat(self.fd.as_raw_fd(), name.as_ptr(), 0) })
     }
@@ -130,7 +130,7 @@ impl Dir<'_> {
         uid: u32,
         gid: u32,
     ) -> io::Result<()> {
-        let _as = act_as_owner_of(self.fd, self.root_owner)?;
+        let _as = act_in(self.fd, self.trust)?;
         fix_mode_owner(node, mode, uid, gid)
     }
 }
@@ -200,4 +200,17 @@ fn fix_mode_owner(fd: BorrowedFd<'_>, mode: u32, uid: u32, gid: u32) -> io::Resu
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// An O_PATH fd on a (trusted) host path.
+pub(crate) fn open_host_path(path: &Path) -> io::Result<OwnedFd> {
+    let c = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains NUL"))?;
+    // SAFETY: open with a valid NUL-terminated path; O_PATH needs no mode.
+    let fd = unsafe { libc::open(c.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fresh descriptor owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }

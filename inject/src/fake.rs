@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::error::Result;
-use crate::sys::{EntryKind, MountOptions, Syscalls};
+use crate::owner::Trust;
+use crate::sys::{DirFacts, EntryKind, MountOptions, Syscalls};
 
 #[derive(Debug, Default)]
 pub(crate) struct FakeSyscalls {
@@ -16,12 +17,20 @@ pub(crate) struct FakeSyscalls {
     pub calls: RefCell<Vec<String>>,
     /// How many lookups ([`Syscalls::lstat`]) were made: the work a walk did.
     pub lstats: Cell<usize>,
+    /// Owner and mount id of directories (default: root-owned, on mount 1, the root's).
+    pub dirs: BTreeMap<PathBuf, DirFacts>,
+    pub trust: Trust,
 }
 
 impl FakeSyscalls {
     pub fn new() -> Self {
         FakeSyscalls {
             root: PathBuf::from("/fake-root"),
+            trust: Trust {
+                root_owner: 0,
+                own_mounts: vec![1],
+                user: None,
+            },
             ..Default::default()
         }
     }
@@ -51,6 +60,15 @@ impl Syscalls for FakeSyscalls {
     fn lstat(&self, path: &Path) -> Result<Option<EntryKind>> {
         self.lstats.set(self.lstats.get() + 1);
         Ok(self.tree.borrow().get(path).cloned())
+    }
+    fn dir_facts(&self, path: &Path) -> Result<DirFacts> {
+        Ok(self.dirs.get(path).copied().unwrap_or(DirFacts {
+            owner: (0, 0),
+            mount: 1,
+        }))
+    }
+    fn trust(&self) -> &Trust {
+        &self.trust
     }
     fn host_stat(&self, path: &Path) -> Result<Option<EntryKind>> {
         Ok(self.host.get(path).cloned())

@@ -10,7 +10,9 @@
 //! anyone), the mapped uid for a user-namespaced root. Running as the container's user failed for
 //! every non-root container (it cannot write a root-owned `/etc`); running as root *with*
 //! capabilities would make it a confused deputy where `/etc` is a directory the container's user
-//! controls (a volume): there it runs as that user (see the `owner` module).
+//! controls (a volume): there it runs as that user (see the `owner` module). And where `/etc` is
+//! root-owned on another mount than the root filesystem (an image linking `/etc` into a volume of
+//! a host directory), it runs as the container's user, or not at all (issue 22, D10).
 
 use std::ffi::CString;
 use std::fs::File;
@@ -30,8 +32,8 @@ pub const LDSO_CONF_DEFAULT: &str = "include /etc/ld.so.conf.d/*.conf\n";
 /// Knobs for [`update_ldcache_with`].
 #[derive(Debug, Clone, Copy)]
 pub struct LdcacheOptions {
-    /// The container process's user and group, for the log: ldconfig does not run as them but
-    /// as the owner of the container's `/etc` (see the module docs).
+    /// The container process's user and group: ldconfig does not run as them but as the owner
+    /// of the container's `/etc`, except on a root-owned volume (see the module docs).
     pub uid: u32,
     pub gid: u32,
     /// RLIMIT_CPU for ldconfig.
@@ -229,7 +231,7 @@ pub fn start_ldcache_update(
         reason,
     };
 
-    let root = ContainerRoot::open(rootfs)?;
+    let root = ContainerRoot::open_as(rootfs, opts.uid, opts.gid)?;
     root.write_file(Path::new(LDSO_CONF_DROPIN), conf.as_bytes(), 0o644)?;
     if root.lstat(Path::new("/etc/ld.so.conf"))?.is_none() {
         root.write_file(
@@ -258,7 +260,7 @@ pub fn start_ldcache_update(
         );
     }
     // After the drop-in: /etc exists now, made by us if the image had none.
-    let (uid, gid) = root.owner(Path::new("/etc"))?;
+    let (uid, gid) = root.acting_ids(Path::new("/etc"))?;
     let limits = Limits {
         uid,
         gid,

@@ -51,11 +51,12 @@ pub use ldcache::{
 };
 pub use mntns::in_mount_namespace_of;
 pub use oci::{BundleConfig, OciState};
+pub use owner::{Act, Trust};
 pub use real::PathrsSyscalls;
 pub use root::{
     normalize_container_path, CharDeviceSpec, ContainerRoot, DeviceSource, SymlinkOutcome,
 };
-pub use sys::{EntryKind, MountOptions, Syscalls};
+pub use sys::{DirFacts, EntryKind, MountOptions, Syscalls};
 pub use walk::MAX_SYMLINKS;
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
 use crate::create::{c_name, Dir};
+use crate::owner::Trust;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path};
 
@@ -94,7 +95,7 @@ pub(crate) fn open_in_root(root: BorrowedFd<'_>, path: &Path, follow: bool) -> i
 /// symlink dangling inside the root) fails with ENOTDIR or ELOOP.
 pub(crate) fn mkdir_all_in_root(
     open: impl Fn(&Path) -> io::Result<OwnedFd>,
-    root_owner: u32,
+    trust: &Trust,
     path: &Path,
     mode: u32,
 ) -> io::Result<()> {
@@ -125,7 +126,7 @@ pub(crate) fn mkdir_all_in_root(
         let c = c_name(name)?;
         let parent = Dir {
             fd: dir.as_fd(),
-            root_owner,
+            trust,
         };
         parent.mkdir(&c, mode)?;
         dir = parent.open_dir(&c)?;
@@ -155,6 +156,15 @@ mod tests {
         (d, f)
     }
 
+    /// The root's own mount (the test's temp dir), its owner root.
+    fn trust(root: &impl AsFd) -> crate::owner::Trust {
+        crate::owner::Trust {
+            root_owner: 0,
+            own_mounts: vec![crate::owner::mount_id(root.as_fd()).unwrap()],
+            user: None,
+        }
+    }
+
     #[test]
     fn absolute_symlinks_resolve_inside_the_root_never_on_the_host() {
         let (d, f) = tmp_root("abs");
@@ -168,7 +178,7 @@ mod tests {
         std::fs::remove_file(d.join("escape")).unwrap();
         mkdir_all_in_root(
             |p| open_in_root(f.as_fd(), p, true),
-            0,
+            &trust(&f),
             Path::new("/etc/ld.so.conf.d"),
             0o755,
         )
@@ -184,7 +194,7 @@ mod tests {
         std::os::unix::fs::symlink("../../../../../../../tmp", d.join("up")).unwrap();
         mkdir_all_in_root(
             |p| open_in_root(f.as_fd(), p, true),
-            0,
+            &trust(&f),
             Path::new("/up/x"),
             0o755,
         )
@@ -208,7 +218,7 @@ mod tests {
         );
         let e = mkdir_all_in_root(
             |p| open_in_root(f.as_fd(), p, true),
-            0,
+            &trust(&f),
             Path::new("/file/sub"),
             0o755,
         )
@@ -216,7 +226,7 @@ mod tests {
         assert_eq!(e.raw_os_error(), Some(libc::ENOTDIR), "{e}");
         let e = mkdir_all_in_root(
             |p| open_in_root(f.as_fd(), p, true),
-            0,
+            &trust(&f),
             Path::new("/dangling/sub"),
             0o755,
         )

@@ -20,6 +20,18 @@
 //!   switching them is process-wide in libc. A directory writable only through one of those
 //!   groups stays writable.)
 //!
+//! Mounts (issue 22, D10). The owner rule alone let root act in a directory root owns on *another
+//! mount*: an image that links `/etc` or a library folder into a read-write volume of a root-owned
+//! host directory (a `hostPath`, a shared cache) got root-made files there, in the host's tree.
+//! So the mount of every directory written into is compared (`statx` `STATX_MNT_ID` of its fd)
+//! with the container's own: the root filesystem's and the runtime's `/dev` (a tmpfs it made for
+//! this container, where device nodes must be made). Root-owned and on another mount, gpuhook
+//! acts there as the container's user (the host ids of `process.user`), with exactly the rights
+//! the container has there itself; where that user is root (the container could write there
+//! anyway) as root; and where the user is not known, it refuses. NVIDIA's hook writes there as
+//! root without a look; a container it would have started with a file made by root in a host
+//! directory now fails to start, naming the directory, unless its user may write there.
+//!
 //! Why stricter than runc: runc's destinations are the config author's choice; gpuhook's come from
 //! the driver's layout (`/usr/lib/x86_64-linux-gnu`, `/dev`, `/etc/ld.so.conf.d`) and land wherever
 //! the image or a volume puts those directories, so a non-root container would otherwise get files
@@ -28,6 +40,10 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
+
+#[cfg(test)]
+#[path = "owner_tests.rs"]
+mod tests;
 
 /// The filesystem ids of the calling thread, switched for as long as it lives.
 #[must_use = "the ids are switched back when the guard is dropped"]
@@ -64,16 +80,96 @@ fn set_fs_ids(uid: u32, gid: u32) -> io::Result<(u32, u32)> {
     Ok((id(old_uid), id(old_gid)))
 }
 
-/// Act in the directory `dir` as its owner, unless it is `root_owner`'s (see the module docs).
-pub(crate) fn act_as_owner_of(dir: BorrowedFd<'_>, root_owner: u32) -> io::Result<ActAs> {
-    let (uid, gid) = owner_of(dir)?;
-    if uid == root_owner {
-        return Ok(ActAs { prev: None });
+/// What gpuhook knows of a container root, for [`decide`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Trust {
+    /// Owner of the root directory (0, or the uid root maps to in a user namespace).
+    pub root_owner: u32,
+    /// Mounts gpuhook writes to as root: the root filesystem's and the runtime's `/dev`.
+    pub own_mounts: Vec<u64>,
+    /// The container process's user, as host ids; `None` when the caller does not know it.
+    pub user: Option<(u32, u32)>,
+}
+
+/// Who to act as in a directory (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Act {
+    /// As this process (root): the image's own tree.
+    AsRoot,
+    /// With these filesystem ids: the directory's owner, or the container's user on a volume.
+    As { uid: u32, gid: u32 },
+    /// Not at all: root-owned, on another mount, and the container's user unknown.
+    Refuse,
+}
+
+/// The rule, given the directory's owner and group and its mount id.
+pub fn decide(owner: (u32, u32), mount: u64, trust: &Trust) -> Act {
+    let (uid, gid) = owner;
+    if uid != trust.root_owner {
+        return Act::As { uid, gid };
     }
+    if trust.own_mounts.contains(&mount) {
+        return Act::AsRoot;
+    }
+    match trust.user {
+        Some((u, _)) if u == trust.root_owner => Act::AsRoot,
+        Some((uid, gid)) => Act::As { uid, gid },
+        None => Act::Refuse,
+    }
+}
+
+/// The mount id of the file `fd` refers to (`statx` `STATX_MNT_ID`, Linux 5.8).
+pub(crate) fn mount_id(fd: BorrowedFd<'_>) -> io::Result<u64> {
+    // SAFETY: an all-zero `statx` is a valid value to be overwritten by the kernel.
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    let empty = c"";
+    // SAFETY: statx with AT_EMPTY_PATH on a live fd and a valid out pointer.
+    let rc = unsafe {
+        libc::statx(
+            fd.as_raw_fd(),
+            empty.as_ptr(),
+            libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
+            libc::STATX_MNT_ID,
+            &mut stx,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if stx.stx_mask & libc::STATX_MNT_ID == 0 {
+        return Err(io::Error::other(
+            "the kernel reports no mount id (Linux 5.8+ needed)",
+        ));
+    }
+    Ok(stx.stx_mnt_id)
+}
+
+/// The host ids of the container's user: as they are, or shifted by the ids of the root
+/// directory's owner for a user-namespaced container (whose root maps to them: the usual
+/// single-range mapping).
+pub(crate) fn host_user(user: (u32, u32), root: (u32, u32)) -> (u32, u32) {
+    (root.0.saturating_add(user.0), root.1.saturating_add(user.1))
+}
+
+/// Message of a refused write (see [`Act::Refuse`]).
+pub const REFUSED: &str = "the directory is on a mount other than the container's root \
+    filesystem (a volume) and owned by root, and the container's user is not known: gpuhook \
+    does not write there as root; mount the volume elsewhere, or do not link this folder of the \
+    image into it";
+
+/// Act in the directory `dir` as [`decide`] says (see the module docs).
+pub(crate) fn act_in(dir: BorrowedFd<'_>, trust: &Trust) -> io::Result<ActAs> {
+    let owner = owner_of(dir)?;
+    let (uid, gid) = match decide(owner, mount_id(dir)?, trust) {
+        Act::AsRoot => return Ok(ActAs { prev: None }),
+        Act::Refuse => return Err(io::Error::new(io::ErrorKind::PermissionDenied, REFUSED)),
+        Act::As { uid, gid } => (uid, gid),
+    };
     tracing::debug!(
         uid,
         gid,
-        "creating as the owner of a directory root does not own"
+        owner = owner.0,
+        "creating with another user's rights"
     );
     let prev = set_fs_ids(uid, gid)?;
     Ok(ActAs { prev: Some(prev) })

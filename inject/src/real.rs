@@ -8,8 +8,7 @@
 use std::ffi::CString;
 use std::fs::Permissions;
 use std::io::{self, Read, Write};
-use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,12 +17,12 @@ use pathrs::flags::OpenFlags;
 use pathrs::Root;
 
 pub(crate) use crate::create::fd_kind;
-use crate::create::{c_name, Dir};
+use crate::create::{c_name, open_host_path, Dir};
 use crate::error::{pathrs_io, InjectError, Result};
 use crate::mountapi;
 use crate::openat2;
-use crate::owner::owner_of;
-use crate::sys::{EntryKind, MountOptions, Syscalls};
+use crate::owner::{host_user, mount_id, owner_of, Trust};
+use crate::sys::{DirFacts, EntryKind, MountOptions, Syscalls};
 
 /// Largest file [`Syscalls::read_file`] reads (our own config files are tiny).
 const MAX_READ: u64 = 1 << 20;
@@ -33,14 +32,15 @@ const MAX_READ: u64 = 1 << 20;
 pub struct PathrsSyscalls {
     root: Root,
     root_path: PathBuf,
-    /// Owner of the root directory: directories it owns are the image's (see `owner`).
-    root_owner: u32,
+    /// Who acts in which directory (see `owner`).
+    trust: Trust,
 }
 
 impl PathrsSyscalls {
     /// Open the container root. The host path is trusted (it comes from the runtime's bundle), so
-    /// it is canonicalised first; everything below it is not.
-    pub fn open(rootfs: &Path) -> Result<Self> {
+    /// it is canonicalised first; everything below it is not. `user` is the container process's
+    /// user (in-container ids; see [`PathrsSyscalls::host_user`]), when the caller knows it.
+    pub fn open(rootfs: &Path, user: Option<(u32, u32)>) -> Result<Self> {
         let canonical = rootfs
             .canonicalize()
             .map_err(|source| InjectError::OpenRoot {
@@ -51,14 +51,25 @@ impl PathrsSyscalls {
             path: canonical.clone(),
             error: pathrs_io(e),
         })?;
-        let (root_owner, _) = owner_of(root.as_fd()).map_err(|source| InjectError::OpenRoot {
+        let open_err = |error| InjectError::OpenRoot {
             path: canonical.clone(),
-            error: source,
-        })?;
+            error,
+        };
+        let (root_owner, root_group) = owner_of(root.as_fd()).map_err(open_err)?;
+        let mut own_mounts = vec![mount_id(root.as_fd()).map_err(open_err)?];
+        // The runtime's /dev (a tmpfs it made for this container): device nodes go there.
+        if let Ok(dev) = openat2::open_in_root(root.as_fd(), Path::new("/dev"), false) {
+            own_mounts.push(mount_id(dev.as_fd()).map_err(open_err)?);
+        }
+        let trust = Trust {
+            root_owner,
+            own_mounts,
+            user: user.map(|u| host_user(u, (root_owner, root_group))),
+        };
         Ok(PathrsSyscalls {
             root,
             root_path: canonical,
-            root_owner,
+            trust,
         })
     }
 
@@ -118,18 +129,11 @@ impl PathrsSyscalls {
         Ok((fd, name))
     }
 
-    fn dir<'a>(&self, fd: &'a OwnedFd) -> Dir<'a> {
+    fn dir<'a>(&'a self, fd: &'a OwnedFd) -> Dir<'a> {
         Dir {
             fd: fd.as_fd(),
-            root_owner: self.root_owner,
+            trust: &self.trust,
         }
-    }
-
-    /// Owner and group of `path` inside the root, links followed inside the root.
-    pub(crate) fn owner(&self, path: &Path) -> Result<(u32, u32)> {
-        self.open_in_root(path, true)
-            .and_then(|fd| owner_of(fd.as_fd()))
-            .map_err(|e| self.err("stat", path, e))
     }
 }
 
@@ -141,18 +145,6 @@ fn temp_name(name: &CString) -> CString {
     tmp.extend_from_slice(name.as_bytes());
     tmp.extend_from_slice(format!(".gpuhook-{}-{n}", std::process::id()).as_bytes());
     CString::new(tmp).expect("no NUL in a name without NUL")
-}
-
-fn open_host_path(path: &Path) -> io::Result<OwnedFd> {
-    let c = CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains NUL"))?;
-    // SAFETY: open with a valid NUL-terminated path; O_PATH needs no mode.
-    let fd = unsafe { libc::open(c.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fresh descriptor owned by nobody else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 impl Syscalls for PathrsSyscalls {
@@ -167,6 +159,19 @@ impl Syscalls for PathrsSyscalls {
                 .map(Some)
                 .map_err(|e| self.err("stat", path, e)),
         }
+    }
+
+    fn dir_facts(&self, path: &Path) -> Result<DirFacts> {
+        let fd = self
+            .open_in_root(path, true)
+            .map_err(|e| self.err("stat", path, e))?;
+        let facts = owner_of(fd.as_fd()).and_then(|owner| Ok((owner, mount_id(fd.as_fd())?)));
+        let (owner, mount) = facts.map_err(|e| self.err("stat", path, e))?;
+        Ok(DirFacts { owner, mount })
+    }
+
+    fn trust(&self) -> &Trust {
+        &self.trust
     }
 
     fn host_stat(&self, path: &Path) -> Result<Option<EntryKind>> {
@@ -199,7 +204,7 @@ impl Syscalls for PathrsSyscalls {
 
     fn mkdir_all(&self, path: &Path, mode: u32) -> Result<()> {
         let open = |p: &Path| self.open_in_root(p, true);
-        openat2::mkdir_all_in_root(open, self.root_owner, path, mode).map_err(|e| {
+        openat2::mkdir_all_in_root(open, &self.trust, path, mode).map_err(|e| {
             if matches!(e.raw_os_error(), Some(libc::ENOTDIR) | Some(libc::ELOOP)) {
                 let op = "mkdir -p (a component is a file, or a symlink dangling inside the \
                           root; fix the image)";

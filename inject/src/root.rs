@@ -9,6 +9,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
 use crate::error::{InjectError, Result};
+use crate::owner::{decide, Act, REFUSED};
 use crate::real::PathrsSyscalls;
 use crate::sys::{EntryKind, MountOptions, Syscalls};
 
@@ -57,20 +58,26 @@ impl ContainerRoot<PathrsSyscalls> {
     /// Open the root once; every later operation resolves relative to this fd. Open it in the
     /// mount namespace the mounts must appear in (inside [`crate::in_mount_namespace_of`] for a
     /// prestart hook).
+    /// Where the container's user is not known, gpuhook refuses to write as root through a mount
+    /// other than the root filesystem's (see the `owner` module); [`ContainerRoot::open_as`]
+    /// acts there with that user's rights instead.
     pub fn open(rootfs: &Path) -> Result<Self> {
         Ok(ContainerRoot {
-            sys: PathrsSyscalls::open(rootfs)?,
+            sys: PathrsSyscalls::open(rootfs, None)?,
+        })
+    }
+
+    /// [`ContainerRoot::open`] for a container whose process runs as `uid`:`gid` (its
+    /// `process.user`, in-container ids).
+    pub fn open_as(rootfs: &Path, uid: u32, gid: u32) -> Result<Self> {
+        Ok(ContainerRoot {
+            sys: PathrsSyscalls::open(rootfs, Some((uid, gid)))?,
         })
     }
 
     /// The root directory's O_PATH fd (the ldconfig sandbox pivots into it).
     pub fn root_fd(&self) -> BorrowedFd<'_> {
         self.sys.root_fd()
-    }
-
-    /// Owner and group of `path` (links followed inside the root).
-    pub fn owner(&self, path: &Path) -> Result<(u32, u32)> {
-        self.sys.owner(&normalize_container_path(path)?)
     }
 }
 
@@ -121,6 +128,26 @@ impl<S: Syscalls> ContainerRoot<S> {
     /// The root's host path (for messages).
     pub fn path(&self) -> &Path {
         self.sys.root_path()
+    }
+
+    /// Owner and group of `path` (links followed inside the root).
+    pub fn owner(&self, path: &Path) -> Result<(u32, u32)> {
+        Ok(self.sys.dir_facts(&normalize_container_path(path)?)?.owner)
+    }
+
+    /// The ids to act with in the directory `path` (see the `owner` module): its owner's, or the
+    /// container user's on a volume; an error where gpuhook must not write at all.
+    pub fn acting_ids(&self, path: &Path) -> Result<(u32, u32)> {
+        let path = normalize_container_path(path)?;
+        let facts = self.sys.dir_facts(&path)?;
+        match decide(facts.owner, facts.mount, self.sys.trust()) {
+            Act::AsRoot => Ok(facts.owner),
+            Act::As { uid, gid } => Ok((uid, gid)),
+            Act::Refuse => Err(InjectError::Refused {
+                path,
+                reason: REFUSED.to_string(),
+            }),
+        }
     }
 
     /// What `path` currently is inside the root (`None` if missing).

@@ -223,3 +223,38 @@ fn create_symlinks_validates_all_before_creating_any() {
         "nothing created when one entry is bad"
     );
 }
+
+/// D10 (issue 22): the ids gpuhook acts with in `/etc` follow the mount it is on: the image's
+/// `/etc` is root's; a root-owned volume there gets the container user's rights, or a refusal
+/// naming the path when that user is unknown.
+#[test]
+fn acting_ids_follow_the_mount_of_the_directory() {
+    let root = |on_volume: bool, user: Option<(u32, u32)>| {
+        let mut fake = FakeSyscalls::new();
+        if on_volume {
+            let facts = crate::sys::DirFacts {
+                owner: (0, 0),
+                mount: 42,
+            };
+            fake.dirs.insert(PathBuf::from("/etc"), facts);
+        }
+        fake.trust.user = user;
+        ContainerRoot::with_syscalls(fake)
+    };
+    let etc = Path::new("/etc");
+    assert_eq!(root(false, None).acting_ids(etc).unwrap(), (0, 0));
+    assert_eq!(
+        root(false, Some((1000, 100))).acting_ids(etc).unwrap(),
+        (0, 0)
+    );
+    assert_eq!(
+        root(true, Some((1000, 100))).acting_ids(etc).unwrap(),
+        (1000, 100)
+    );
+    assert_eq!(root(true, Some((0, 0))).acting_ids(etc).unwrap(), (0, 0));
+    let err = root(true, None).acting_ids(etc).unwrap_err().to_string();
+    assert!(
+        err.contains("/etc") && err.contains("mount other than the container's root"),
+        "{err}"
+    );
+}

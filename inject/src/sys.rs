@@ -7,6 +7,7 @@
 use std::path::Path;
 
 use crate::error::Result;
+use crate::owner::Trust;
 
 /// What a path inside the root (or on the host) currently is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,6 +72,13 @@ impl MountOptions {
     };
 }
 
+/// A directory's owner and group and its mount id (`statx` `STATX_MNT_ID`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DirFacts {
+    pub owner: (u32, u32),
+    pub mount: u64,
+}
+
 /// Primitive operations on paths inside a container root. `path` arguments are relative to the
 /// root (a leading `/` is allowed and means the root); callers have already refused `..`.
 pub trait Syscalls {
@@ -79,6 +87,10 @@ pub trait Syscalls {
     /// `lstat` of `path` inside the root (symlinks in parent components are followed *within* the
     /// root); `None` when it does not exist.
     fn lstat(&self, path: &Path) -> Result<Option<EntryKind>>;
+    /// Owner and mount of the directory `path` (links followed inside the root).
+    fn dir_facts(&self, path: &Path) -> Result<DirFacts>;
+    /// What the root was opened with: who acts where (see the `owner` module).
+    fn trust(&self) -> &Trust;
     /// `stat` of a host path (trusted, follows symlinks); `None` when it does not exist.
     fn host_stat(&self, path: &Path) -> Result<Option<EntryKind>>;
     /// `mkdir -p` inside the root.

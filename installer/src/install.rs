@@ -1,5 +1,6 @@
 //! `install` and `uninstall`: read the binaries, enter the host root, copy, then let the
-//! installed `gpuhook` do the work; record everything in the state file (see `state`).
+//! installed `gpuhook` generate the spec, link the Docker hook and configure containerd; record
+//! exactly what was written in the state file (see `state` and `snapshot`).
 
 use std::ffi::OsString;
 use std::fs;
@@ -9,14 +10,16 @@ use std::process::Command;
 use anyhow::{bail, Context};
 
 use crate::restart::restart;
-use crate::state::{missing_dirs, Snapshot, State, STATE_FILE};
-use crate::{InstallArgs, RefreshArgs, UninstallArgs};
+use crate::snapshot::{ensure_dir, Snapshot};
+use crate::state::{State, STATE_FILE};
+use crate::{link, InstallArgs, RefreshArgs, UninstallArgs};
 
 /// The binaries installed on the host (the installer itself stays in the image).
 pub const BINARIES: [&str; 3] = ["gpuhook", "gpuhook-runtime", "gpu-mps-daemon"];
 
-/// `runtime configure` exit status for "already configured".
-const UNCHANGED: i32 = gpuhook_containerd::EXIT_UNCHANGED;
+/// The file `gpuhook cdi generate --output DIR` writes in DIR (`gpuhook_cdi::default_file_name`
+/// of the default kind and format).
+pub const SPEC_FILE: &str = "nvidia.com-gpu.json";
 
 /// The environment the installed binaries run with: nothing from the image's.
 const PATH_ENV: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -29,18 +32,10 @@ pub fn install(args: &InstallArgs) -> anyhow::Result<()> {
     let previous = State::load(&state_file)?;
     let fresh = previous.is_none();
     let mut state = previous.unwrap_or_default();
-    let watched = watched_dirs(args);
-    for dir in std::iter::once(install_dir).chain(&watched) {
-        for d in missing_dirs(dir) {
-            state.add_dir(&d);
-        }
-    }
-    let before = Snapshot::take(&watched)?;
+    // Each step records what it wrote even when it fails, so the rollback (or a later
+    // uninstall) undoes exactly that.
     let result = install_steps(args, &binaries, &mut state);
-    // Record what happened even when a step failed, so the rollback (or a later uninstall)
-    // undoes exactly that.
     state.created_dirs.retain(|d| d.exists());
-    state.record(&before, &Snapshot::take(&watched)?);
     match result {
         Ok(changed) => {
             state.containerd_configured |= changed;
@@ -74,7 +69,7 @@ fn install_steps(
     state: &mut State,
 ) -> anyhow::Result<bool> {
     let dir = &args.common.install_dir;
-    fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    ensure_dir(dir, |d| state.add_dir(d))?;
     for (name, bytes) in binaries {
         let dest = dir.join(name);
         if fs::symlink_metadata(&dest).is_err() {
@@ -87,28 +82,90 @@ fn install_steps(
             .with_context(|| format!("cannot install {}", dest.display()))?;
         tracing::info!(path = %dest.display(), "installed");
     }
-    fs::create_dir_all(&args.spec.cdi_spec_dir)
-        .with_context(|| format!("cannot create {}", args.spec.cdi_spec_dir.display()))?;
     let gpuhook = dir.join("gpuhook");
-    let mut generate: Vec<OsString> = vec!["cdi".into(), "generate".into()];
-    generate.extend(args.spec.gpuhook_flags(&gpuhook));
-    run_gpuhook(&gpuhook, &generate, &[0])?;
+    generate(args, &gpuhook, state)?;
+    if !args.docker.no_docker_hook {
+        docker_hook(args, &gpuhook, state)?;
+    }
     if args.no_containerd {
         return Ok(false);
     }
-    let mut configure: Vec<OsString> = vec!["runtime".into(), "configure".into()];
-    configure.extend([
-        "--containerd-config".into(),
-        args.containerd_config.clone().into(),
-    ]);
-    configure.extend(["--runtime-name".into(), args.runtime_name.clone().into()]);
-    configure.extend(["--binary".into(), dir.join("gpuhook-runtime").into()]);
-    if let Some(drop_in) = &args.drop_in {
-        let mut flag = OsString::from("--drop-in=");
-        flag.push(drop_in);
-        configure.push(flag);
+    configure_containerd(args, state)
+}
+
+/// `gpuhook cdi generate` into the spec directory; records the spec file and the inventory
+/// cache (only those: the directory is shared with other writers).
+fn generate(args: &InstallArgs, gpuhook: &Path, state: &mut State) -> anyhow::Result<()> {
+    ensure_dir(&args.spec.cdi_spec_dir, |d| state.add_dir(d))?;
+    if let Some(parent) = args.spec.inventory_cache.parent() {
+        ensure_dir(parent, |d| state.add_dir(d))?;
     }
-    Ok(run_gpuhook(&gpuhook, &configure, &[0, UNCHANGED])? != UNCHANGED)
+    let written = [
+        args.spec.cdi_spec_dir.join(SPEC_FILE),
+        args.spec.inventory_cache.clone(),
+    ];
+    let before = Snapshot::files(written.iter().map(PathBuf::as_path))?;
+    let mut generate: Vec<OsString> = vec!["cdi".into(), "generate".into()];
+    generate.extend(args.spec.gpuhook_flags(gpuhook));
+    let result = run_gpuhook(gpuhook, &generate);
+    state.record(
+        &before,
+        &Snapshot::files(written.iter().map(PathBuf::as_path))?,
+    );
+    result
+}
+
+/// The `nvidia-container-runtime-hook` link for `docker run --gpus` (see `link`).
+fn docker_hook(args: &InstallArgs, gpuhook: &Path, state: &mut State) -> anyhow::Result<()> {
+    let dir = &args.docker.docker_hook_dir;
+    ensure_dir(dir, |d| state.add_dir(d))?;
+    let path_dirs: Vec<PathBuf> = link::DOCKERD_PATH.iter().map(PathBuf::from).collect();
+    match link::install(dir, gpuhook, args.docker.force, &path_dirs)? {
+        link::Outcome::Made(made) => state.add_link(made),
+        link::Outcome::AlreadyThere => {}
+        link::Outcome::Skipped(why) => {
+            tracing::warn!("{why}");
+            println!("warning: {why}");
+        }
+    }
+    Ok(())
+}
+
+/// Registers gpuhook-runtime with containerd (the library `gpuhook runtime configure` is, in
+/// this process, which is inside the host root): the files it plans are recorded by exact path,
+/// and the backup it reports. True when something changed.
+fn configure_containerd(args: &InstallArgs, state: &mut State) -> anyhow::Result<bool> {
+    let opts = gpuhook_containerd::ConfigureOptions {
+        config: args.containerd_config.clone(),
+        drop_in: args.drop_in.clone(),
+        runtime_name: args.runtime_name.clone(),
+        binary: args.common.install_dir.join("gpuhook-runtime"),
+        ..Default::default()
+    };
+    let planned: Vec<PathBuf> = gpuhook_containerd::plan(&opts)?
+        .changes
+        .into_iter()
+        .map(|c| c.path)
+        .collect();
+    for parent in planned.iter().filter_map(|p| p.parent()) {
+        ensure_dir(parent, |d| state.add_dir(d))?;
+    }
+    let before = Snapshot::files(planned.iter().map(PathBuf::as_path))?;
+    let result = gpuhook_containerd::configure(&opts, false);
+    state.record(
+        &before,
+        &Snapshot::files(planned.iter().map(PathBuf::as_path))?,
+    );
+    match result? {
+        gpuhook_containerd::ConfigureOutcome::Changed { files, .. } => {
+            for backup in files.iter().filter_map(|f| f.backup.as_ref()) {
+                state.add_file(backup);
+            }
+            tracing::info!(config = %args.containerd_config.display(), "containerd configured");
+            Ok(true)
+        }
+        gpuhook_containerd::ConfigureOutcome::Unchanged { .. } => Ok(false),
+    }
 }
 
 pub fn uninstall(uninstall: &UninstallArgs) -> anyhow::Result<()> {
@@ -130,24 +187,6 @@ pub fn uninstall(uninstall: &UninstallArgs) -> anyhow::Result<()> {
             .context("gpuhook is uninstalled, but containerd was not restarted")?;
     }
     Ok(())
-}
-
-/// The host directories `gpuhook` writes to, whose files are snapshotted.
-fn watched_dirs(args: &InstallArgs) -> Vec<PathBuf> {
-    let mut dirs = vec![args.spec.cdi_spec_dir.clone()];
-    dirs.extend(args.spec.inventory_cache.parent().map(Path::to_path_buf));
-    if !args.no_containerd {
-        dirs.extend(args.containerd_config.parent().map(Path::to_path_buf));
-        dirs.extend(
-            args.drop_in
-                .as_ref()
-                .and_then(|p| p.parent())
-                .map(Path::to_path_buf),
-        );
-    }
-    dirs.sort();
-    dirs.dedup();
-    dirs
 }
 
 /// Reads the binaries to install (before the chroot: afterwards the image is out of reach).
@@ -218,9 +257,8 @@ fn enter_host_root(host_root: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Runs the installed gpuhook with a minimal environment; `ok` lists the accepted exit codes,
-/// and the one it exited with is returned.
-fn run_gpuhook(gpuhook: &Path, args: &[OsString], ok: &[i32]) -> anyhow::Result<i32> {
+/// Runs the installed gpuhook with a minimal environment; it must succeed.
+fn run_gpuhook(gpuhook: &Path, args: &[OsString]) -> anyhow::Result<()> {
     let mut cmd = Command::new(gpuhook);
     cmd.args(args).env_clear().env("PATH", PATH_ENV);
     if let Some(filter) = std::env::var_os("RUST_LOG") {
@@ -233,10 +271,10 @@ fn run_gpuhook(gpuhook: &Path, args: &[OsString], ok: &[i32]) -> anyhow::Result<
             gpuhook.display()
         )
     })?;
-    match status.code() {
-        Some(code) if ok.contains(&code) => Ok(code),
-        _ => bail!("`{} {}` failed ({status})", gpuhook.display(), join(args)),
+    if !status.success() {
+        bail!("`{} {}` failed ({status})", gpuhook.display(), join(args));
     }
+    Ok(())
 }
 
 fn join(args: &[OsString]) -> String {

@@ -3,14 +3,19 @@
 //!
 //! The image is `FROM scratch` (no shell), so this is a binary, and a thin one: it copies the
 //! binaries shipped beside it into a host directory (temp + rename), then `chroot`s into the host
-//! root and runs the *installed* `gpuhook` for the real work (`cdi generate`, `runtime
-//! configure`). Running inside the host root is what makes every path in the spec and in
+//! root and runs the *installed* `gpuhook cdi generate`, then registers the runtime with
+//! containerd (the library of `gpuhook runtime configure`, in this process, which reports every
+//! file it writes). Running inside the host root is what makes every path in the spec and in
 //! containerd's config a host path, and makes `/var/run -> /run` style symlinks resolve on the
-//! host rather than in the image. Everything it creates or changes is recorded in a state file
-//! in the install directory, which `uninstall` replays backwards.
+//! host rather than in the image. What it creates or changes is recorded, by exact path, in a
+//! state file in the install directory, which `uninstall` replays backwards. It also links
+//! `nvidia-container-runtime-hook` to the installed `gpuhook` on dockerd's `PATH`, so
+//! `docker run --gpus` uses gpuhook (see `link`).
 
 mod install;
+mod link;
 mod restart;
+mod snapshot;
 mod state;
 
 use std::path::PathBuf;
@@ -38,11 +43,13 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Copy the binaries to the host, write the CDI spec, register the runtime with containerd
+    /// Copy the binaries to the host, write the CDI spec, link the Docker hook, register the
+    /// runtime with containerd
     #[command(after_help = "Examples:\n  \
         gpuhook-installer install --host-root /host --restart-mode signal\n  \
         gpuhook-installer install --host-root / --drop-in --restart-mode systemd\n  \
-        gpuhook-installer install --host-root /host --no-containerd --restart-mode none")]
+        gpuhook-installer install --host-root /host --no-containerd --restart-mode none\n  \
+        gpuhook-installer install --host-root /host --docker-hook-dir /usr/local/bin --force")]
     Install(InstallArgs),
     /// Undo `install`: restore changed files, remove created files and directories
     #[command(after_help = "Examples:\n  \
@@ -127,7 +134,24 @@ pub struct InstallArgs {
     #[arg(long)]
     pub no_containerd: bool,
     #[command(flatten)]
+    pub docker: DockerArgs,
+    #[command(flatten)]
     pub restart: restart::RestartArgs,
+}
+
+/// The `nvidia-container-runtime-hook` link `docker run --gpus` finds on dockerd's PATH.
+#[derive(Debug, Clone, Args)]
+pub struct DockerArgs {
+    /// Host directory on dockerd's PATH for the `nvidia-container-runtime-hook` link to gpuhook
+    #[arg(long, value_name = "DIR", default_value = link::DEFAULT_HOOK_DIR)]
+    pub docker_hook_dir: PathBuf,
+    /// Do not link `nvidia-container-runtime-hook` (docker run --gpus keeps what it has)
+    #[arg(long)]
+    pub no_docker_hook: bool,
+    /// Replace (or shadow on PATH) an existing nvidia-container-runtime-hook, NVIDIA's included;
+    /// uninstall puts it back
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// Flags of `uninstall`.

@@ -151,6 +151,9 @@ fn check_installed(root: &Path) {
         "{hooks:?}"
     );
     assert!(root.join("run/gpuhook/inventory.json").is_file());
+    // `docker run --gpus` finds the hook by name on dockerd's PATH (issue 26).
+    let link = std::fs::read_link(root.join("usr/local/bin/nvidia-container-runtime-hook"));
+    assert_eq!(link.unwrap(), PathBuf::from(&hook));
 
     check_runtime_in_dump(&root.join("etc/containerd/config.toml"));
 }

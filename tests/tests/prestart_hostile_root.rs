@@ -5,7 +5,11 @@
 //!   then killed it). The bounded *work* is counted in `gpuhook_inject`'s walk tests;
 //! - no confused deputy: a volume (a host directory owned by uid 1000, bind-mounted read-write
 //!   where the driver libraries go) gets the hook's mountpoints and links created as uid 1000, not
-//!   as root, and the uid-1000 container still works (see `gpuhook_inject`'s `owner` module).
+//!   as root, and the uid-1000 container still works (see `gpuhook_inject`'s `owner` module);
+//! - D10 (issue 22): a root-owned host directory bind-mounted read-write as the uid-1000
+//!   container's `/etc` gets nothing from the hook (no `ld.so.conf.d/00-gpuhook.conf`, no
+//!   replaced `ld.so.cache`): on a mount other than the root filesystem the hook acts with the
+//!   container user's rights, who may not write there, so the start fails, naming the file.
 
 // Integration tests: a failed unwrap or expect is the test failure, with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -115,4 +119,50 @@ fn a_volume_the_user_owns_gets_nothing_created_by_root() {
             "{name} in the user's volume was not created as the user"
         );
     }
+}
+
+#[test]
+fn a_root_owned_volume_as_etc_gets_nothing_written_by_root() {
+    if !ready("prestart_hostile_root::root_volume") {
+        return;
+    }
+    let n = node("t4", "");
+    let volume = std::env::temp_dir().join(unique_id("host-etc"));
+    std::fs::create_dir_all(volume.join("ld.so.conf.d")).unwrap();
+    std::fs::write(volume.join("ld.so.cache"), b"the host's cache").unwrap();
+    let mut b = Bundle::new("echo started", true);
+    b.config["mounts"].as_array_mut().unwrap().push(json!({
+        "destination": "/etc", "type": "bind", "source": volume, "options": ["rbind", "rw"]
+    }));
+    b.env("NVIDIA_VISIBLE_DEVICES=0")
+        .user(USER, USER)
+        .hook(n.hook());
+    let (_, out) = b.run("root-volume");
+    let (stdout, stderr) = text(&out);
+    let mut entries: Vec<String> = std::fs::read_dir(&volume)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    entries.sort();
+    let conf_d = std::fs::read_dir(volume.join("ld.so.conf.d"))
+        .unwrap()
+        .count();
+    let cache = std::fs::read(volume.join("ld.so.cache")).unwrap();
+    let _ = std::fs::remove_dir_all(&volume);
+    assert!(
+        !out.status.success() && !stdout.contains("started"),
+        "the container started: {stdout}\n{stderr}"
+    );
+    assert!(
+        stderr.contains("/etc/ld.so.conf.d") && stderr.contains("Permission denied"),
+        "a clear error naming the file: {stderr}"
+    );
+    assert_eq!(
+        entries,
+        ["ld.so.cache", "ld.so.conf.d"],
+        "written into the host dir"
+    );
+    assert_eq!(conf_d, 0, "a drop-in was written into the host dir");
+    assert_eq!(cache, b"the host's cache");
 }

@@ -35,6 +35,8 @@ pub struct Target<'a> {
     pub rootfs: &'a Path,
     /// The host's ldconfig.
     pub ldconfig: &'a Path,
+    /// The container process's user (`process.user`): on a root-owned volume (not the root
+    /// filesystem) gpuhook acts with its rights, never as root (gpuhook-inject's `owner` rule).
     pub uid: u32,
     pub gid: u32,
 }
@@ -115,7 +117,7 @@ fn apply_in_namespace(t: &Target<'_>, plan: &Plan) -> Result<Applied, PrestartEr
         error,
     };
     check_own_mount_namespace(t)?;
-    let root = ContainerRoot::open(t.rootfs).map_err(pre)?;
+    let root = ContainerRoot::open_as(t.rootfs, t.uid, t.gid).map_err(pre)?;
     let present = preflight(&root, plan).map_err(pre)?;
     tracing::debug!(container = t.container, "preflight passed");
 

@@ -296,17 +296,13 @@ fn inject(
         pid,
         rootfs: &bundle_cfg.rootfs,
         ldconfig: &ldconfig,
-        // ldconfig writes the image's root-owned /etc/ld.so.cache: it runs as the container's
-        // root (uid 0 without a single capability, pivoted into the rootfs), whatever user the
-        // process runs as (libnvc does the same); as the process user it could not write it.
-        uid: 0,
-        gid: 0,
+        // The process user: gpuhook acts with its rights on a root-owned volume. ldconfig still
+        // runs as the owner of the image's /etc (uid 0 without a single capability), whatever
+        // user the process runs as (libnvc does the same); as the process user it could not
+        // write the image's root-owned /etc/ld.so.cache.
+        uid: bundle_cfg.uid,
+        gid: bundle_cfg.gid,
     };
-    tracing::debug!(
-        container,
-        user = bundle_cfg.uid,
-        "process user (ldconfig runs as uid 0 without capabilities)"
-    );
     let applied = apply::apply(&target, plan)?;
     let rules = plan.cgroup_rules();
     match &cgroup {
