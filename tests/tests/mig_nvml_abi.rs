@@ -35,10 +35,8 @@ fn open(root: &std::path::Path, p: &NodeProfile) -> NvmlLib {
 fn gpu0(nvml: &NvmlLib) -> nvmlDevice_t {
     let mut d = null_mut();
     // SAFETY: d is a valid out-pointer.
-    assert_eq!(
-        unsafe { nvml.nvmlDeviceGetHandleByIndex_v2(0, &mut d) },
-        SUCCESS
-    );
+    let rc = unsafe { nvml.nvmlDeviceGetHandleByIndex_v2(0, &mut d) };
+    assert_eq!(rc, SUCCESS);
     d
 }
 
