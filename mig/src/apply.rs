@@ -234,7 +234,7 @@ fn carry_out(
         for gi in &p.destroy {
             let holders = in_use.holders(gpu, gi);
             if !holders.is_empty() {
-                return Err(in_use_error(gpu, gi, holders.join(", ")));
+                return Err(in_use_error(gpu, gi, holders.join(", "), DRAIN_FIX));
             }
         }
     }
@@ -252,12 +252,23 @@ fn carry_out(
     Ok(false)
 }
 
-pub(crate) fn in_use_error(gpu: &GpuState, gi: &GpuInstance, holders: String) -> MigError {
+/// What to do about an [`InUse`] holder (the driver itself does not stop the destroy).
+pub(crate) const DRAIN_FIX: &str = "stop them, or apply with --drain to destroy it anyway";
+/// What to do about NVML's `IN_USE` (the driver refuses; `--drain` cannot override it).
+const PROCESS_FIX: &str = "stop the processes on it (nvidia-smi lists them) and apply again; the layout is kept until then";
+
+pub(crate) fn in_use_error(
+    gpu: &GpuState,
+    gi: &GpuInstance,
+    holders: String,
+    fix: &'static str,
+) -> MigError {
     MigError::InUse {
         index: gpu.index,
         uuid: gpu.uuid.clone(),
         device: describe_gi(gpu, gi),
         holders,
+        fix,
     }
 }
 
@@ -278,9 +289,12 @@ pub(crate) fn destroy_gi(
     gi: &GpuInstance,
 ) -> Result<(), MigError> {
     let map = |e: MigError| match e {
-        MigError::Nvml { code, .. } if code == NVML_ERROR_IN_USE => {
-            in_use_error(gpu, gi, "a running process (NVML_ERROR_IN_USE)".into())
-        }
+        MigError::Nvml { code, .. } if code == NVML_ERROR_IN_USE => in_use_error(
+            gpu,
+            gi,
+            "a running process (NVML_ERROR_IN_USE)".into(),
+            PROCESS_FIX,
+        ),
         other => other,
     };
     for ci in &gi.cis {

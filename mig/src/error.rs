@@ -33,12 +33,14 @@ pub enum MigError {
         model: String,
     },
     /// A MIG device to be destroyed is in use.
-    #[error("GPU {index} ({uuid}): MIG device {device} is in use by {holders}: stop them, or apply with --drain to destroy it anyway")]
+    #[error("GPU {index} ({uuid}): MIG device {device} is in use by {holders}: {fix}")]
     InUse {
         index: u32,
         uuid: String,
         device: String,
         holders: String,
+        /// What the admin can do.
+        fix: &'static str,
     },
     /// An NVML call failed.
     #[error("GPU {index}: {call} failed: {message}")]

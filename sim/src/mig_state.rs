@@ -32,6 +32,9 @@ pub struct SimCi {
     /// `NVML_COMPUTE_INSTANCE_PROFILE_*` (= its profile id).
     pub profile: u32,
     pub slices: u32,
+    /// First compute slice inside the GPU instance.
+    #[serde(default)]
+    pub start: u32,
     pub uuid: String,
 }
 

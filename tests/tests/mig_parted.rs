@@ -241,7 +241,10 @@ fn bad_input_and_held_gpus_change_nothing() {
     let out = mig_parted(&root, &["apply", "-f", s(&cfg), "-c", "all-small"]);
     let (_, err) = texts(&out);
     assert!(
-        !out.status.success() && err.contains("in use") && err.contains("--drain"),
+        !out.status.success()
+            && err.contains("in use")
+            && err.contains("NVML_ERROR_IN_USE")
+            && err.contains("stop the processes"),
         "{err}"
     );
     assert_eq!(layout(&lib, &p), before, "a held GPU keeps its layout");

@@ -280,7 +280,7 @@ pub unsafe extern "C" fn nvmlComputeInstanceGetInfo_v2(
             id: ci.id,
             profile_id: ci.profile,
             placement: NvmlPlacement {
-                start: 0,
+                start: ci.start,
                 size: ci.slices,
             },
         };

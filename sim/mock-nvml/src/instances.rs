@@ -49,6 +49,8 @@ pub struct ComputeInstance {
     /// `NVML_COMPUTE_INSTANCE_PROFILE_*` (= its profile id).
     pub profile: c_uint,
     pub slices: c_uint,
+    /// First compute slice inside its GPU instance (`nvmlComputeInstancePlacement_t.start`).
+    pub start: c_uint,
 }
 
 /// Streaming multiprocessors per MIG slice (A100: 98 SMs in 7 slices; H100/H20: 16).
@@ -194,6 +196,7 @@ pub fn gpu_instances(gpu: &GpuProfile, profiles: &[GiProfile]) -> Vec<GpuInstanc
             id: m.ci_id,
             profile: ci_profile_for(slices).unwrap_or(0),
             slices,
+            start: 0,
         };
         match gis.iter_mut().find(|g| g.id == m.gi_id) {
             Some(gi) => gi.cis.push(ci),

@@ -80,6 +80,7 @@ fn apply_state(gpu: &mut Gpu, st: &SimMigGpu) {
                     id: c.id,
                     profile: c.profile,
                     slices: c.slices,
+                    start: c.start,
                 })
                 .collect(),
         });
@@ -108,6 +109,7 @@ pub fn state_of(gpu: &Gpu, serial: u64) -> SimMigGpu {
                         id: c.id,
                         profile: c.profile,
                         slices: c.slices,
+                        start: c.start,
                         uuid: gpu
                             .migs
                             .iter()
