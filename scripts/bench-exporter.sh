@@ -21,7 +21,8 @@ SCRAPES=${1:-500}
 
 bin_dir=${GPUHOOK_BIN_DIR:-target/release}
 if [ -z "${GPUHOOK_BIN_DIR:-}" ]; then
-    cargo build --release -q -p gpuhook-exporter --bins -p gpuhook-mock-nvml
+    cargo build --release -q -p gpuhook-exporter --bins
+    cargo build --release -q -p gpuhook-mock-nvml
 fi
 [ -x target/debug/examples/fake_cri ] || cargo build -q -p gpuhook-exporter --example fake_cri
 fake_cri=target/debug/examples/fake_cri
