@@ -207,13 +207,6 @@ fn tests_never_write_the_nodes_inventory_cache() {
     if !ready("nvidia_plugin_cri") {
         return;
     }
-    let stamp = || {
-        use std::os::unix::fs::MetadataExt;
-        std::fs::metadata(REAL_INVENTORY_CACHE)
-            .ok()
-            .map(|m| (m.ino(), m.mtime(), m.mtime_nsec(), m.len()))
-    };
-    let before = stamp();
     let tmp = tmp("real-cache");
     let root = tmp.path().join("driver");
     crate::cdi_support::build_node("rhel-a100", &root);
@@ -228,5 +221,11 @@ fn tests_never_write_the_nodes_inventory_cache() {
         "--no-inventory-cache",
     ]);
     assert!(out.is_file());
-    assert_eq!(stamp(), before, "{REAL_INVENTORY_CACHE} was written");
+    // What the regression left: a real cache naming a test's temp driver root. (Compared by
+    // content, not mtime: the node's own gpuhook may rewrite its cache meanwhile.)
+    let real = std::fs::read_to_string(REAL_INVENTORY_CACHE).unwrap_or_default();
+    assert!(
+        !real.contains(s(&root)),
+        "{REAL_INVENTORY_CACHE} names this test's node"
+    );
 }
