@@ -89,6 +89,12 @@ pub fn container_response(
     validate(served, ids)?;
     let s = &served.settings;
     let devices: Vec<_> = ids.iter().filter_map(|id| served.device(id)).collect();
+    let mps = served.resource.sharing == SharingKind::Mps;
+    if mps {
+        // One rule for every strategy: under CDI, N GPUs' `gpu-mps` devices would give the
+        // container N GPUs but one reachable MPS daemon (they all mount the same pipe path).
+        one_mps_gpu(served, &devices)?;
+    }
     // deviceIDs: the env/CDI name of each device, first-seen order, no duplicates.
     let mut seen = BTreeSet::new();
     let names: Vec<String> = devices
@@ -96,7 +102,6 @@ pub fn container_response(
         .map(|d| d.backing.device_name.clone())
         .filter(|n| seen.insert(n.clone()))
         .collect();
-    let mps = served.resource.sharing == SharingKind::Mps;
     let mut r = ContainerAllocateResponse::default();
     let is_cdi = |st: &DeviceListStrategy| {
         matches!(
@@ -152,17 +157,9 @@ fn mps_edits(
     r: &mut ContainerAllocateResponse,
 ) -> Result<(), AllocateError> {
     let resource = served.resource.name.clone();
-    let gpus: BTreeSet<&str> = devices
-        .iter()
-        .map(|d| d.backing.gpu_uuid.as_str())
-        .collect();
-    let Some(uuid) = gpus.first() else {
+    let Some(uuid) = one_mps_gpu(served, devices)? else {
         return Ok(());
     };
-    if gpus.len() > 1 {
-        let gpus = gpus.into_iter().collect::<Vec<_>>().join(", ");
-        return Err(AllocateError::MpsSpansGpus { resource, gpus });
-    }
     let root = served
         .settings
         .mps_root
@@ -196,6 +193,26 @@ fn mps_edits(
         });
     }
     Ok(())
+}
+
+/// The one GPU an MPS request's devices share (`None`: no device); devices of several GPUs are
+/// refused ([`AllocateError::MpsSpansGpus`]) under every strategy.
+fn one_mps_gpu<'a>(
+    served: &Served,
+    devices: &[&'a gpuhook_sharing::AdvertisedDevice],
+) -> Result<Option<&'a str>, AllocateError> {
+    let gpus: BTreeSet<&str> = devices
+        .iter()
+        .map(|d| d.backing.gpu_uuid.as_str())
+        .collect();
+    if gpus.len() > 1 {
+        let gpus = gpus.into_iter().collect::<Vec<_>>().join(", ");
+        return Err(AllocateError::MpsSpansGpus {
+            resource: served.resource.name.clone(),
+            gpus,
+        });
+    }
+    Ok(gpus.first().copied())
 }
 
 /// passDeviceSpecs: the control nodes that exist, then each device's nodes, `rw`, host paths

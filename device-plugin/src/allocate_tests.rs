@@ -136,3 +136,69 @@ fn gpu_health_covers_its_mig_devices() {
     assert!(h.is_unhealthy("GPU-1", Some("MIG-1-0")));
     assert!(!h.is_unhealthy("GPU-1", Some("MIG-1-1")));
 }
+
+fn mps_share(gpu: u32, n: u32) -> AdvertisedDevice {
+    AdvertisedDevice {
+        id: format!("GPU-{gpu}::{n}"),
+        backing: Backing {
+            gpu_uuid: format!("GPU-{gpu}"),
+            gpu_index: gpu,
+            mig: None,
+            device_name: format!("GPU-{gpu}"),
+        },
+        replica: Some(n),
+        numa_node: None,
+    }
+}
+
+/// Replicas of two GPUs' MPS shares in one container are refused under every strategy, CDI
+/// ones included: the container could reach only one of the daemons (#22).
+#[test]
+fn mps_request_spanning_gpus_is_refused_under_every_strategy() {
+    let root = tempfile::tempdir().unwrap();
+    let resource = Resource {
+        name: "nvidia.com/gpu".into(),
+        sharing: SharingKind::Mps,
+        replicas: 2,
+        fail_requests_greater_than_one: false,
+        devices: vec![
+            mps_share(0, 0),
+            mps_share(0, 1),
+            mps_share(1, 0),
+            mps_share(1, 1),
+        ],
+    };
+    let strategies = [
+        vec![DeviceListStrategy::Envvar],
+        vec![DeviceListStrategy::VolumeMounts],
+        vec![DeviceListStrategy::CdiAnnotations],
+        vec![DeviceListStrategy::CdiCri],
+        vec![
+            DeviceListStrategy::CdiAnnotations,
+            DeviceListStrategy::CdiCri,
+        ],
+    ];
+    for st in strategies {
+        let mut s = settings(root.path(), BTreeMap::new());
+        s.strategies = st.clone();
+        s.mps_root = Some(root.path().to_path_buf());
+        let served = Served::new(resource.clone(), s, HealthState::default());
+        let err = container_response(&served, &["GPU-0::0".into(), "GPU-1::1".into()])
+            .expect_err("two GPUs' shares");
+        assert_eq!(
+            err,
+            AllocateError::MpsSpansGpus {
+                resource: "nvidia.com/gpu".into(),
+                gpus: "GPU-0, GPU-1".into()
+            },
+            "{st:?}"
+        );
+        // Two replicas of one GPU's share stay one share.
+        let r = container_response(&served, &["GPU-0::0".into(), "GPU-0::1".into()])
+            .unwrap_or_else(|e| panic!("{st:?}: {e}"));
+        if st.contains(&DeviceListStrategy::CdiCri) {
+            let names: Vec<_> = r.cdi_devices.iter().map(|d| d.name.as_str()).collect();
+            assert_eq!(names, ["nvidia.com/gpu-mps=GPU-0"], "{st:?}");
+        }
+    }
+}

@@ -5,7 +5,9 @@
 
 pub mod allocate;
 pub mod api;
+pub mod changes;
 pub mod error;
+pub mod fingerprint;
 pub mod health;
 pub mod kubelet;
 pub mod metrics;

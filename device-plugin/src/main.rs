@@ -12,7 +12,7 @@ use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 use gpuhook_device_plugin::error::chain;
 use gpuhook_device_plugin::preferred::{AllocationPolicy, TopologyPreferrer};
-use gpuhook_device_plugin::run::{run, Options};
+use gpuhook_device_plugin::run::{run_published, Options};
 use gpuhook_device_plugin::served::{HealthState, DEFAULT_CONTAINER_PIPE_DIR};
 use gpuhook_device_plugin::service::{Preferrer, WithoutTopology};
 use gpuhook_device_plugin::source::{ConfigName, ConfigSource, InventoryFrom};
@@ -203,18 +203,20 @@ fn serve(mut args: ServeArgs) -> Result<()> {
             Err(e) => tracing::warn!(error = %chain(&e), "no NVML: no GPU health monitoring, no topology in preferred allocations"),
         }
         let node_name = args.watch.node_name.as_deref();
-        let _metrics = args.metrics.start(&args.node, node_name, health.clone()).await?;
+        let (published, loaded) = tokio::sync::watch::channel(None);
+        let _metrics = args.metrics.start(loaded, node_name, health.clone())?;
         let opts = Options {
             plugin_dir: args.plugin_dir.clone(),
             container_pipe_dir: args.container_pipe_dir.clone(),
             poll: Duration::from_millis(250),
         };
-        let res = run(
+        let res = run_published(
             opts,
             Box::new(args.node.source()),
             health,
             preferrer,
             shutdown,
+            published,
         )
         .await;
         if let Some(m) = monitor {

@@ -15,7 +15,8 @@ use super::NodeArgs;
 pub struct WatchArgs {
     /// This node's name: its `nvidia.com/device-plugin.config` label is read from the API server
     /// (in-cluster service account) and kept in --node-label-file (a private temp file if not
-    /// given). Ignored with --config-name.
+    /// given). Ignored with --config-name or when --config is one file (no named configs to
+    /// choose from).
     #[arg(long, env = "NODE_NAME")]
     pub node_name: Option<String>,
     /// Plain-HTTP API server at a loopback address (`http://127.0.0.1:<port>`) instead of the
@@ -42,6 +43,12 @@ impl WatchArgs {
         };
         if node.config_name.is_some() {
             tracing::info!(node = %name, "--config-name given: the node's label is not followed");
+            return Ok(None);
+        }
+        // The label names one of a directory's configs; with one config file there is no choice
+        // to make (NVIDIA's chart sets NODE_NAME whatever the config), so no API server is needed.
+        if !node.config.is_dir() {
+            tracing::info!(node = %name, config = %node.config.display(), "the config is one file: the node's label is not followed");
             return Ok(None);
         }
         let api = match &self.kube_api_url {

@@ -8,7 +8,9 @@
 //!   holding every required GPU wins, and of its sets holding them the best is returned. It
 //!   returns an empty list, not an error, when it cannot satisfy the request (the kubelet then
 //!   chooses itself). Pair scores come from [`Topology::score`]; without a topology every pair
-//!   scores 0 and the first set in the available order wins.
+//!   scores 0 and the first set in the available order wins. The enumeration is a bounded
+//!   branch-and-bound with a greedy fallback (`besteffort.rs`): NVIDIA's answer whenever the
+//!   search completes within [`MAX_VISITS`] steps.
 //! - Replicas or MIG devices: `greedyAlloc`. Candidates are available minus required (unknown IDs
 //!   dropped); fewer than `size - required` fails with `not enough available devices to satisfy
 //!   allocation`. Each step takes a candidate of the physical device the policy prefers:
@@ -22,7 +24,9 @@ use std::collections::{BTreeMap, HashSet};
 use gpuhook_node::topology::Topology;
 use gpuhook_sharing::Resource;
 
+mod besteffort;
 mod live;
+pub use besteffort::MAX_VISITS;
 pub use live::TopologyPreferrer;
 
 /// `sharedDevicesAllocationPolicy`.
@@ -139,116 +143,20 @@ fn best_effort(
     if req.len() != required.len() {
         return Ok(Vec::new()); // a required GPU is not available: no set can hold it
     }
-    let search = Search {
+    let search = besteffort::Search {
         scores: &scores,
         required: &req,
         size,
+        budget: besteffort::MAX_VISITS,
     };
-    Ok(search
-        .best_set()
+    let outcome = search.run();
+    if !outcome.exact {
+        tracing::debug!(resource = %ad.name, available = n, size, visits = outcome.visits, "best-effort search cut at its budget; greedy preference");
+    }
+    Ok(outcome
+        .set
         .map(|set| set.into_iter().map(|i| available[i].clone()).collect())
         .unwrap_or_default())
-}
-
-/// A padded device list: `None` is padding.
-type Slot = Option<usize>;
-
-struct Search<'a> {
-    scores: &'a [Vec<u32>],
-    required: &'a [usize],
-    size: usize,
-}
-
-impl Search<'_> {
-    fn set_score(&self, set: &[Slot]) -> u32 {
-        let mut total = 0;
-        for (k, a) in set.iter().enumerate() {
-            for b in &set[k + 1..] {
-                if let (Some(a), Some(b)) = (a, b) {
-                    total += self.scores[*a][*b];
-                }
-            }
-        }
-        total
-    }
-
-    fn holds_required(&self, set: &[Slot]) -> bool {
-        self.required.iter().all(|r| set.contains(&Some(*r)))
-    }
-
-    fn usable(&self, set: &[Slot]) -> bool {
-        self.holds_required(set) && !set.contains(&None)
-    }
-
-    /// `Allocate`: best partition (first wins ties), then its best usable set.
-    fn best_set(&self) -> Option<Vec<usize>> {
-        let n = self.scores.len();
-        let mut devices: Vec<Slot> = (0..n).map(Some).collect();
-        if self.size > 1 {
-            devices.resize(n.next_multiple_of(self.size), None);
-        }
-        let padding = devices.len() - n;
-        let mut best: Option<(u32, Vec<Vec<Slot>>)> = None;
-        let mut accum = Vec::new();
-        self.partitions(&devices, padding, &mut accum, &mut |partition| {
-            if !partition.iter().any(|s| self.usable(s)) {
-                return;
-            }
-            let score = partition.iter().map(|s| self.set_score(s)).sum::<u32>();
-            if best.as_ref().is_none_or(|(b, _)| score > *b) {
-                best = Some((score, partition.to_vec()));
-            }
-        });
-        let (_, partition) = best?;
-        let mut chosen: Option<(u32, &Vec<Slot>)> = None;
-        for set in partition.iter().filter(|s| self.usable(s)) {
-            let score = self.set_score(set);
-            if chosen.is_none_or(|(b, _)| score > b) {
-                chosen = Some((score, set));
-            }
-        }
-        chosen.map(|(_, set)| set.iter().flatten().copied().collect())
-    }
-
-    /// `iterateGPUPartitions`: sets start with the first remaining device, so each partition is
-    /// seen once; a set holds no padding or all of it.
-    fn partitions(
-        &self,
-        devices: &[Slot],
-        padding: usize,
-        accum: &mut Vec<Vec<Slot>>,
-        f: &mut dyn FnMut(&[Vec<Slot>]),
-    ) {
-        if self.size == 1 {
-            for d in devices {
-                f(&[vec![*d]]);
-            }
-            return;
-        }
-        if devices.len() == self.size {
-            accum.push(devices.to_vec());
-            f(accum);
-            accum.pop();
-            return;
-        }
-        let rest = &devices[1..];
-        for combo in combinations(rest.len(), self.size - 1) {
-            let mut set = vec![devices[0]];
-            set.extend(combo.iter().map(|&k| rest[k]));
-            let p = set.iter().filter(|d| d.is_none()).count();
-            if p != 0 && p != padding {
-                continue;
-            }
-            let remaining: Vec<Slot> = devices
-                .iter()
-                .filter(|d| !set.contains(d))
-                .copied()
-                .collect();
-            accum.push(set);
-            self.partitions(&remaining, padding, accum, f);
-            accum.pop();
-        }
-    }
 }
 
 /// All `k`-subsets of `0..n` in lexicographic order (`iterateGPUSets`).
@@ -361,6 +269,9 @@ fn greedy(
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod bound_tests;
 
 #[cfg(test)]
 mod mock_tests;

@@ -6,16 +6,21 @@
 //! register again (NVIDIA's plugin watches for `kubelet.sock` being created). We poll the
 //! (dev, inode) of `kubelet.sock` and of our own sockets every [`Options::poll`]: a new
 //! kubelet socket or a missing socket of ours restarts every server and registers again.
+//!
+//! The config's files are checked at the same pace, cheaply ([`crate::changes`]); only when
+//! what feeds the advertisement changed ([`AdSource::fingerprint`]) is it loaded again, and only
+//! a different advertisement is applied and logged ("config reloaded").
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use gpuhook_node::Inventory;
 use gpuhook_sharing::Advertisement;
 use tokio::sync::watch;
 
+use crate::changes::{stamp, Stamp};
 use crate::error::PluginError;
 use crate::kubelet::{kubelet_socket, register};
 use crate::preferred::AllocationPolicy;
@@ -39,6 +44,11 @@ pub trait AdSource: Send + Sync + 'static {
     fn watched(&self) -> Vec<PathBuf>;
     /// Reads the config and computes what to advertise.
     fn load(&mut self) -> Result<Loaded, PreferError>;
+    /// A hash of the content that feeds [`AdSource::load`], computed when a watched file's
+    /// stamp changed: equal to the last one, nothing is reloaded. `None`: always reload.
+    fn fingerprint(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// Settings of [`run`].
@@ -52,35 +62,6 @@ pub struct Options {
     pub poll: Duration,
 }
 
-/// (path, (mtime, size, inode)) of each watched path and directory entry.
-type Stamp = Vec<(PathBuf, Option<(SystemTime, u64, u64)>)>;
-
-/// A change stamp of the watched paths: (mtime, size, inode) of each and of a directory's entries
-/// (a ConfigMap volume swaps a `..data` symlink).
-fn stamp(paths: &[PathBuf]) -> Stamp {
-    use std::os::unix::fs::MetadataExt;
-    let one = |p: &Path| {
-        let m = std::fs::metadata(p).ok()?;
-        Some((m.modified().ok()?, m.len(), m.ino()))
-    };
-    let mut out = Vec::new();
-    for p in paths {
-        out.push((p.clone(), one(p)));
-        if let Ok(rd) = std::fs::read_dir(p) {
-            let mut entries: Vec<PathBuf> = rd
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .take(256)
-                .collect();
-            entries.sort();
-            out.extend(entries.into_iter().map(|e| {
-                let s = one(&e);
-                (e, s)
-            }));
-        }
-    }
-    out
-}
-
 struct Plugin {
     opts: Options,
     source: Box<dyn AdSource>,
@@ -89,6 +70,10 @@ struct Plugin {
     health_open: bool,
     preferrer: Arc<dyn Preferrer>,
     stamp: Stamp,
+    /// The inputs' fingerprint before the last load (`None`: unknown, the next change loads).
+    fingerprint: Option<u64>,
+    /// Where the current state is published (the metrics endpoint reads it).
+    published: watch::Sender<Option<Arc<Loaded>>>,
 }
 
 /// What a config check found.
@@ -137,35 +122,53 @@ impl Plugin {
         Ok(servers)
     }
 
-    /// Reloads the config when its files changed; an invalid config is logged and the last good
-    /// one kept.
+    /// Reloads the config when what feeds it changed (a watched file's stamp, then its
+    /// fingerprint); an invalid config is logged and the last good one kept.
     fn reload(&mut self) -> Reload {
         let now = stamp(&self.source.watched());
         if now == self.stamp {
             return Reload::Unchanged;
         }
         self.stamp = now;
+        let fingerprint = self.source.fingerprint();
+        if fingerprint.is_some() && fingerprint == self.fingerprint {
+            tracing::trace!("watched files touched, their content unchanged");
+            return Reload::Unchanged;
+        }
+        self.fingerprint = fingerprint;
+        tracing::debug!("the config's inputs changed: loading");
         match self.source.load() {
-            Ok(l) => {
-                let names = |a: &Advertisement| {
-                    a.resources
-                        .iter()
-                        .map(|r| r.name.clone())
-                        .collect::<Vec<_>>()
-                };
-                let restart = names(&l.ad) != names(&self.current.ad);
-                tracing::info!(config = %l.ad.config_name, resources = ?names(&l.ad), "config reloaded");
-                self.current = l;
-                if restart {
-                    Reload::NewResources
-                } else {
-                    Reload::Updated
-                }
-            }
+            Ok(l) => self.apply(l),
             Err(e) => {
                 tracing::error!(error = %crate::error::chain(&*e), config = %self.current.ad.config_name, "invalid config; still serving the last good one");
                 Reload::Unchanged
             }
+        }
+    }
+
+    fn apply(&mut self, l: Loaded) -> Reload {
+        let same = l.ad == self.current.ad
+            && l.policy == self.current.policy
+            && l.inventory == self.current.inventory;
+        if same {
+            tracing::debug!(config = %l.ad.config_name, "config inputs changed, the advertisement did not");
+            return Reload::Unchanged;
+        }
+        let names = |a: &Advertisement| {
+            a.resources
+                .iter()
+                .map(|r| r.name.clone())
+                .collect::<Vec<_>>()
+        };
+        let restart = names(&l.ad) != names(&self.current.ad);
+        tracing::info!(config = %l.ad.config_name, resources = ?names(&l.ad), "config reloaded");
+        self.current = l;
+        self.published
+            .send_replace(Some(Arc::new(self.current.clone())));
+        if restart {
+            Reload::NewResources
+        } else {
+            Reload::Updated
         }
     }
 
@@ -248,15 +251,31 @@ async fn wait_for_kubelet(
 /// Fails at once when the first config cannot be loaded or a socket cannot be created.
 pub async fn run(
     opts: Options,
-    mut source: Box<dyn AdSource>,
+    source: Box<dyn AdSource>,
     health: watch::Receiver<HealthState>,
     preferrer: Arc<dyn Preferrer>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), PluginError> {
+    let (published, _) = watch::channel(None);
+    run_published(opts, source, health, preferrer, shutdown, published).await
+}
+
+/// [`run`], publishing each loaded state on `published` (what the metrics endpoint reports
+/// from, with no config read of its own).
+pub async fn run_published(
+    opts: Options,
+    mut source: Box<dyn AdSource>,
+    health: watch::Receiver<HealthState>,
+    preferrer: Arc<dyn Preferrer>,
+    shutdown: impl Future<Output = ()>,
+    published: watch::Sender<Option<Arc<Loaded>>>,
+) -> Result<(), PluginError> {
     let stamp0 = stamp(&source.watched());
+    let fingerprint = source.fingerprint();
     let current = source
         .load()
         .map_err(|source| PluginError::Config { source })?;
+    published.send_replace(Some(Arc::new(current.clone())));
     let mut p = Plugin {
         opts,
         source,
@@ -265,6 +284,8 @@ pub async fn run(
         health_open: true,
         preferrer,
         stamp: stamp0,
+        fingerprint,
+        published,
     };
     let mut shutdown = std::pin::pin!(shutdown);
     loop {

@@ -4,6 +4,7 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use gpuhook_sharing::Resource;
 use tokio::sync::watch;
@@ -47,7 +48,11 @@ pub fn options() -> api::DevicePluginOptions {
 pub struct PluginService {
     state: watch::Receiver<Arc<Served>>,
     preferrer: Arc<dyn Preferrer>,
+    deadline: Duration,
 }
+
+/// Longest GetPreferredAllocation computes (the kubelet waits for it without a deadline).
+pub const PREFERRED_DEADLINE: Duration = Duration::from_secs(2);
 
 impl std::fmt::Debug for PluginService {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -59,12 +64,54 @@ impl std::fmt::Debug for PluginService {
 
 impl PluginService {
     pub fn new(state: watch::Receiver<Arc<Served>>, preferrer: Arc<dyn Preferrer>) -> Self {
-        PluginService { state, preferrer }
+        PluginService {
+            state,
+            preferrer,
+            deadline: PREFERRED_DEADLINE,
+        }
+    }
+
+    /// Another deadline for GetPreferredAllocation (tests).
+    #[must_use]
+    pub fn with_deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = deadline;
+        self
     }
 
     fn current(&self) -> Arc<Served> {
         self.state.borrow().clone()
     }
+}
+
+/// Each container request's preference, in order.
+fn preferences(
+    served: &Served,
+    preferrer: &dyn Preferrer,
+    requests: &[api::ContainerPreferredAllocationRequest],
+) -> Result<api::PreferredAllocationResponse, String> {
+    let mut container_responses = Vec::new();
+    for req in requests {
+        let size = usize::try_from(req.allocation_size)
+            .map_err(|_| format!("allocation_size {} is negative", req.allocation_size))?;
+        let device_ids = preferrer
+            .preferred(
+                &served.resource,
+                served.settings.policy,
+                &req.available_device_ids,
+                &req.must_include_device_ids,
+                size,
+            )
+            .map_err(|e| {
+                format!(
+                    "no preferred allocation for \"{}\": {e}",
+                    served.resource.name
+                )
+            })?;
+        container_responses.push(api::ContainerPreferredAllocationResponse { device_ids });
+    }
+    Ok(api::PreferredAllocationResponse {
+        container_responses,
+    })
 }
 
 type ListStream = Pin<Box<dyn Stream<Item = Result<api::ListAndWatchResponse, Status>> + Send>>;
@@ -97,39 +144,35 @@ impl api::DevicePlugin for PluginService {
         Ok(Response::new(Box::pin(stream)))
     }
 
+    /// Computed on a blocking thread (the search and the topology read never hold the async
+    /// workers that answer Allocate and ListAndWatch), within [`PREFERRED_DEADLINE`]: past it,
+    /// no preference for any container (the kubelet then chooses itself, as after NVIDIA's
+    /// empty answer).
     async fn get_preferred_allocation(
         &self,
         request: Request<api::PreferredAllocationRequest>,
     ) -> Result<Response<api::PreferredAllocationResponse>, Status> {
         let served = self.current();
-        let mut container_responses = Vec::new();
-        for req in &request.get_ref().container_requests {
-            let size = usize::try_from(req.allocation_size).map_err(|_| {
-                Status::invalid_argument(format!(
-                    "allocation_size {} is negative",
-                    req.allocation_size
-                ))
-            })?;
-            let device_ids = self
-                .preferrer
-                .preferred(
-                    &served.resource,
-                    served.settings.policy,
-                    &req.available_device_ids,
-                    &req.must_include_device_ids,
-                    size,
-                )
-                .map_err(|e| {
-                    Status::invalid_argument(format!(
-                        "no preferred allocation for \"{}\": {e}",
-                        served.resource.name
-                    ))
-                })?;
-            container_responses.push(api::ContainerPreferredAllocationResponse { device_ids });
+        let requests = request.into_inner().container_requests;
+        let count = requests.len();
+        let preferrer = self.preferrer.clone();
+        let resource = served.resource.name.clone();
+        let job = tokio::task::spawn_blocking(move || preferences(&served, &*preferrer, &requests));
+        match tokio::time::timeout(self.deadline, job).await {
+            Ok(Ok(answer)) => answer.map(Response::new).map_err(Status::invalid_argument),
+            Ok(Err(e)) => Err(Status::internal(format!(
+                "no preferred allocation for \"{resource}\": {e}"
+            ))),
+            Err(_) => {
+                tracing::warn!(resource = %resource, deadline = ?self.deadline, "no preferred allocation within the deadline; the kubelet chooses");
+                Ok(Response::new(api::PreferredAllocationResponse {
+                    container_responses: vec![
+                        api::ContainerPreferredAllocationResponse::default();
+                        count
+                    ],
+                }))
+            }
         }
-        Ok(Response::new(api::PreferredAllocationResponse {
-            container_responses,
-        }))
     }
 
     async fn allocate(
@@ -158,6 +201,10 @@ impl api::DevicePlugin for PluginService {
         Ok(Response::new(api::PreStartContainerResponse {}))
     }
 }
+
+#[cfg(test)]
+#[path = "service_tests.rs"]
+mod tests;
 
 /// NVIDIA's preference (`crate::preferred`) with the node's NVLink/PCIe topology, read from NVML
 /// when a full-GPU request needs it.

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use gpuhook_node::{discover, DiscoverOptions, Inventory};
 use gpuhook_sharing::{advertise, load_config_set, Advertisement};
 
+use crate::fingerprint::MpsInputs;
 use crate::preferred::AllocationPolicy;
 use crate::run::{AdSource, Loaded};
 use crate::service::PreferError;
@@ -42,6 +43,8 @@ pub struct ConfigSource {
     pub inventory: InventoryFrom,
     /// `ready` files seen at the last load (watched for changes).
     ready_files: Vec<PathBuf>,
+    /// The MPS root and GPUs of the last load (for [`AdSource::fingerprint`]).
+    mps: MpsInputs,
 }
 
 /// Why the node's advertisement could not be computed.
@@ -66,6 +69,7 @@ impl ConfigSource {
             name,
             inventory,
             ready_files: Vec::new(),
+            mps: MpsInputs::default(),
         }
     }
 
@@ -174,6 +178,16 @@ impl AdSource for ConfigSource {
         v
     }
 
+    fn fingerprint(&self) -> Option<u64> {
+        // An unreadable label file is an input too (its load fails, logged, until it reads).
+        let label = self.label().unwrap_or_else(|e| Some(format!("\0{e}")));
+        Some(crate::fingerprint::fingerprint(
+            &self.config,
+            &label,
+            &self.mps,
+        ))
+    }
+
     fn load(&mut self) -> Result<Loaded, PreferError> {
         let inv = self.inventory()?;
         let (ad, policy) = self.advertisement_and_policy(&inv)?;
@@ -188,6 +202,10 @@ impl AdSource for ConfigSource {
                 files
             }
             None => Vec::new(),
+        };
+        self.mps = MpsInputs {
+            root: ad.mps_root.as_ref().map(PathBuf::from),
+            gpus: inv.gpus.iter().map(|g| g.uuid.clone()).collect(),
         };
         Ok(Loaded {
             ad,

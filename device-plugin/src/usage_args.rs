@@ -7,10 +7,11 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use gpuhook_device_plugin::metrics::{hostname, UsageSource};
+use gpuhook_device_plugin::metrics::{hostname, spawn, MetricsThread, UsageSource};
 use gpuhook_device_plugin::podresources::POD_RESOURCES_SOCKET;
+use gpuhook_device_plugin::run::{AdSource, Loaded};
 use gpuhook_device_plugin::served::HealthState;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::watch;
 
 use super::NodeArgs;
 
@@ -39,44 +40,29 @@ pub struct MetricsArgs {
     pod_resources_socket: PathBuf,
 }
 
-/// The running metrics server; stops when dropped.
-pub struct Metrics {
-    _stop: oneshot::Sender<()>,
-}
-
 impl MetricsArgs {
-    /// Binds and serves the metrics endpoint when `--metrics-listen` is given.
-    pub async fn start(
+    /// Binds and serves the metrics endpoint (on its own thread) when `--metrics-listen` is
+    /// given, reporting from the state the serving loop publishes on `loaded`.
+    pub fn start(
         &self,
-        node: &NodeArgs,
+        loaded: watch::Receiver<Option<Arc<Loaded>>>,
         node_name: Option<&str>,
         health: watch::Receiver<HealthState>,
-    ) -> Result<Option<Metrics>> {
+    ) -> Result<Option<MetricsThread>> {
         let Some(addr) = self.metrics_listen else {
             return Ok(None);
         };
-        let source = node.source();
-        let inventory = source.inventory().ok().map(Arc::new);
         let src = UsageSource {
-            source,
-            inventory,
+            loaded,
             health,
             pod_resources: self.pod_resources_socket.clone(),
             hostname: hostname(node_name),
         };
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
+        let listener = std::net::TcpListener::bind(addr)
             .with_context(|| format!("cannot listen on --metrics-listen {addr}"))?;
+        let thread = spawn(listener, src).context("cannot start the metrics thread")?;
         tracing::info!(%addr, "serving metrics on /metrics");
-        let (stop, rx) = oneshot::channel::<()>();
-        tokio::spawn(gpuhook_device_plugin::metrics::serve(
-            listener,
-            src,
-            async {
-                let _ = rx.await;
-            },
-        ));
-        Ok(Some(Metrics { _stop: stop }))
+        Ok(Some(thread))
     }
 }
 
@@ -88,9 +74,11 @@ pub fn status(args: StatusArgs) -> Result<()> {
         .context("cannot start the async runtime")?;
     let usage = rt.block_on(async {
         let (_tx, health) = watch::channel(HealthState::default());
+        let mut source = args.node.source();
+        let now = source.load().map_err(|e| anyhow::anyhow!(e))?;
+        let (_published, loaded) = watch::channel(Some(Arc::new(now)));
         let src = UsageSource {
-            source: args.node.source(),
-            inventory: None,
+            loaded,
             health,
             pod_resources: args.pod_resources_socket.clone(),
             hostname: hostname(args.node_name.as_deref()),

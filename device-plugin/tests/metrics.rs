@@ -1,15 +1,19 @@
-//! The metrics endpoint itself: `GET /metrics` only, and at most 32 connections at once (an
-//! idle flood cannot pile up tasks; scraping works again once they go).
+//! The metrics endpoint itself: `GET /metrics` only; at most 32 connections at once, and idle
+//! connections cannot keep a scraper out (the oldest one still without a request is closed to
+//! make room); reports come from the state the serving loop published, never from a config
+//! read per scrape; it runs on a thread of its own (#22).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test crate: a panic is a test failure
 
 mod common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::node::node_files;
-use gpuhook_device_plugin::metrics::{serve, UsageSource};
+use gpuhook_device_plugin::metrics::{spawn, UsageSource, MAX_CONNECTIONS};
+use gpuhook_device_plugin::run::AdSource;
 use gpuhook_device_plugin::source::{ConfigName, ConfigSource, InventoryFrom};
 
 fn request(addr: &str, head: &str) -> String {
@@ -21,40 +25,37 @@ fn request(addr: &str, head: &str) -> String {
     s
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn only_get_metrics_and_at_most_32_connections() {
-    let files = tempfile::tempdir().unwrap();
-    let (cfg, inv) = node_files(files.path());
+/// Serves the endpoint for the test node's config (loaded once, as the serving loop does);
+/// returns its address, the config path and the running thread. No tokio runtime here: the
+/// endpoint brings its own.
+fn endpoint(dir: &std::path::Path) -> (String, std::path::PathBuf, impl Drop) {
+    let (cfg, inv) = node_files(dir);
+    let mut source = ConfigSource::new(
+        cfg.clone(),
+        ConfigName::Fixed(None),
+        InventoryFrom::File(inv),
+    );
+    let loaded = source.load().unwrap();
+    let (published, loaded_rx) = tokio::sync::watch::channel(Some(Arc::new(loaded)));
+    std::mem::forget(published); // the state stays published
     let (_tx, health) = tokio::sync::watch::channel(Default::default());
+    std::mem::forget(_tx);
     let src = UsageSource {
-        source: ConfigSource::new(cfg, ConfigName::Fixed(None), InventoryFrom::File(inv)),
-        inventory: None,
+        loaded: loaded_rx,
         health,
-        pod_resources: files.path().join("no.sock"),
+        pod_resources: dir.join("no.sock"),
         hostname: "h".into(),
     };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap().to_string();
-    tokio::spawn(serve(listener, src, std::future::pending()));
+    (addr, cfg, spawn(listener, src).unwrap())
+}
 
-    let a = addr.clone();
-    let (ok, post, idle_refused, after) = tokio::task::spawn_blocking(move || {
-        let ok = request(&a, "GET /metrics HTTP/1.1\r\n\r\n");
-        let post = request(&a, "POST /metrics HTTP/1.1\r\n\r\n");
-        let idle: Vec<TcpStream> = (0..32).map(|_| TcpStream::connect(&a).unwrap()).collect();
-        std::thread::sleep(Duration::from_millis(300));
-        let refused = request(&a, "GET /metrics HTTP/1.1\r\n\r\n");
-        drop(idle);
-        std::thread::sleep(Duration::from_millis(300));
-        (
-            ok,
-            post,
-            refused,
-            request(&a, "GET /metrics HTTP/1.1\r\n\r\n"),
-        )
-    })
-    .await
-    .unwrap();
+#[test]
+fn only_get_metrics() {
+    let files = tempfile::tempdir().unwrap();
+    let (addr, _, _srv) = endpoint(files.path());
+    let ok = request(&addr, "GET /metrics HTTP/1.1\r\n\r\n");
     assert!(ok.starts_with("HTTP/1.1 200 OK\r\n"), "{ok}");
     assert!(
         ok.contains("gpuhook_device_plugin_pod_resources_up{Hostname=\"h\"} 0"),
@@ -65,7 +66,53 @@ async fn only_get_metrics_and_at_most_32_connections() {
             .count(),
         8
     );
+    let post = request(&addr, "POST /metrics HTTP/1.1\r\n\r\n");
     assert!(post.starts_with("HTTP/1.1 405"), "{post}");
-    assert_eq!(idle_refused, "", "the 33rd connection is closed unanswered");
-    assert!(after.starts_with("HTTP/1.1 200 OK\r\n"), "{after}");
+    let other = request(&addr, "GET /debug HTTP/1.1\r\n\r\n");
+    assert!(other.starts_with("HTTP/1.1 404"), "{other}");
+}
+
+/// 32 (and more) idle connections, renewed as they go, cannot keep a scrape out: the oldest
+/// connection that sent no request yet is closed for the scraper.
+#[test]
+fn idle_connections_cannot_keep_a_scraper_out() {
+    let files = tempfile::tempdir().unwrap();
+    let (addr, _, _srv) = endpoint(files.path());
+    let idle: Vec<TcpStream> = (0..MAX_CONNECTIONS + 8)
+        .map(|_| TcpStream::connect(&addr).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    for i in 0..3 {
+        let got = request(&addr, "GET /metrics HTTP/1.1\r\n\r\n");
+        assert!(
+            got.starts_with("HTTP/1.1 200 OK\r\n"),
+            "scrape {i}: {got:?}"
+        );
+    }
+    // Closed ones see EOF at once; the others stay open, fewer than the cap.
+    let mut open = 0;
+    for mut c in idle {
+        c.set_nonblocking(true).unwrap();
+        let mut b = [0u8; 1];
+        if !matches!(c.read(&mut b), Ok(0)) {
+            open += 1;
+        }
+    }
+    assert!(open < MAX_CONNECTIONS, "{open} idle connections kept");
+}
+
+/// A scrape reads no config: the published state answers even when the config file has since
+/// become invalid (the serving loop would keep serving the last good one, too).
+#[test]
+fn a_scrape_reads_no_config() {
+    let files = tempfile::tempdir().unwrap();
+    let (addr, cfg, _srv) = endpoint(files.path());
+    std::fs::write(&cfg, "version: v1\nsharing: [not, valid\n").unwrap();
+    let ok = request(&addr, "GET /metrics HTTP/1.1\r\n\r\n");
+    assert!(ok.starts_with("HTTP/1.1 200 OK\r\n"), "{ok}");
+    assert_eq!(
+        ok.matches("gpuhook_device_plugin_device_allocated{")
+            .count(),
+        8
+    );
 }

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::node::{node_files, serve, terminate};
+use common::node::{named_configs, node_files, serve, terminate};
 use common::{next_list, FakeKubelet, WAIT};
 use gpuhook_device_plugin::node_label::{config_label, store, NodeLabelError, CONFIG_LABEL};
 use gpuhook_kube::{Client as KubeApi, KubeError};
@@ -145,25 +145,11 @@ fn store_writes_only_changes() {
     assert!(!store(&p, None).unwrap());
 }
 
-/// `l20` (8 replicas) and `t4` (3 replicas, renamed) as ConfigMap keys.
-fn config_dir(dir: &Path) -> std::path::PathBuf {
-    let cfgs = dir.join("configs");
-    std::fs::create_dir(&cfgs).unwrap();
-    let ts = |replicas: u32, rename: bool| {
-        format!(
-            "version: v1\nsharing:\n  timeSlicing:\n    renameByDefault: {rename}\n    resources:\n    - name: nvidia.com/gpu\n      replicas: {replicas}\n"
-        )
-    };
-    std::fs::write(cfgs.join("l20"), ts(8, false)).unwrap();
-    std::fs::write(cfgs.join("t4"), ts(3, true)).unwrap();
-    cfgs
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn relabelling_the_node_on_the_api_server_switches_the_config_without_restart() {
     let files = tempfile::tempdir().unwrap();
     let (_, inv) = node_files(files.path());
-    let cfgs = config_dir(files.path());
+    let cfgs = named_configs(files.path());
     let (url, answer, _) = fake_api(Answer::Label(Some("l20".into())));
     let dir = tempfile::tempdir().unwrap();
     let mut kubelet = FakeKubelet::start(dir.path());
@@ -347,30 +333,5 @@ fn in_cluster_https_is_verified_with_the_service_account_ca() {
     assert!(
         matches!(e, NodeLabelError::Kube(KubeError::Transport { .. })),
         "{e:?}"
-    );
-}
-
-#[test]
-fn a_node_name_outside_a_cluster_is_a_clear_error() {
-    let files = tempfile::tempdir().unwrap();
-    let (cfg, inv) = node_files(files.path());
-    let out = std::process::Command::new(common::node::BIN)
-        .args(["serve", "--node-name", "node-1", "--config"])
-        .arg(&cfg)
-        .arg("--inventory")
-        .arg(&inv)
-        .arg("--plugin-dir")
-        .arg(files.path())
-        .env_remove("KUBERNETES_SERVICE_HOST")
-        .env_remove("KUBERNETES_SERVICE_PORT")
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(err.contains("KUBERNETES_SERVICE_HOST is not set"), "{err}");
-    assert_eq!(
-        err.matches("KUBERNETES_SERVICE_HOST").count(),
-        1,
-        "cause printed once: {err}"
     );
 }

@@ -133,7 +133,15 @@ fn check_installed(root: &Path) {
     // Through the host's /var/run -> /run, not the image's.
     let spec = root.join("run/cdi/nvidia.com-gpu.json");
     let doc = check_spec_file(&spec);
-    let (direct, _) = gpuhook_ok(&["cdi", "generate", "--driver-root", s(root), "--output", "-"]);
+    let (direct, _) = gpuhook_ok(&[
+        "cdi",
+        "generate",
+        "--driver-root",
+        s(root),
+        "--output",
+        "-",
+        "--no-inventory-cache",
+    ]);
     let direct: serde_json::Value = serde_json::from_str(&direct).unwrap();
     assert_eq!(device_names(&doc), device_names(&direct));
     let text = std::fs::read_to_string(&spec).unwrap();

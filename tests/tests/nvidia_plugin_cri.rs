@@ -136,6 +136,7 @@ async fn nvidia_cdi_annotations_with_gpuhooks_spec_of_nvidias_kind() {
         "gpu",
         "--output",
         s(&kdp_specs.join("k8s.device-plugin.nvidia.com-gpu.json")),
+        "--no-inventory-cache",
     ]);
     // deviceIDStrategy uuid (NVIDIA's default), then index: both name forms resolve.
     let uuid = bench.node.profile.gpus[1].uuid.clone();
@@ -153,4 +154,78 @@ async fn nvidia_cdi_annotations_with_gpuhooks_spec_of_nvidias_kind() {
         let saw = bench.run(pod, &[resp]).await;
         assert_eq!(saw.gpu_nodes(), bench.only_gpus(&[g]), "{id}: {saw:?}");
     }
+}
+
+/// No test writes the node's own inventory cache (#22: this file's CDI test once replaced
+/// `/var/run/gpuhook/inventory.json` with its temp node's): the `gpuhook` helper refuses a
+/// `cdi generate|refresh` that would, and a generate as the tests run it leaves the real cache
+/// as it was.
+#[test]
+fn tests_never_write_the_nodes_inventory_cache() {
+    use crate::cdi_support::{refuse_real_paths, REAL_INVENTORY_CACHE};
+    let refused = |args: &[&str]| std::panic::catch_unwind(|| refuse_real_paths(args)).is_err();
+    assert!(refused(&[
+        "cdi",
+        "generate",
+        "--driver-root",
+        "/x",
+        "--output",
+        "-"
+    ]));
+    assert!(refused(&[
+        "cdi",
+        "generate",
+        "--driver-root",
+        "/x",
+        "--no-inventory-cache"
+    ]));
+    assert!(refused(&[
+        "cdi",
+        "refresh",
+        "--driver-root",
+        "/x",
+        "--output",
+        "/tmp/x"
+    ]));
+    assert!(!refused(&[
+        "cdi",
+        "generate",
+        "--output",
+        "-",
+        "--no-inventory-cache"
+    ]));
+    assert!(!refused(&[
+        "cdi",
+        "generate",
+        "-o",
+        "/t/s.json",
+        "--inventory-cache",
+        "/t/i"
+    ]));
+    assert!(!refused(&["cdi", "generate", "--help"]));
+    assert!(!refused(&["cdi", "list"]));
+    if !ready("nvidia_plugin_cri") {
+        return;
+    }
+    let tmp = tmp("real-cache");
+    let root = tmp.path().join("driver");
+    crate::cdi_support::build_node("rhel-a100", &root);
+    let out = tmp.path().join("spec.json");
+    gpuhook_ok(&[
+        "cdi",
+        "generate",
+        "--driver-root",
+        s(&root),
+        "--output",
+        s(&out),
+        "--no-inventory-cache",
+    ]);
+    assert!(out.is_file());
+    // What the regression left: a real cache naming a test's temp driver root. (Compared by
+    // content, not mtime: the node's own gpuhook may rewrite its cache meanwhile.)
+    let real = std::fs::read_to_string(REAL_INVENTORY_CACHE).unwrap_or_default();
+    assert!(
+        !real.contains(s(&root)),
+        "{REAL_INVENTORY_CACHE} names this test's node"
+    );
 }

@@ -34,17 +34,17 @@ pub(super) fn resource(devices: Vec<AdvertisedDevice>, replicas: u32) -> Resourc
     }
 }
 
-fn ids(v: &[usize]) -> Vec<String> {
+pub(super) fn ids(v: &[usize]) -> Vec<String> {
     v.iter().map(|i| format!("GPU-{i}")).collect()
 }
 
 /// `n` full GPUs `GPU-0..`, and a topology with `links[(a, b)] = (nvlinks, pcie level)`.
 /// `((gpu a, gpu b), (nvlinks, pcie level))`.
-type PairLink = ((usize, usize), (u32, u32));
+pub(super) type PairLink = ((usize, usize), (u32, u32));
 /// `(description, available, required, size, expected)`.
 type Case<'a> = (&'a str, &'a [usize], &'a [usize], usize, &'a [usize]);
 
-fn full_gpus(n: usize, links: &[PairLink]) -> (Resource, Topology) {
+pub(super) fn full_gpus(n: usize, links: &[PairLink]) -> (Resource, Topology) {
     let mut topo = Topology::new();
     let mut devices = Vec::new();
     for i in 0..n {

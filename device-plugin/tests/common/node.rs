@@ -142,3 +142,17 @@ pub fn mock_nvml(dir: &Path) -> PathBuf {
     std::fs::create_dir_all(dir.join("gpuhook-sim-state")).unwrap();
     lib
 }
+
+/// `l20` (8 replicas) and `t4` (3 replicas, renamed) as ConfigMap keys.
+pub fn named_configs(dir: &Path) -> PathBuf {
+    let cfgs = dir.join("configs");
+    std::fs::create_dir(&cfgs).unwrap();
+    let ts = |replicas: u32, rename: bool| {
+        format!(
+            "version: v1\nsharing:\n  timeSlicing:\n    renameByDefault: {rename}\n    resources:\n    - name: nvidia.com/gpu\n      replicas: {replicas}\n"
+        )
+    };
+    std::fs::write(cfgs.join("l20"), ts(8, false)).unwrap();
+    std::fs::write(cfgs.join("t4"), ts(3, true)).unwrap();
+    cfgs
+}

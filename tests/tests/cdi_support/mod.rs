@@ -70,8 +70,41 @@ pub fn gpuhook(args: &[&str]) -> Output {
         .unwrap_or_else(|e| panic!("spawn gpuhook {args:?}: {e}"))
 }
 
-/// The `gpuhook` command with a clean config environment.
+/// The node's own inventory cache (the config's default `inventory-cache`), which no test may
+/// write (#22: a test's temp node once replaced it).
+pub const REAL_INVENTORY_CACHE: &str = "/var/run/gpuhook/inventory.json";
+
+/// Refuses (panics on) a `gpuhook cdi generate|refresh` that would write the node's real paths:
+/// without `--inventory-cache PATH` or `--no-inventory-cache` it saves the inventory to
+/// [`REAL_INVENTORY_CACHE`]; `generate` without `--output` writes into `/var/run/cdi`.
+pub fn refuse_real_paths(args: &[&str]) {
+    let sub = args.get(..2);
+    let writes = matches!(sub, Some(["cdi", "generate" | "refresh"]));
+    if !writes || args.iter().any(|a| *a == "--help" || *a == "-h") {
+        return;
+    }
+    let has = |flags: &[&str]| {
+        args.iter().any(|a| {
+            flags
+                .iter()
+                .any(|f| a == f || a.starts_with(&format!("{f}=")))
+        })
+    };
+    assert!(
+        has(&["--inventory-cache", "--no-inventory-cache"]),
+        "test runs `gpuhook {args:?}` with the default inventory cache ({REAL_INVENTORY_CACHE}): \
+         pass --inventory-cache <temp path> or --no-inventory-cache"
+    );
+    assert!(
+        sub != Some(&["cdi", "generate"][..]) || has(&["--output", "-o"]),
+        "test runs `gpuhook {args:?}` with the default output (/var/run/cdi): pass --output"
+    );
+}
+
+/// The `gpuhook` command with a clean config environment; a `cdi generate|refresh` must name
+/// its inventory cache and output ([`refuse_real_paths`]).
 pub fn gpuhook_cmd(args: &[&str]) -> Command {
+    refuse_real_paths(args);
     let mut cmd = Command::new(gpuhook_e2e::built("gpuhook"));
     cmd.args(args).env_remove("GPUHOOK_CONFIG");
     cmd
