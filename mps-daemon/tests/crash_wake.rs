@@ -35,10 +35,10 @@ fn a_killed_control_daemon_is_restarted_without_waiting_for_a_probe() {
             .is_some_and(|e| e.contains(&format!("pid {old}")) && e.contains("exited")),
         "{g}"
     );
-    assert_eq!(
-        node.client_limits(0),
-        "active_thread_percentage=25.0 pinned_mem_limit=0=6000M",
-        "log:\n{}",
+    let got = node.client_limits(0);
+    assert!(
+        got.contains(" active_thread_percentage=25.0 pinned_mem_limit=0=6000M"),
+        "{got}; log:\n{}",
         d.log_text()
     );
 }
