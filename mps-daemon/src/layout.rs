@@ -198,7 +198,10 @@ mod tests {
         assert!(c.contains(&keep.join("a")));
         use std::os::unix::fs::PermissionsExt;
         let mode = fs::metadata(keep.join("a/b")).unwrap().permissions().mode() & 0o777;
-        assert_eq!(mode, 0o755, "the umask does not narrow what clients must search");
+        assert_eq!(
+            mode, 0o755,
+            "the umask does not narrow what clients must search"
+        );
         assert!(c.remove_all().is_empty());
         assert!(keep.exists());
         assert!(!keep.join("a").exists());

@@ -164,7 +164,9 @@ impl GpuSupervisor {
                 limits.pinned_memory_limit_mib,
             ),
         );
-        watcher.client_log = Some(crate::users::ClientLog::new(self.layout.log.join("control.log")));
+        watcher.client_log = Some(crate::users::ClientLog::new(
+            self.layout.log.join("control.log"),
+        ));
         let mut current: Option<DaemonProc> = None;
         loop {
             self.set_state(GpuState::Starting, None);

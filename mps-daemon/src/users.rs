@@ -121,10 +121,21 @@ impl ClientLog {
         for (pid, uid) in complete.lines().filter_map(parse_new_client) {
             self.seq += 1;
             let start = start_time(proc_root, pid);
-            self.announced.insert(pid, Announced { uid, start, seq: self.seq });
+            self.announced.insert(
+                pid,
+                Announced {
+                    uid,
+                    start,
+                    seq: self.seq,
+                },
+            );
         }
         while self.announced.len() > MAX_TRACKED {
-            let oldest = self.announced.iter().min_by_key(|(_, a)| a.seq).map(|(p, _)| *p);
+            let oldest = self
+                .announced
+                .iter()
+                .min_by_key(|(_, a)| a.seq)
+                .map(|(p, _)| *p);
             oldest.map(|p| self.announced.remove(&p));
         }
     }

@@ -25,7 +25,9 @@ fn line(msg: &str) -> String {
 fn new_client_lines_of_nvidias_control_log() {
     // NVIDIA MPS docs, "Control Log".
     assert_eq!(
-        parse_new_client(&line("NEW CLIENT 19276 from user 500: Server already exists")),
+        parse_new_client(&line(
+            "NEW CLIENT 19276 from user 500: Server already exists"
+        )),
         Some((19276, 500))
     );
     assert_eq!(
@@ -34,7 +36,10 @@ fn new_client_lines_of_nvidias_control_log() {
         )),
         Some((7, 1000))
     );
-    assert_eq!(parse_new_client(&line("Starting new server 13929 for user 500")), None);
+    assert_eq!(
+        parse_new_client(&line("Starting new server 13929 for user 500")),
+        None
+    );
     assert_eq!(parse_new_client(&line("NEW CLIENT x from user 5")), None);
 }
 
@@ -61,7 +66,10 @@ fn a_client_of_another_user_not_attached_is_waiting() {
     let uids: BTreeSet<u32> = [1000].into();
     assert_eq!(
         c.waiting(&proc_root, &attached, &uids),
-        vec![Waiting { pid: 200, uid: 2000 }]
+        vec![Waiting {
+            pid: 200,
+            uid: 2000
+        }]
     );
     // Its process ends (or the pid is reused: another start time): no longer waiting.
     fake_proc(&proc_root, 200, 99, 2000);
@@ -78,7 +86,10 @@ fn a_client_of_another_user_not_attached_is_waiting() {
     c.poll(&proc_root);
     assert_eq!(
         c.waiting(&proc_root, &attached, &uids),
-        vec![Waiting { pid: 400, uid: 3000 }]
+        vec![Waiting {
+            pid: 400,
+            uid: 3000
+        }]
     );
     assert_eq!(process_uid(&proc_root, 400), Some(3000));
 }

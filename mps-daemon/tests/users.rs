@@ -66,7 +66,11 @@ fn a_client_of_another_user_waits_and_is_reported() {
     node.wait_ready(0);
     let (mut a, mut a_out) = client_as(&node, 1000, "600");
     let a_line = attached(&mut a_out);
-    assert!(a_line.starts_with("server="), "{a_line}; log:\n{}", d.log_text());
+    assert!(
+        a_line.starts_with("server="),
+        "{a_line}; log:\n{}",
+        d.log_text()
+    );
     let (mut b, mut b_out) = client_as(&node, 2000, "0");
     assert_eq!(line(&mut b_out), "pending");
     let want = json!([{"pid": b.id(), "uid": 2000, "waitsForUids": [1000]}]);
@@ -77,7 +81,11 @@ fn a_client_of_another_user_waits_and_is_reported() {
     let users = g["usage"]["serverUsers"].as_object().unwrap();
     assert_eq!(users.values().collect::<Vec<_>>(), [&json!(1000)], "{g}");
     let text = d.get("/metrics").1;
-    assert_eq!(metric(&text, "gpuhook_mps_waiting_clients", &[]), Some(1.0), "{text}");
+    assert_eq!(
+        metric(&text, "gpuhook_mps_waiting_clients", &[]),
+        Some(1.0),
+        "{text}"
+    );
     assert!(
         d.log_text()
             .lines()
@@ -98,6 +106,10 @@ fn a_client_of_another_user_waits_and_is_reported() {
                     .is_some_and(|u| u.values().all(|v| *v == 2000) && !u.is_empty())
         })
     });
-    assert_eq!(metric(&d.get("/metrics").1, "gpuhook_mps_waiting_clients", &[]), Some(0.0), "{g}");
+    assert_eq!(
+        metric(&d.get("/metrics").1, "gpuhook_mps_waiting_clients", &[]),
+        Some(0.0),
+        "{g}"
+    );
     let _ = b.wait();
 }

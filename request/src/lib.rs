@@ -51,9 +51,9 @@ pub use extras::{
     check_feature_gates, parse_imex_channels, parse_mig_access, parse_mps_pipe_dir, ImexChannels,
     FEATURE_GATES,
 };
+pub use gpu::{GpuRequest, NotGpuReason, ParseOutcome, ResolvedRequest};
 pub use mps_access::{mps_shares, MpsAccessError, MpsShare, ProcessUser};
 pub use mps_check::check_mps_access;
-pub use gpu::{GpuRequest, NotGpuReason, ParseOutcome, ResolvedRequest};
 pub use oci::{CDI_ANNOTATION_PREFIX, DEVICE_LIST_MOUNT_ROOT};
 pub use policy::RequestPolicy;
 pub use precheck::{has_cdi_request, is_gpu_container};

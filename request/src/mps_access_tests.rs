@@ -50,7 +50,10 @@ fn a_share_whose_daemon_is_not_ready_refuses_the_container() {
     let err = check_mps_access(std::slice::from_ref(&share), &user(0)).unwrap_err();
     assert!(matches!(err, MpsAccessError::NotReady { .. }), "{err}");
     let msg = err.to_string();
-    assert!(msg.contains("nvidia.com/gpu-mps=0") && msg.contains("without MPS limits"), "{msg}");
+    assert!(
+        msg.contains("nvidia.com/gpu-mps=0") && msg.contains("without MPS limits"),
+        "{msg}"
+    );
     // A ready file about another pipe directory is no better.
     std::fs::write(
         t.path().join("mps/GPU-1/ready"),
@@ -85,7 +88,9 @@ fn a_user_whose_server_cannot_reach_the_pipe_directory_is_refused() {
     assert!(err.to_string().contains("uid 1000 cannot search"), "{err}");
     // Its group may search it.
     let mut member = user(1000);
-    member.groups.push(std::fs::metadata(&gpu_dir).map(|m| m.gid()).unwrap());
+    member
+        .groups
+        .push(std::fs::metadata(&gpu_dir).map(|m| m.gid()).unwrap());
     std::fs::set_permissions(&gpu_dir, std::fs::Permissions::from_mode(0o710)).unwrap();
     check_mps_access(std::slice::from_ref(&share), &member).unwrap();
     // A control socket only root may connect to (what the simulator made before).

@@ -44,7 +44,8 @@ fn read_ready(share: &MpsShare) -> Result<Value, MpsAccessError> {
         )));
     };
     let path = gpu_dir.join("ready");
-    let bytes = read_bounded(&path, MAX_READY).map_err(|e| not_ready(format!("no ready file: {e}")))?;
+    let bytes =
+        read_bounded(&path, MAX_READY).map_err(|e| not_ready(format!("no ready file: {e}")))?;
     let ready: Value = serde_json::from_slice(&bytes)
         .map_err(|e| not_ready(format!("{}: {e}", path.display())))?;
     if ready["pipeDirectory"].as_str().map(Path::new) != Some(share.pipe_dir.as_path()) {

@@ -61,7 +61,11 @@ fn rig() -> Rig {
     // every directory above it must be searchable by that user.
     std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let node = tmp.path().join("node");
-    run_ok(Command::new(built("gpuhook-sim")).args(["build", "l20"]).arg(&node));
+    run_ok(
+        Command::new(built("gpuhook-sim"))
+            .args(["build", "l20"])
+            .arg(&node),
+    );
     let (mps, cdi) = (tmp.path().join("mps"), tmp.path().join("cdi"));
     let runtime_config = tmp.path().join("gpuhook.toml");
     std::fs::write(
@@ -89,7 +93,12 @@ impl Rig {
         let config = self.tmp.path().join("mps.yaml");
         write_config(&config, &self.mps, &self.node, &self.cdi, extra);
         let d = Daemon::start(&config, None, &self.tmp.path().join("daemon.log"));
-        d.wait_ready(&self.mps, &self.cdi.join("nvidia.com-gpu-mps.json"), 0, |_| true);
+        d.wait_ready(
+            &self.mps,
+            &self.cdi.join("nvidia.com-gpu-mps.json"),
+            0,
+            |_| true,
+        );
         d
     }
 
@@ -150,7 +159,12 @@ impl Rig {
 fn client_in(id: &str) -> (std::process::Child, BufReader<std::process::ChildStdout>) {
     let id = format!("{id}-{}", std::process::id());
     let mut c = Command::new("runc")
-        .args(["exec", &id, "/usr/bin/nvidia-cuda-mps-control", "--sim-client"])
+        .args([
+            "exec",
+            &id,
+            "/usr/bin/nvidia-cuda-mps-control",
+            "--sim-client",
+        ])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -182,16 +196,25 @@ fn mps_shares_serve_non_root_users_and_refuse_what_would_block_or_run_unlimited(
     rig.run(&mut ids, "u1000", 1000).unwrap();
     let (mut a, mut a_out) = client_in("u1000");
     let line = attached(&mut a_out);
-    assert!(line.starts_with("server="), "{line}; log:\n{}", daemon.log_text());
+    assert!(
+        line.starts_with("server="),
+        "{line}; log:\n{}",
+        daemon.log_text()
+    );
     let g = wait_for("uid 1000's server and client in status", || {
         rig.gpu0().filter(|g| {
-            g["usage"]["serverUsers"].as_object().is_some_and(|u| u.values().any(|v| *v == 1000))
+            g["usage"]["serverUsers"]
+                .as_object()
+                .is_some_and(|u| u.values().any(|v| *v == 1000))
                 && !g["usage"]["clients"].as_array().is_some_and(Vec::is_empty)
         })
     });
     // 2. uid 2000 waits behind uid 1000; a container of uid 2000 is refused, naming uid 1000.
     let err = rig.run(&mut ids, "u2000", 2000).unwrap_err();
-    assert!(err.contains("in use by uid 1000") && err.contains("uid 2000"), "{err}; {g}");
+    assert!(
+        err.contains("in use by uid 1000") && err.contains("uid 2000"),
+        "{err}; {g}"
+    );
     let pipe = rig.mps.join(g["uuid"].as_str().unwrap()).join("pipe");
     let mut waiting = Command::new("setpriv")
         .args(["--reuid", "2000", "--regid", "2000", "--clear-groups"])
@@ -208,7 +231,8 @@ fn mps_shares_serve_non_root_users_and_refuse_what_would_block_or_run_unlimited(
     assert_eq!(first.trim(), "pending");
     let waited_from = Instant::now();
     wait_for("the waiting client reported", || {
-        rig.gpu0().filter(|g| g["usage"]["waitingClients"][0]["uid"] == 2000)
+        rig.gpu0()
+            .filter(|g| g["usage"]["waitingClients"][0]["uid"] == 2000)
     });
     std::thread::sleep(std::time::Duration::from_millis(500));
     // Deleting the container ends its client (killing `runc exec` would not).
@@ -242,7 +266,10 @@ fn check_client_user(rig: &Rig, ids: &mut Containers) {
     std::fs::create_dir_all(&rig.cdi).unwrap();
     std::fs::write(&spec, keep).unwrap();
     let err = rig.run(ids, "not-ready", 1000).unwrap_err();
-    assert!(err.contains("not ready") && err.contains("without MPS limits"), "{err}");
+    assert!(
+        err.contains("not ready") && err.contains("without MPS limits"),
+        "{err}"
+    );
     let _ = std::fs::remove_file(&spec);
     let _ = Path::new(&spec);
 }

@@ -74,7 +74,7 @@ pub fn run(paths: &Paths, background: bool) -> Result<i32> {
     let _ = std::fs::remove_file(paths.socket());
     let listener = UnixListener::bind(paths.socket())
         .with_context(|| format!("binding {}", paths.socket().display()))?;
-    open_to_every_user(paths)?;
+    crate::users::open_to_every_user(paths)?;
     if background {
         let (rd, wr) = nix::unistd::pipe().context("pipe")?;
         // SAFETY: the process is single-threaded here (no thread has been spawned yet),
@@ -119,22 +119,6 @@ pub fn run(paths: &Paths, background: bool) -> Result<i32> {
         let state = serve_setup(paths, true, fault)?;
         serve(paths, listener, state, fault, lock)
     }
-}
-
-/// Like the real daemon, the pipe directory and the control socket are open to every user: a
-/// root control daemon serves clients of any uid and runs each user's MPS server as that user,
-/// which connects back to `control` (NVIDIA MPS docs, "Starting and Stopping MPS on Linux / On a
-/// Multi-user System"; the pipe directory is 0777 and a uid-1000 server connects to `control`
-/// there: strace of driver 580.126.09, bottlerocket-os/bottlerocket#4673). Each ancestor must
-/// still be searchable by that user, which the daemon does not change (the same report: a 0700
-/// parent made every non-root server fail).
-fn open_to_every_user(paths: &Paths) -> Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    for p in [paths.pipe_dir.clone(), paths.socket()] {
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o777))
-            .with_context(|| format!("making {} accessible to MPS clients", p.display()))?;
-    }
-    Ok(())
 }
 
 fn redirect_stdio() -> Result<()> {
@@ -285,7 +269,7 @@ fn handle(stream: UnixStream, state: Shared, paths: &Paths, fault: Fault) -> Res
     }
     let fields: Vec<&str> = hello.split('\t').collect();
     if fields.len() == 5 && fields[0] == "CLIENT" {
-        let peer = peer_credentials(&stream);
+        let peer = crate::users::peer_credentials(&stream);
         return handle_client(stream, reader, state, &fields, peer);
     }
     if let Ok(st) = state.lock() {
@@ -343,25 +327,6 @@ fn handle_ui(
             }
         }
     }
-}
-
-/// The connecting process's uid and gid (`SO_PEERCRED`), as the real daemon authenticates its
-/// clients; `None` when the kernel does not say.
-fn peer_credentials(stream: &UnixStream) -> Option<(u32, u32)> {
-    // SAFETY: `ucred` is plain old data; all-zero is a valid value.
-    let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
-    let mut len = libc::socklen_t::try_from(std::mem::size_of::<libc::ucred>()).ok()?;
-    // SAFETY: getsockopt writes at most `len` bytes into `cred`, a live local of that size.
-    let rc = unsafe {
-        libc::getsockopt(
-            stream.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            std::ptr::addr_of_mut!(cred).cast(),
-            &mut len,
-        )
-    };
-    (rc == 0).then_some((cred.uid, cred.gid))
 }
 
 fn handle_client(

@@ -28,6 +28,7 @@ mod error;
 mod limits;
 mod log;
 mod state;
+mod users;
 
 use config::Paths;
 

@@ -107,7 +107,11 @@ impl State {
 
     /// Starts a server process for `uid` with the current defaults, as `run_as` when given and
     /// the daemon is root; the server must reach the control socket as that user.
-    pub fn start_server(&mut self, uid: u32, run_as: Option<(u32, u32)>) -> Result<u32, CommandError> {
+    pub fn start_server(
+        &mut self,
+        uid: u32,
+        run_as: Option<(u32, u32)>,
+    ) -> Result<u32, CommandError> {
         let mut cmd = Command::new(&self.exe);
         cmd.arg0("nvidia-cuda-mps-server")
             .args(["--sim-server", "--uid", &uid.to_string()])
