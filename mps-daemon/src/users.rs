@@ -20,6 +20,8 @@ use std::path::{Path, PathBuf};
 
 /// New bytes of `control.log` read per pass.
 pub const MAX_READ: u64 = 256 * 1024;
+/// Bytes of an unfinished line kept between passes.
+const MAX_PARTIAL: usize = 256 * 1024;
 /// Announced clients remembered (the oldest are forgotten first).
 pub const MAX_TRACKED: usize = 4096;
 
@@ -114,7 +116,10 @@ impl ClientLog {
         self.offset += n as u64;
         self.partial.push_str(&String::from_utf8_lossy(&buf));
         let Some(end) = self.partial.rfind('\n') else {
-            self.partial.truncate(MAX_READ as usize);
+            // A line longer than a pass's read is no client announcement: drop it.
+            if self.partial.len() > MAX_PARTIAL {
+                self.partial.clear();
+            }
             return;
         };
         let complete: String = self.partial.drain(..=end).collect();
