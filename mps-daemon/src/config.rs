@@ -86,6 +86,10 @@ pub struct DaemonSection {
     /// CRI runtime socket that names the pod, namespace and container of each client's
     /// container (`--cri-socket` wins); off by default. Read at start, not on SIGHUP.
     pub cri_socket: Option<PathBuf>,
+    /// The one user id every MPS client of these GPUs runs as (the control daemon serves one
+    /// user at a time); published in each GPU's `ready` file, where gpuhook's runtime wrapper
+    /// and prestart hook refuse a container of another user. Off by default.
+    pub client_user: Option<u32>,
 }
 
 /// `mpsDaemon.shares[]`: a named fraction of a GPU.

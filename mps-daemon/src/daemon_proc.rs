@@ -134,6 +134,16 @@ impl DaemonProc {
         }
     }
 
+    /// Resolves when the daemon exits, with why: tokio reaps our child through a pidfd (Linux
+    /// 5.3+; SIGCHLD otherwise), so a crash wakes the supervisor at once instead of at the next
+    /// probe. Cancel-safe: used in a `select!` beside the probe timer.
+    pub async fn died(&mut self) -> String {
+        match self.child.wait().await {
+            Ok(st) => format!("control daemon (pid {}) exited ({st})", self.id.pid),
+            Err(e) => format!("control daemon (pid {}): {e}", self.id.pid),
+        }
+    }
+
     /// Waits up to `timeout` for the daemon to exit by itself (after `quit`).
     pub async fn wait_exit(&mut self, timeout: Duration) -> bool {
         tokio::time::timeout(timeout, self.child.wait())

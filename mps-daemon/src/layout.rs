@@ -64,7 +64,8 @@ pub fn lock_path(mps_root: &Path) -> PathBuf {
 pub struct CreatedDirs(Vec<PathBuf>);
 
 impl CreatedDirs {
-    /// Creates `dir` and missing parents with `mode`, remembering each one created.
+    /// Creates `dir` and missing parents with `mode` (whatever the umask: a non-root client's
+    /// MPS server must search each of them), remembering each one created.
     pub fn ensure(&mut self, dir: &Path, mode: u32) -> io::Result<()> {
         let mut missing = Vec::new();
         let mut cur = Some(dir);
@@ -77,7 +78,11 @@ impl CreatedDirs {
         }
         for p in missing.into_iter().rev() {
             match fs::DirBuilder::new().mode(mode).create(&p) {
-                Ok(()) => self.0.push(p),
+                Ok(()) => {
+                    use std::os::unix::fs::PermissionsExt;
+                    fs::set_permissions(&p, fs::Permissions::from_mode(mode))?;
+                    self.0.push(p)
+                }
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
                 Err(e) => {
                     return Err(io::Error::new(
@@ -191,6 +196,12 @@ mod tests {
         c.ensure(&keep.join("a/b/c"), 0o755).unwrap();
         fs::write(keep.join("a/b/c/f"), "x").unwrap();
         assert!(c.contains(&keep.join("a")));
+        use std::os::unix::fs::PermissionsExt;
+        let mode = fs::metadata(keep.join("a/b")).unwrap().permissions().mode() & 0o777;
+        assert_eq!(
+            mode, 0o755,
+            "the umask does not narrow what clients must search"
+        );
         assert!(c.remove_all().is_empty());
         assert!(keep.exists());
         assert!(!keep.join("a").exists());

@@ -10,7 +10,8 @@
 //! (the control binary), [`supervisor`] (per-GPU lifecycle), [`manager`] (set of GPUs, reload),
 //! [`status`] / [`http`] / [`metrics`] (reporting), [`lock`] (one instance per root), [`cli`]
 //! (arguments), [`run`] (wiring), [`cdi`] (the `nvidia.com/gpu-mps` CDI spec that connects containers),
-//! [`watcher`] / [`enforce`] / [`cgroup`] (clients per container, caps, gone containers).
+//! [`watcher`] / [`enforce`] / [`cgroup`] (clients per container, caps, gone containers),
+//! [`users`] (the user of each server, clients waiting for another user's server).
 
 pub mod attrib;
 pub mod cdi;
@@ -47,6 +48,7 @@ pub mod status;
 pub mod status_file;
 pub mod status_table;
 pub mod supervisor;
+pub mod users;
 pub mod watcher;
 
 /// The CDI library, re-exported for the end-to-end tests that apply our spec like a runtime.

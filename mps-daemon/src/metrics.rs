@@ -78,7 +78,7 @@ fn gpu_label_values(g: &GpuStatus, id: Option<&GpuIdentity>, host: &str) -> [Str
 type Getter = fn(&GpuStatus) -> Option<f64>;
 
 /// The families with one sample per GPU.
-const PER_GPU: [(Family, Getter); 9] = [
+const PER_GPU: [(Family, Getter); 10] = [
     (registry::UP, |g| Some(f64::from(u8::from(g.pid.is_some())))),
     (registry::READY, |g| {
         Some(f64::from(u8::from(g.state == GpuState::Ready)))
@@ -86,6 +86,9 @@ const PER_GPU: [(Family, Getter); 9] = [
     (registry::RESTARTS, |g| Some(f64::from(g.restarts))),
     (registry::SERVERS, |g| Some(g.usage.servers.len() as f64)),
     (registry::CLIENTS, |g| Some(g.usage.clients.len() as f64)),
+    (registry::WAITING_CLIENTS, |g| {
+        Some(g.usage.waiting_clients.len() as f64)
+    }),
     (registry::ACTIVE_THREAD_RATIO, |g| {
         Some(f64::from(g.active_thread_percentage) / 100.0)
     }),

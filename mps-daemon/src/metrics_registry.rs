@@ -102,6 +102,11 @@ pub const CLIENTS: Family = family(
     Gauge,
     "MPS client processes of the GPU.",
 );
+pub const WAITING_CLIENTS: Family = family(
+    "gpuhook_mps_waiting_clients",
+    Gauge,
+    "MPS clients waiting for another user's server to finish (one user's server runs at a time).",
+);
 pub const ACTIVE_THREAD_RATIO: Family = family(
     "gpuhook_mps_active_thread_ratio",
     Gauge,
@@ -170,12 +175,13 @@ pub const COMMAND_DURATION: Family = labelled(
 );
 
 /// All families, in the order `/metrics` writes them.
-pub const FAMILIES: [Family; 14] = [
+pub const FAMILIES: [Family; 15] = [
     UP,
     READY,
     RESTARTS,
     SERVERS,
     CLIENTS,
+    WAITING_CLIENTS,
     ACTIVE_THREAD_RATIO,
     ACTIVE_THREAD_PERCENTAGE,
     PINNED_MEMORY_LIMIT,

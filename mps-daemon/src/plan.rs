@@ -35,6 +35,8 @@ pub struct GpuPlan {
     /// Client limits of each CDI device of this GPU: the default share first, then the
     /// configured fractions. The server limits above are the largest of these.
     pub shares: Vec<ShareLimits>,
+    /// `mpsDaemon.clientUser`: the only uid whose containers may use this GPU's shares.
+    pub client_user: Option<u32>,
 }
 
 /// A resolved configuration.
@@ -97,6 +99,7 @@ struct Roots {
     control_binary: PathBuf,
     /// `mpsDaemon.shmSize`, checked after the other settings.
     shm_size: Option<u64>,
+    client_user: Option<u32>,
 }
 
 impl Roots {
@@ -128,6 +131,7 @@ impl Roots {
             driver_root,
             control_binary,
             shm_size: None,
+            client_user: d.client_user,
         })
     }
 }
@@ -202,6 +206,7 @@ fn plan_resources(
                 driver_root: roots.driver_root.clone(),
                 control_binary: roots.control_binary.clone(),
                 shares: Vec::new(),
+                client_user: roots.client_user,
             });
         }
     }

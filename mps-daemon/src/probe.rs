@@ -28,7 +28,8 @@ impl GpuSupervisor {
             .update(&self.plan.uuid, |s| s.usage.probes_inconclusive += 1);
     }
 
-    /// Probes every `probeInterval`; returns why the daemon is considered dead.
+    /// Probes every `probeInterval` and wakes at once when the daemon exits; returns why the
+    /// daemon is considered dead.
     /// After each successful probe the client watcher runs a pass on the server list.
     pub(crate) async fn probe_until_failure(
         &self,
@@ -40,7 +41,11 @@ impl GpuSupervisor {
         let sock = self.layout.control_socket();
         loop {
             let t = *self.timing.borrow();
-            tokio::time::sleep(t.probe_interval).await;
+            // A crash is noticed when it happens (the child's pidfd), not at the next probe.
+            tokio::select! {
+                _ = tokio::time::sleep(t.probe_interval) => {}
+                reason = daemon.died() => return reason,
+            }
             if let Some(reason) = daemon.exited() {
                 return reason;
             }

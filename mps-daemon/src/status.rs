@@ -99,6 +99,22 @@ pub struct Usage {
     /// Probes that could not be run for a reason of our own (no fds, cannot fork).
     #[serde(default)]
     pub probes_inconclusive: u64,
+    /// The user (real uid) each MPS server runs as, by server pid.
+    #[serde(default)]
+    pub server_users: BTreeMap<u32, u32>,
+    /// Clients waiting for another user's server to be done ([`crate::users`]).
+    #[serde(default)]
+    pub waiting_clients: Vec<WaitingClient>,
+}
+
+/// A client the control daemon keeps waiting: it serves one user at a time.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WaitingClient {
+    pub pid: u32,
+    pub uid: u32,
+    /// Users of the running servers it waits for.
+    pub waits_for_uids: Vec<u32>,
 }
 
 impl Usage {

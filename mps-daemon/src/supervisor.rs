@@ -164,6 +164,9 @@ impl GpuSupervisor {
                 limits.pinned_memory_limit_mib,
             ),
         );
+        watcher.client_log = Some(crate::users::ClientLog::new(
+            self.layout.log.join("control.log"),
+        ));
         let mut current: Option<DaemonProc> = None;
         loop {
             self.set_state(GpuState::Starting, None);
@@ -299,6 +302,7 @@ impl GpuSupervisor {
             "activeThreadPercentage": got.active_thread_percentage,
             "pinnedMemoryLimitMiB": got.pinned_memory_limit_mib,
             "pipeDirectory": self.layout.pipe,
+            "clientUser": self.plan.client_user,
         });
         let path = self.layout.ready.clone();
         layout::blocking("writing the ready file", to, move || {

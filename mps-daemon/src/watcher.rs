@@ -10,7 +10,8 @@
 //!    container through `<procRoot>/<pid>/cgroup` ([`crate::cgroup`]), remembering the
 //!    container's cgroup directory;
 //! 3. ends clients by [`crate::enforce::decide`] with `terminate_client <srv> <pid>`;
-//! 4. publishes servers, clients per container and terminations on the [`Board`].
+//! 4. publishes servers, clients per container and terminations on the [`Board`], with each
+//!    server's user and the clients waiting for another user's server ([`crate::users`]).
 //!
 //! Every action is logged with the container id it concerns.
 
@@ -23,7 +24,8 @@ use crate::control::ControlEnv;
 use crate::enforce::{decide, parse_pids, ClientView, Termination};
 use crate::limits::Limits;
 use crate::settings::EnforceSettings;
-use crate::status::{now_secs, Board, ClientStatus};
+use crate::status::{now_secs, Board, ClientStatus, WaitingClient};
+use crate::users::ClientLog;
 
 /// Scope label of drift in one server's limits.
 pub const DRIFT_SERVER: &str = "server";
@@ -54,6 +56,10 @@ pub struct Watcher {
     limited: BTreeSet<u32>,
     clients: BTreeMap<(u32, u32), Tracked>,
     next_seq: u64,
+    /// The control daemon's `control.log`, read for clients waiting on another user.
+    pub client_log: Option<ClientLog>,
+    /// Waiting clients already logged.
+    warned: BTreeSet<u32>,
 }
 
 impl Watcher {
@@ -65,6 +71,8 @@ impl Watcher {
             limited: BTreeSet::new(),
             clients: BTreeMap::new(),
             next_seq: 0,
+            client_log: None,
+            warned: BTreeSet::new(),
         }
     }
 
@@ -218,10 +226,13 @@ impl Watcher {
             })
             .collect();
         let limited = self.limited.len() as u64;
+        let (server_users, waiting) = self.users(&servers, &listed);
         board.update(&self.uuid, |s| {
             let u = &mut s.usage;
             u.servers = servers.clone();
             u.clients = clients;
+            u.server_users = server_users;
+            u.waiting_clients = waiting;
             for t in &ended {
                 *u.terminations.entry(t.reason.as_str().into()).or_insert(0) += 1;
             }
@@ -229,6 +240,43 @@ impl Watcher {
             u.last_pass_at = Some(now_secs());
             u.last_pass_error = (!errors.is_empty()).then(|| errors.join("; "));
         });
+    }
+
+    /// Each server's user, and the clients waiting for another user's server (each logged once).
+    fn users(
+        &mut self,
+        servers: &[u32],
+        listed: &BTreeSet<(u32, u32)>,
+    ) -> (BTreeMap<u32, u32>, Vec<WaitingClient>) {
+        let proc_root = self.settings.proc_root.clone();
+        let server_users: BTreeMap<u32, u32> = servers
+            .iter()
+            .filter_map(|&s| crate::users::process_uid(&proc_root, s).map(|u| (s, u)))
+            .collect();
+        let Some(log) = self.client_log.as_mut() else {
+            return (server_users, Vec::new());
+        };
+        log.poll(&proc_root);
+        let attached: BTreeSet<u32> = listed.iter().map(|&(_, p)| p).collect();
+        let uids: BTreeSet<u32> = server_users.values().copied().collect();
+        let waits_for: Vec<u32> = uids.iter().copied().collect();
+        let waiting: Vec<WaitingClient> = log
+            .waiting(&proc_root, &attached, &uids)
+            .into_iter()
+            .map(|w| WaitingClient {
+                pid: w.pid,
+                uid: w.uid,
+                waits_for_uids: waits_for.clone(),
+            })
+            .collect();
+        self.warned.retain(|p| waiting.iter().any(|w| w.pid == *p));
+        for w in &waiting {
+            if self.warned.insert(w.pid) {
+                tracing::warn!(gpu = %self.uuid, client = w.pid, uid = w.uid, server_uids = ?waits_for,
+                    "MPS client waits: the control daemon runs one user's server at a time, so it starts only when every client of the running user is done (run all clients of a GPU as one user: mpsDaemon.clientUser)");
+            }
+        }
+        (server_users, waiting)
     }
 
     /// Limits each new server (checks the known ones) and lists the clients of every server.

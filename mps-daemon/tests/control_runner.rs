@@ -31,6 +31,7 @@ fn env_for(dir: &Path, binary: PathBuf) -> ControlEnv {
         driver_root: PathBuf::from("/"),
         control_binary: binary,
         shares: Vec::new(),
+        client_user: None,
     };
     ControlEnv::new(&plan, &GpuLayout::new(dir, &plan.uuid), None)
 }

@@ -24,6 +24,8 @@ mod error;
 mod extras;
 mod gpu;
 pub mod limits;
+mod mps_access;
+mod mps_check;
 mod oci;
 mod parse;
 mod policy;
@@ -50,6 +52,8 @@ pub use extras::{
     FEATURE_GATES,
 };
 pub use gpu::{GpuRequest, NotGpuReason, ParseOutcome, ResolvedRequest};
+pub use mps_access::{mps_shares, MpsAccessError, MpsShare, ProcessUser};
+pub use mps_check::check_mps_access;
 pub use oci::{CDI_ANNOTATION_PREFIX, DEVICE_LIST_MOUNT_ROOT};
 pub use policy::RequestPolicy;
 pub use precheck::{has_cdi_request, is_gpu_container};

@@ -104,6 +104,9 @@ pub enum RuntimeError {
         /// What does exist, when the caller can tell ([`GenerateMissing::explain`]).
         hint: Option<String>,
     },
+    /// The container's CUDA clients could not use an MPS share it asks for.
+    #[error(transparent)]
+    Mps(#[from] gpuhook_request::MpsAccessError),
     #[error("cannot apply CDI edits to {}: {error}", path.display())]
     Apply {
         path: PathBuf,

@@ -142,6 +142,14 @@ pub fn edit_bundle_with(
         Some(names) => resolve(names, &config.spec_dirs, ext.generate)?,
         None => Registry::default(),
     };
+    if let Some(names) = injection.cdi_names() {
+        // An MPS share its clients cannot use would run them without limits, or stall them.
+        let shares = gpuhook_request::mps_shares(&registry, names);
+        if !shares.is_empty() {
+            let user = gpuhook_request::ProcessUser::of(&spec);
+            gpuhook_request::check_mps_access(&shares, &user)?;
+        }
+    }
     let resolved = start.elapsed();
     apply(&mut spec, &registry, &injection).map_err(|error| RuntimeError::Apply {
         path: path.clone(),

@@ -25,6 +25,13 @@ pub enum PrestartError {
     /// The container's request is malformed, unknown or unsatisfiable.
     #[error(transparent)]
     Request(#[from] RequestError),
+    /// The container's CUDA clients could not use an MPS share it asks for (checked before
+    /// anything is injected: such a client would run without the share's limits, or stall).
+    #[error("refusing to start container {container}: {error}")]
+    Mps {
+        container: String,
+        error: gpuhook_request::MpsAccessError,
+    },
     /// No usable inventory: neither the cache nor discovery worked.
     #[error("cannot find the node's GPUs: {reason} (check driver-root in the config, or run `gpuhook cdi generate` to write the inventory cache {})", cache.display())]
     Inventory { cache: PathBuf, reason: String },

@@ -92,7 +92,7 @@ fn run_for(state: &OciState, config: &Config) -> Result<PrestartOutcome, Prestar
     let mps_names = req.mps_names();
     // Every name is resolved before the inventory is even read: an unknown share fails the
     // start before anything is injected.
-    let foreign = mps_edits(container, config, &mps_names)?;
+    let foreign = mps_edits(container, config, &bundle.value, &mps_names)?;
     let (inv, inv_source) = inventory::load_inventory(config)?;
     let resolved = req.gpu().map(|r| r.resolve(&inv)).transpose()?;
     let (mut edits, summary) = gpu_edits(container, &inv, resolved.as_ref(), &mps_names)?;
@@ -170,10 +170,12 @@ fn fast_skip(container: &str, config: &Value, policy: &RequestPolicy) -> NotGpuR
     NotGpuReason::NoRequest
 }
 
-/// The edits of the MPS shares `names` asks for, from the CDI spec directories.
+/// The edits of the MPS shares `names` asks for, from the CDI spec directories, once the
+/// container's user is known to be served by their daemons ([`gpuhook_request::check_mps_access`]).
 fn mps_edits(
     container: &str,
     config: &Config,
+    oci: &Value,
     names: &[String],
 ) -> Result<cdi_devices::ForeignEdits, PrestartError> {
     if names.is_empty() {
@@ -184,6 +186,13 @@ fn mps_edits(
         tracing::warn!(container, spec = %e.path.display(), error = %e.message, "CDI spec skipped");
     }
     let foreign = cdi_devices::foreign_edits(&registry, names)?;
+    let shares = gpuhook_request::mps_shares(&registry, names);
+    gpuhook_request::check_mps_access(&shares, &gpuhook_request::ProcessUser::of(oci)).map_err(
+        |error| PrestartError::Mps {
+            container: container.to_string(),
+            error,
+        },
+    )?;
     if !foreign.env_keys.is_empty() {
         tracing::warn!(
             target: "gpuhook::decision",

@@ -140,11 +140,49 @@ pub fn sim_client(paths: &Paths, opts: &SimClient) -> i32 {
     }
 }
 
-/// `--sim-server`: a stand-in MPS server process; lives until its stdin (a pipe held by the
-/// control daemon) closes.
+/// `--sim-server`: a stand-in MPS server process. Like the real one (running as its client's
+/// user), it first reaches the control socket in `CUDA_MPS_PIPE_DIRECTORY`: every ancestor must
+/// be searchable and the socket writable by that user. It says `ready` (or why not) on stdout,
+/// then lives until its stdin (a pipe held by the control daemon) closes.
 pub fn sim_server() -> i32 {
+    let socket = crate::config::Paths::from_env().socket();
+    let reach = std::ffi::CString::new(socket.as_os_str().as_encoded_bytes())
+        .map_err(|_| "the pipe directory has a NUL byte".to_string())
+        .and_then(|c| {
+            // SAFETY: access() reads a NUL-terminated path and touches no memory of ours.
+            match unsafe { libc::access(c.as_ptr(), libc::W_OK) } {
+                0 => Ok(()),
+                _ => Err(format!(
+                    "cannot reach {}: {}",
+                    socket.display(),
+                    std::io::Error::last_os_error()
+                )),
+            }
+        });
+    let mut out = std::io::stdout();
+    if let Err(why) = reach {
+        let _ = writeln!(out, "{why}");
+        return 1;
+    }
+    let _ = writeln!(out, "ready");
+    let _ = out.flush();
     let mut buf = [0u8; 64];
     let mut stdin = std::io::stdin();
     while matches!(stdin.read(&mut buf), Ok(n) if n > 0) {}
     0
+}
+
+/// Waits for a server started by the daemon to say `ready` (its first stdout line); `Err` with
+/// what it said instead.
+pub fn server_started(child: &mut std::process::Child) -> Result<(), String> {
+    let Some(out) = child.stdout.take() else {
+        return Err("no stdout".into());
+    };
+    let mut line = String::new();
+    let _ = BufReader::new(out.take(4096)).read_line(&mut line);
+    match line.trim() {
+        "ready" => Ok(()),
+        "" => Err("exited before it was ready".into()),
+        why => Err(why.to_string()),
+    }
 }

@@ -115,7 +115,7 @@ fn servers(state: &mut State, cmd: &str, args: &[&str]) -> Result<Option<Action>
                 });
             }
             if !state.servers.values().any(|s| s.uid == uid) {
-                state.start_server(uid)?;
+                state.start_server(uid, None)?;
             }
             reply("")
         }

@@ -74,6 +74,7 @@ pub fn run(paths: &Paths, background: bool) -> Result<i32> {
     let _ = std::fs::remove_file(paths.socket());
     let listener = UnixListener::bind(paths.socket())
         .with_context(|| format!("binding {}", paths.socket().display()))?;
+    crate::users::open_to_every_user(paths)?;
     if background {
         let (rd, wr) = nix::unistd::pipe().context("pipe")?;
         // SAFETY: the process is single-threaded here (no thread has been spawned yet),
@@ -170,6 +171,7 @@ fn serve_setup(paths: &Paths, foreground: bool, fault: Fault) -> Result<Shared> 
         server_log,
         exe: std::env::current_exe().context("locating own executable")?,
         log_dir: paths.log_dir.clone(),
+        pipe_dir: paths.pipe_dir.clone(),
         wedged: false,
         commands_answered: 0,
         quit_deadline: None,
@@ -267,7 +269,8 @@ fn handle(stream: UnixStream, state: Shared, paths: &Paths, fault: Fault) -> Res
     }
     let fields: Vec<&str> = hello.split('\t').collect();
     if fields.len() == 5 && fields[0] == "CLIENT" {
-        return handle_client(stream, reader, state, &fields);
+        let peer = crate::users::peer_credentials(&stream);
+        return handle_client(stream, reader, state, &fields, peer);
     }
     if let Ok(st) = state.lock() {
         st.log("User did not send valid credentials");
@@ -331,17 +334,26 @@ fn handle_client(
     mut reader: BufReader<UnixStream>,
     state: Shared,
     f: &[&str],
+    peer: Option<(u32, u32)>,
 ) -> Result<()> {
     let opt = |s: &str| (s != "-").then(|| s.to_string());
     let parsed = (|| -> Result<Request, RequestError> {
         let st = state.lock().map_err(|_| RequestError::Poisoned)?;
+        let claimed: u32 = f[2]
+            .parse()
+            .map_err(|_| RequestError::Uid(f[2].to_string()))?;
+        // A client is the user it runs as (SO_PEERCRED); only root may name another uid (the
+        // simulation's stand-in for clients of several users run by one test).
+        let (uid, run_as) = match peer {
+            Some((0, _)) | None => (claimed, None),
+            Some((uid, gid)) => (uid, Some((uid, gid))),
+        };
         Ok(Request {
             pid: f[1]
                 .parse()
                 .map_err(|_| RequestError::Pid(f[1].to_string()))?,
-            uid: f[2]
-                .parse()
-                .map_err(|_| RequestError::Uid(f[2].to_string()))?,
+            uid,
+            run_as,
             active_thread_percentage: opt(f[3]).map(|v| parse_percentage(&v)).transpose()?,
             pinned: opt(f[4])
                 .map(|v| parse_pinned_env(&st.devices, &v))

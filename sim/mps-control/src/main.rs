@@ -6,7 +6,9 @@
 //! Real behaviour reproduced: `-d` / `-f`, client mode on stdin, `CUDA_MPS_PIPE_DIRECTORY`
 //! (`control` socket, `control_lock`, `nvidia-cuda-mps-control.pid`), `CUDA_MPS_LOG_DIRECTORY`
 //! (`control.log`, `server.log`), `CUDA_VISIBLE_DEVICES`, one server at a time with other
-//! uids queued, defaults applying to later servers and per-server settings to later clients.
+//! uids queued, defaults applying to later servers and per-server settings to later clients,
+//! a pipe directory and control socket every user can reach, clients identified by
+//! `SO_PEERCRED`, and servers running as their client's user.
 //!
 //! Simulation-only extensions (never needed by product code; see `--help`):
 //! * `--sim-client --uid U [--pid P] [--hold SECONDS]`: a CUDA application stand-in;
@@ -26,6 +28,7 @@ mod error;
 mod limits;
 mod log;
 mod state;
+mod users;
 
 use config::Paths;
 
@@ -84,7 +87,11 @@ SIMULATION-ONLY EXTENSIONS:
 NOTES:
   -f also prints control.log/server.log lines on stdout. Errors are reported as reply text
   (client mode still exits 0); `quit` removes socket and pid file before it answers.
-  Server processes run as the daemon's user (the uid is recorded, not switched to).
+  The pipe directory and the control socket are made 0777 (every user may connect). A client
+  is the user it runs as (SO_PEERCRED); only a root client may name another uid with --uid.
+  A non-root client's server runs as that user (when the daemon is root) and must reach
+  <pipe dir>/control as that user, or it fails to start and the client is refused (exit 5);
+  a server for a uid named by root runs as the daemon's user (the uid is recorded).
 ";
 
 fn flag_value<'a>(args: &'a [String], name: &str) -> Option<&'a str> {

@@ -44,6 +44,10 @@ pub struct Server {
 pub struct Request {
     pub pid: u32,
     pub uid: u32,
+    /// The client's own uid and gid when it is not root (`SO_PEERCRED`): its server runs as
+    /// that user, like the real one (`setuid` before `exec` of `nvidia-cuda-mps-server`). A
+    /// root client naming a uid gets a server that only records it.
+    pub run_as: Option<(u32, u32)>,
     pub active_thread_percentage: Option<f64>,
     pub pinned: PinnedLimits,
 }
@@ -83,6 +87,7 @@ pub struct State {
     pub server_log: Arc<LogFile>,
     pub exe: PathBuf,
     pub log_dir: PathBuf,
+    pub pipe_dir: PathBuf,
     pub wedged: bool,
     pub commands_answered: u64,
     /// Set by `quit -t`: refuse new clients, exit when the last client is gone or at the deadline.
@@ -100,18 +105,35 @@ impl State {
         self.control_log.line(self.pid, msg);
     }
 
-    /// Starts a server process for `uid` with the current defaults.
-    pub fn start_server(&mut self, uid: u32) -> Result<u32, CommandError> {
-        let child = Command::new(&self.exe)
-            .arg0("nvidia-cuda-mps-server")
+    /// Starts a server process for `uid` with the current defaults, as `run_as` when given and
+    /// the daemon is root; the server must reach the control socket as that user.
+    pub fn start_server(
+        &mut self,
+        uid: u32,
+        run_as: Option<(u32, u32)>,
+    ) -> Result<u32, CommandError> {
+        let mut cmd = Command::new(&self.exe);
+        cmd.arg0("nvidia-cuda-mps-server")
             .args(["--sim-server", "--uid", &uid.to_string()])
             .env("CUDA_MPS_LOG_DIRECTORY", &self.log_dir)
+            .env("CUDA_MPS_PIPE_DIRECTORY", &self.pipe_dir)
             .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        if let (Some((u, g)), 0) = (run_as, unsafe { libc::geteuid() }) {
+            cmd.uid(u).gid(g);
+        }
+        let mut child = cmd
             .spawn()
             .map_err(|e| CommandError::StartServer(e.to_string()))?;
         let pid = child.id();
+        if let Err(why) = crate::client::server_started(&mut child) {
+            self.server_log.line(pid, "MPS server failed to start");
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(CommandError::StartServer(format!("user {uid}: {why}")));
+        }
         self.control_log
             .line(pid, &format!("Starting new server {pid} for user {uid}"));
         self.server_log.line(pid, "Startup");
@@ -274,7 +296,8 @@ impl State {
                 continue;
             }
             if self.servers.is_empty() {
-                if let Err(e) = self.start_server(uid) {
+                let run_as = req.run_as;
+                if let Err(e) = self.start_server(uid, run_as) {
                     self.log(&e.to_string());
                     if let Some((_, stream)) = self.pending.pop_front() {
                         send(&stream, &format!("ERROR {e}"));
