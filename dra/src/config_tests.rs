@@ -1,0 +1,180 @@
+//! NVIDIA's opaque config (dra-facts §5): the shapes of its example claims
+//! (`GpuConfig` with `TimeSlicing`/`Long`, with `MPS` 50 % / 10Gi) and its validation rules.
+#![allow(clippy::unwrap_used)]
+
+use serde_json::json;
+
+use super::*;
+use crate::claim::AllocationResult;
+
+fn all() -> Allowed {
+    Allowed::default()
+}
+
+fn result(request: &str, device: &str) -> AllocationResult {
+    AllocationResult {
+        request: request.into(),
+        driver: "gpu.nvidia.com".into(),
+        pool: "node-a".into(),
+        device: device.into(),
+        admin_access: None,
+        share_id: None,
+        consumed_capacity: None,
+    }
+}
+
+#[test]
+fn time_slicing_example() {
+    let c = decode(
+        &json!({"apiVersion": API_VERSION, "kind": "GpuConfig",
+                "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Long"}}}),
+        all(),
+    )
+    .unwrap();
+    assert_eq!(c.kind, ConfigKind::Gpu);
+    assert_eq!(c.sharing, Some(Sharing::TimeSlicing(Interval::Long)));
+    // NVIDIA's numbers for `--set-timeslice`.
+    assert_eq!(
+        [
+            Interval::Default,
+            Interval::Short,
+            Interval::Medium,
+            Interval::Long
+        ]
+        .map(|i| i as u32),
+        [0, 1, 2, 3]
+    );
+}
+
+#[test]
+fn mps_example() {
+    let c = decode(
+        &json!({"apiVersion": API_VERSION, "kind": "GpuConfig",
+                "sharing": {"strategy": "MPS", "mpsConfig": {
+                    "defaultActiveThreadPercentage": 50,
+                    "defaultPinnedDeviceMemoryLimit": "10Gi",
+                    "defaultPerDevicePinnedMemoryLimit": {"0": "5Gi"}}}}),
+        all(),
+    )
+    .unwrap();
+    let Some(Sharing::Mps(m)) = c.sharing else {
+        panic!("not MPS")
+    };
+    assert_eq!(m.active_thread_percentage, Some(50));
+    assert_eq!(m.default_pinned_limit, Some(10 << 30));
+    assert_eq!(m.per_device_pinned_limit.get("0"), Some(&(5 << 30)));
+}
+
+#[test]
+fn mig_config_has_no_time_slice_interval() {
+    let ok = decode(
+        &json!({"apiVersion": API_VERSION, "kind": "MigDeviceConfig",
+                "sharing": {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 20}}}),
+        all(),
+    )
+    .unwrap();
+    assert_eq!(ok.kind, ConfigKind::Mig);
+    let err = decode(
+        &json!({"apiVersion": API_VERSION, "kind": "MigDeviceConfig",
+                "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Short"}}}),
+        all(),
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("timeSlicingConfig"), "{err}");
+}
+
+#[test]
+fn refusals_name_the_problem() {
+    let cases = [
+        (
+            json!({"apiVersion": "resource.nvidia.com/v1", "kind": "GpuConfig"}),
+            "apiVersion \"resource.nvidia.com/v1\"",
+        ),
+        (
+            json!({"apiVersion": API_VERSION, "kind": "TpuConfig"}),
+            "kind \"TpuConfig\"",
+        ),
+        (
+            json!({"apiVersion": API_VERSION, "kind": "GpuConfig", "shairng": {}}),
+            "unknown field `shairng`",
+        ),
+        (
+            json!({"apiVersion": API_VERSION, "kind": "GpuConfig", "sharing": {"strategy": "Fancy"}}),
+            "strategy \"Fancy\"",
+        ),
+        (
+            json!({"apiVersion": API_VERSION, "kind": "GpuConfig", "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Forever"}}}),
+            "interval \"Forever\"",
+        ),
+        (
+            json!({"apiVersion": API_VERSION, "kind": "GpuConfig", "sharing": {"strategy": "TimeSlicing", "mpsConfig": {}}}),
+            "cannot use MpsConfig with the 'TimeSlicing' strategy",
+        ),
+        (
+            json!({"apiVersion": API_VERSION, "kind": "GpuConfig", "sharing": {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 150}}}),
+            "150 is outside 0..100",
+        ),
+        (
+            json!({"apiVersion": API_VERSION, "kind": "GpuConfig", "sharing": {"strategy": "MPS", "mpsConfig": {"defaultPinnedDeviceMemoryLimit": "512Ki"}}}),
+            "below the smallest limit",
+        ),
+    ];
+    for (params, want) in cases {
+        let err = decode(&params, all()).unwrap_err().to_string();
+        assert!(err.contains(want), "{params}: {err}");
+    }
+}
+
+#[test]
+fn disabled_strategy_is_refused() {
+    let off = Allowed {
+        time_slicing: false,
+        mps: true,
+    };
+    let err = decode(
+        &json!({"apiVersion": API_VERSION, "kind": "GpuConfig", "sharing": {"strategy": "TimeSlicing"}}),
+        off,
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("\"TimeSlicing\" is selected"),
+        "{err}"
+    );
+}
+
+/// NVIDIA's precedence: the last config naming the request wins; else the last one without
+/// requests of the device's kind; naming a request of the other kind is an error.
+#[test]
+fn resolution_follows_nvidia() {
+    let gpu = |i: &str| DeviceConfig {
+        kind: ConfigKind::Gpu,
+        sharing: Some(Sharing::TimeSlicing(Interval::parse(i).unwrap())),
+    };
+    let configs = vec![
+        (vec![], gpu("Short")),
+        (vec!["a".to_string()], gpu("Medium")),
+        (vec![], gpu("Long")),
+        (vec!["a".to_string()], gpu("Default")),
+    ];
+    let got = config_for(&configs, &result("a", "gpu-0"), ConfigKind::Gpu).unwrap();
+    assert_eq!(got, Some(&gpu("Default")));
+    let got = config_for(&configs, &result("b/sub", "gpu-1"), ConfigKind::Gpu).unwrap();
+    assert_eq!(got, Some(&gpu("Long")));
+    let got = config_for(&configs, &result("a/sub", "gpu-1"), ConfigKind::Gpu).unwrap();
+    assert_eq!(
+        got,
+        Some(&gpu("Default")),
+        "a sub-request matches its parent's name"
+    );
+    let err = config_for(
+        &configs,
+        &result("a", "gpu-0-mig-1g10gb-1-0"),
+        ConfigKind::Mig,
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("cannot apply GpuConfig"), "{err}");
+    assert_eq!(
+        config_for(&configs, &result("b", "gpu-0-mig-x"), ConfigKind::Mig).unwrap(),
+        None
+    );
+}
