@@ -54,6 +54,21 @@ pub struct ClaimRef {
     pub uid: String,
 }
 
+/// What the kubelet is told about each device of `plan` (CDI IDs are known before the spec
+/// exists: they are derived from the claim UID and the device name).
+fn prepared_devices(uid: &str, plan: &ClaimPlan<'_>) -> Vec<PreparedDevice> {
+    plan.devices
+        .iter()
+        .map(|p| PreparedDevice {
+            requests: vec![p.result.request.clone()],
+            pool: p.result.pool.clone(),
+            device: p.device.name.clone(),
+            cdi_device_ids: vec![cdi_claim::device_id(uid, &p.device.name)],
+            share_id: p.result.share_id.clone(),
+        })
+        .collect()
+}
+
 impl Driver {
     pub fn new(
         opts: DriverOptions,
@@ -135,7 +150,6 @@ impl Driver {
             &self.devices,
             self.opts.allowed,
         )?;
-        self.check_free(claim, &plan)?;
         let mps_dir = plan
             .mps
             .as_ref()
@@ -144,14 +158,14 @@ impl Driver {
             state: ClaimState::PrepareStarted,
             namespace: claim.namespace.clone(),
             name: claim.name.clone(),
-            devices: Vec::new(),
+            devices: prepared_devices(&claim.uid, &plan),
             mps_dir,
         };
-        self.record(&claim.uid, Some(entry.clone()))?;
+        self.reserve(claim, &plan, entry.clone())?;
         match self.apply(claim, &plan).await {
-            Ok(devices) => {
+            Ok(()) => {
                 entry.state = ClaimState::PrepareCompleted;
-                entry.devices = devices.clone();
+                let devices = entry.devices.clone();
                 self.record(&claim.uid, Some(entry))?;
                 Ok(devices)
             }
@@ -166,8 +180,15 @@ impl Driver {
         }
     }
 
-    fn check_free(&self, claim: &ClaimRef, plan: &ClaimPlan<'_>) -> Result<(), DraError> {
-        let cp = self.checkpoint.lock().unwrap_or_else(|p| p.into_inner());
+    /// Checks that no other prepared claim holds the plan's devices and records the claim as
+    /// started, under one lock (two claims for one device never both pass).
+    fn reserve(
+        &self,
+        claim: &ClaimRef,
+        plan: &ClaimPlan<'_>,
+        entry: ClaimEntry,
+    ) -> Result<(), DraError> {
+        let mut cp = self.checkpoint.lock().unwrap_or_else(|p| p.into_inner());
         let busy = plan::busy(cp.claims(), &claim.uid);
         for p in &plan.devices {
             let shared = p.result.admin_access == Some(true) || p.result.share_id.is_some();
@@ -179,14 +200,10 @@ impl Driver {
                 });
             }
         }
-        Ok(())
+        cp.put(&claim.uid, entry)
     }
 
-    async fn apply(
-        &self,
-        claim: &ClaimRef,
-        plan: &ClaimPlan<'_>,
-    ) -> Result<Vec<PreparedDevice>, DraError> {
+    async fn apply(&self, claim: &ClaimRef, plan: &ClaimPlan<'_>) -> Result<(), DraError> {
         let key = format!("{}/{}", claim.namespace, claim.name);
         for (uuid, interval) in &plan.time_slices {
             let (slicer, u, i) = (self.slicer.clone(), uuid.clone(), *interval);
@@ -222,17 +239,7 @@ impl Driver {
             .spec(&self.inventory, &claim.uid, &devs, pipe.as_deref())
             .map_err(cdi_err)?;
         self.opts.cdi.write(&claim.uid, &spec).map_err(cdi_err)?;
-        Ok(plan
-            .devices
-            .iter()
-            .map(|p| PreparedDevice {
-                requests: vec![p.result.request.clone()],
-                pool: p.result.pool.clone(),
-                device: p.device.name.clone(),
-                cdi_device_ids: vec![cdi_claim::device_id(&claim.uid, &p.device.name)],
-                share_id: p.result.share_id.clone(),
-            })
-            .collect())
+        Ok(())
     }
 
     /// Undoes whatever of claim `uid` exists: its MPS daemon, its CDI spec.
@@ -278,3 +285,7 @@ impl Driver {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "driver_tests.rs"]
+mod tests;
