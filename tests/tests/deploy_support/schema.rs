@@ -17,7 +17,9 @@ const DRA_K8S_VERSIONS: [&str; 2] = ["1.34.0", "1.37.0"];
 /// Whether `file` (a manifest or a rendered kustomization) belongs to the DRA bundle.
 fn is_dra(file: &Path) -> bool {
     file.components().any(|c| c.as_os_str() == "dra")
-        || file.file_name().is_some_and(|n| n.to_string_lossy().contains("-dra-"))
+        || file
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().contains("-dra-"))
 }
 
 /// Whether `file` is a partial object that its directory's kustomization patches in (validated
@@ -70,7 +72,8 @@ fn kubernetes_manifests_pass_schema_validation() {
         std::fs::write(&path, super::bundle::render(dir)).expect("write rendered bundle");
         files.push(path);
     }
-    let (dra_files, files): (Vec<PathBuf>, Vec<PathBuf>) = files.into_iter().partition(|f| is_dra(f));
+    let (dra_files, files): (Vec<PathBuf>, Vec<PathBuf>) =
+        files.into_iter().partition(|f| is_dra(f));
     validate(&files, &K8S_VERSIONS, 2 * 9);
     validate(&dra_files, &DRA_K8S_VERSIONS, 2 * 5);
 }
