@@ -88,8 +88,10 @@ impl DRAResourceHealth for HealthService {
         _: Request<api::NodeWatchResourcesRequest>,
     ) -> Result<Response<WatchStream>, Status> {
         let (pool, devices) = (self.pool.clone(), self.devices.clone());
-        let stream = tokio_stream::wrappers::WatchStream::new(self.state.clone())
-            .map(move |u| Ok(report(&pool, &devices, &u)));
+        // The stream never fails: every item is a report.
+        #[allow(clippy::result_large_err)]
+        let item = move |u: Unhealthy| Ok(report(&pool, &devices, &u));
+        let stream = tokio_stream::wrappers::WatchStream::new(self.state.clone()).map(item);
         Ok(Response::new(Box::pin(stream)))
     }
 }

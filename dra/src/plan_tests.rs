@@ -48,7 +48,8 @@ fn mps_limits_from_the_config() {
 
 #[test]
 fn bad_claims_are_refused_with_the_reason() {
-    let cases: Vec<(Vec<(&str, &str)>, Vec<serde_json::Value>, &str)> = vec![
+    type Case<'a> = (Vec<(&'a str, &'a str)>, Vec<serde_json::Value>, &'a str);
+    let cases: Vec<Case> = vec![
         (
             vec![("gpu", "gpu-7")],
             vec![],
