@@ -27,6 +27,7 @@ pub mod plan;
 pub mod publish;
 pub mod quantity;
 pub mod registration;
+pub mod resolve;
 pub mod run;
 pub mod server;
 pub mod service;

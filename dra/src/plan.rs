@@ -5,10 +5,11 @@
 use std::collections::BTreeMap;
 
 use crate::claim::{self, AllocationResult, ResourceClaim};
-use crate::config::{self, Allowed, ConfigError, ConfigKind, Interval, MpsSettings, Sharing};
+use crate::config::{Allowed, ConfigError, ConfigKind, Interval, MpsSettings, Sharing};
 use crate::devices::NodeDevice;
 use crate::error::DraError;
 use crate::mps::ClaimMps;
+use crate::resolve;
 
 /// One allocated device of ours.
 #[derive(Debug, Clone)]
@@ -101,7 +102,7 @@ pub fn plan<'a>(
         claim: claim.key(),
         source,
     };
-    let configs = config::decode_all(&claim::ordered_configs(&alloc.config, driver), allowed)
+    let configs = resolve::decode_all(&claim::ordered_configs(&alloc.config, driver), allowed)
         .map_err(cfg_err)?;
     let mut out = ClaimPlan {
         devices: Vec::new(),
@@ -120,7 +121,7 @@ pub fn plan<'a>(
         } else {
             ConfigKind::Gpu
         };
-        let sharing = config::config_for(&configs, r, kind)
+        let sharing = resolve::config_for(&configs, r, kind)
             .map_err(cfg_err)?
             .and_then(|c| c.sharing.clone());
         match sharing {

@@ -101,51 +101,55 @@ pub fn validate_slice(s: &Value, node: &str) -> Result<(), (u16, String)> {
     if devices.len() > max {
         return bad(format!("spec.devices: must have at most {max} items"));
     }
-    for d in &devices {
-        let dn = d["name"].as_str().unwrap_or("");
-        if !label(dn, 63) {
-            return bad(format!("device name {dn:?}"));
+    devices.iter().try_for_each(validate_device)
+}
+
+/// What validation refuses in one device.
+fn validate_device(d: &Value) -> Result<(), (u16, String)> {
+    let bad = |m: String| Err((422, m));
+    let dn = d["name"].as_str().unwrap_or("");
+    if !label(dn, 63) {
+        return bad(format!("device name {dn:?}"));
+    }
+    let attrs = d["attributes"].as_object().cloned().unwrap_or_default();
+    let caps = d["capacity"].as_object().cloned().unwrap_or_default();
+    if attrs.len() + caps.len() > 32 {
+        return bad(format!("{dn}: more than 32 attributes and capacities"));
+    }
+    for (k, v) in attrs.iter() {
+        if !qualified(k) {
+            return bad(format!("{dn}: attribute name {k:?}"));
         }
-        let attrs = d["attributes"].as_object().cloned().unwrap_or_default();
-        let caps = d["capacity"].as_object().cloned().unwrap_or_default();
-        if attrs.len() + caps.len() > 32 {
-            return bad(format!("{dn}: more than 32 attributes and capacities"));
+        let set = ["int", "bool", "string", "version"]
+            .iter()
+            .filter(|t| !v[**t].is_null())
+            .count();
+        if set != 1 || v.as_object().map_or(0, |o| o.len()) != 1 {
+            return bad(format!("{dn}: attribute {k} must have exactly one value"));
         }
-        for (k, v) in attrs.iter() {
-            if !qualified(k) {
-                return bad(format!("{dn}: attribute name {k:?}"));
-            }
-            let set = ["int", "bool", "string", "version"]
-                .iter()
-                .filter(|t| !v[**t].is_null())
-                .count();
-            if set != 1 || v.as_object().map_or(0, |o| o.len()) != 1 {
-                return bad(format!("{dn}: attribute {k} must have exactly one value"));
-            }
-            if v["string"].as_str().is_some_and(|s| s.len() > 64) {
-                return bad(format!("{dn}: attribute {k}: at most 64 characters"));
-            }
-            if let Some(ver) = v["version"].as_str() {
-                let parts: Vec<&str> = ver.split('.').collect();
-                if parts.len() != 3
-                    || parts
-                        .iter()
-                        .any(|p| p.parse::<u64>().is_err() || (p.len() > 1 && p.starts_with('0')))
-                {
-                    return bad(format!(
-                        "{dn}: attribute {k}: {ver:?} is not a semantic version"
-                    ));
-                }
+        if v["string"].as_str().is_some_and(|s| s.len() > 64) {
+            return bad(format!("{dn}: attribute {k}: at most 64 characters"));
+        }
+        if let Some(ver) = v["version"].as_str() {
+            let parts: Vec<&str> = ver.split('.').collect();
+            if parts.len() != 3
+                || parts
+                    .iter()
+                    .any(|p| p.parse::<u64>().is_err() || (p.len() > 1 && p.starts_with('0')))
+            {
+                return bad(format!(
+                    "{dn}: attribute {k}: {ver:?} is not a semantic version"
+                ));
             }
         }
-        for (k, v) in caps.iter() {
-            if !qualified(k) || v["value"].as_str().is_none() {
-                return bad(format!("{dn}: capacity {k}"));
-            }
+    }
+    for (k, v) in caps.iter() {
+        if !qualified(k) || v["value"].as_str().is_none() {
+            return bad(format!("{dn}: capacity {k}"));
         }
-        if d["taints"].as_array().is_some_and(|t| t.len() > 16) {
-            return bad(format!("{dn}: more than 16 taints"));
-        }
+    }
+    if d["taints"].as_array().is_some_and(|t| t.len() > 16) {
+        return bad(format!("{dn}: more than 16 taints"));
     }
     Ok(())
 }
@@ -184,6 +188,24 @@ fn handle(
             };
         }
     }
+    handle_slices(&mut st, node, method, path, body)
+}
+
+/// The resourceslices routes.
+fn handle_slices(
+    st: &mut State,
+    node: &str,
+    method: &str,
+    path: &str,
+    body: &[u8],
+) -> (u16, Value) {
+    const V1: &str = "/apis/resource.k8s.io/v1";
+    let status = |code: u16, msg: String| {
+        (
+            code,
+            json!({"kind": "Status", "code": code, "message": msg}),
+        )
+    };
     let Some(rest) = path.strip_prefix(&format!("{V1}/resourceslices")) else {
         return status(404, format!("no route {path}"));
     };
