@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use gpuhook_device_plugin::node_label::{KubeApi, LabelWatcher, DEFAULT_POLL};
+use gpuhook_device_plugin::node_label::{LabelWatcher, DEFAULT_POLL};
+use gpuhook_kube::Client;
 
 use super::NodeArgs;
 
@@ -17,7 +18,8 @@ pub struct WatchArgs {
     /// given). Ignored with --config-name.
     #[arg(long, env = "NODE_NAME")]
     pub node_name: Option<String>,
-    /// Plain-HTTP API server URL instead of the in-cluster one (tests only).
+    /// Plain-HTTP API server at a loopback address (`http://127.0.0.1:<port>`) instead of the
+    /// in-cluster one (tests only; any other URL is refused).
     #[arg(long, requires = "node_name")]
     kube_api_url: Option<String>,
     /// How often the node's label is read, in milliseconds.
@@ -43,8 +45,8 @@ impl WatchArgs {
             return Ok(None);
         }
         let api = match &self.kube_api_url {
-            Some(url) => KubeApi::plain(url)?,
-            None => KubeApi::in_cluster()
+            Some(url) => Client::loopback(url)?,
+            None => Client::in_cluster()
                 .context("cannot reach the API server to follow the node's config label")?,
         };
         let mut dir = None;

@@ -13,7 +13,8 @@ use std::time::Duration;
 
 use common::node::{node_files, serve, terminate};
 use common::{next_list, FakeKubelet, WAIT};
-use gpuhook_device_plugin::node_label::{store, KubeApi, NodeLabelError, CONFIG_LABEL};
+use gpuhook_device_plugin::node_label::{config_label, store, NodeLabelError, CONFIG_LABEL};
+use gpuhook_kube::{Client as KubeApi, KubeError};
 
 type Shared<T> = Arc<Mutex<T>>;
 
@@ -77,15 +78,18 @@ fn fake_api(answer: Answer) -> (String, Shared<Answer>, Shared<Vec<String>>) {
 #[test]
 fn config_label_is_read_from_the_node_object() {
     let (url, answer, seen) = fake_api(Answer::Label(Some("t4".into())));
-    let api = KubeApi::plain(&url).unwrap();
-    assert_eq!(api.config_label("node-1").unwrap().as_deref(), Some("t4"));
+    let api = KubeApi::loopback(&url).unwrap();
+    assert_eq!(config_label(&api, "node-1").unwrap().as_deref(), Some("t4"));
     assert_eq!(seen.lock().unwrap()[0], "GET /api/v1/nodes/node-1 HTTP/1.1");
     *answer.lock().unwrap() = Answer::Label(None);
-    assert_eq!(api.config_label("node-1").unwrap(), None, "no label");
-    let missing = api.config_label("node-2").unwrap_err();
-    assert!(matches!(missing, NodeLabelError::Get { .. }), "{missing:?}");
+    assert_eq!(config_label(&api, "node-1").unwrap(), None, "no label");
+    let missing = config_label(&api, "node-2").unwrap_err();
+    assert!(
+        matches!(&missing, NodeLabelError::Kube(e) if e.is_not_found()),
+        "{missing:?}"
+    );
     *answer.lock().unwrap() = Answer::Status(403);
-    assert!(api.config_label("node-1").is_err(), "forbidden");
+    assert!(config_label(&api, "node-1").is_err(), "forbidden");
 }
 
 #[test]
@@ -94,10 +98,10 @@ fn the_service_account_token_is_sent_and_reread_each_time() {
     let d = tempfile::tempdir().unwrap();
     let token = d.path().join("token");
     std::fs::write(&token, "first\n").unwrap();
-    let api = KubeApi::plain(&url).unwrap().with_token(token.clone());
-    api.config_label("node-1").unwrap();
+    let api = KubeApi::loopback(&url).unwrap().with_token(token.clone());
+    config_label(&api, "node-1").unwrap();
     std::fs::write(&token, "rotated\n").unwrap();
-    api.config_label("node-1").unwrap();
+    config_label(&api, "node-1").unwrap();
     let auth: Vec<String> = seen
         .lock()
         .unwrap()
@@ -117,22 +121,17 @@ fn the_service_account_token_is_sent_and_reread_each_time() {
 #[test]
 fn bad_inputs_are_refused_before_any_request() {
     let (url, _, seen) = fake_api(Answer::Label(None));
-    let api = KubeApi::plain(&url).unwrap();
+    let api = KubeApi::loopback(&url).unwrap();
     for bad in ["", "../secrets", "Node-1", "a/b", "n?x=1"] {
-        let e = api.config_label(bad).unwrap_err();
-        assert!(matches!(e, NodeLabelError::NodeName { .. }), "{bad}: {e:?}");
+        let e = config_label(&api, bad).unwrap_err();
+        assert!(
+            matches!(e, NodeLabelError::Kube(KubeError::Name { .. })),
+            "{bad}: {e:?}"
+        );
     }
     assert!(seen.lock().unwrap().is_empty());
-    let e = KubeApi::plain("https://10.0.0.1:443").unwrap_err();
-    assert!(matches!(e, NodeLabelError::Url { .. }), "{e:?}");
-
-    // In-cluster without the service account's CA, or with a CA file holding no certificate.
-    let sa = tempfile::tempdir().unwrap();
-    let e = KubeApi::with_service_account("10.0.0.1", "443", sa.path()).unwrap_err();
-    assert!(matches!(e, NodeLabelError::Read { .. }), "{e:?}");
-    std::fs::write(sa.path().join("ca.crt"), "not a pem\n").unwrap();
-    let e = KubeApi::with_service_account("10.0.0.1", "443", sa.path()).unwrap_err();
-    assert!(matches!(e, NodeLabelError::NoCa { .. }), "{e:?}");
+    let e = KubeApi::loopback("https://10.0.0.1:443").unwrap_err();
+    assert!(matches!(e, KubeError::Url { .. }), "{e:?}");
 }
 
 #[test]
@@ -336,7 +335,7 @@ fn in_cluster_https_is_verified_with_the_service_account_ca() {
     std::fs::copy(d.path().join("ca.crt"), sa.join("ca.crt")).unwrap();
     std::fs::write(sa.join("token"), "t0ken\n").unwrap();
     let api = KubeApi::with_service_account("127.0.0.1", &port, &sa).unwrap();
-    assert_eq!(api.config_label("node-1").unwrap().as_deref(), Some("t4"));
+    assert_eq!(config_label(&api, "node-1").unwrap().as_deref(), Some("t4"));
 
     // Another CA: the server's certificate is refused.
     let other = d.path().join("other");
@@ -344,8 +343,11 @@ fn in_cluster_https_is_verified_with_the_service_account_ca() {
     make_ca(&other, "ca");
     std::fs::write(other.join("token"), "t0ken\n").unwrap();
     let api = KubeApi::with_service_account("127.0.0.1", &port, &other).unwrap();
-    let e = api.config_label("node-1").unwrap_err();
-    assert!(matches!(e, NodeLabelError::Get { .. }), "{e:?}");
+    let e = config_label(&api, "node-1").unwrap_err();
+    assert!(
+        matches!(e, NodeLabelError::Kube(KubeError::Transport { .. })),
+        "{e:?}"
+    );
 }
 
 #[test]

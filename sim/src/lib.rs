@@ -11,6 +11,8 @@ pub mod elf32;
 pub mod library_table;
 pub mod load;
 pub mod materialise;
+pub mod mig_catalog;
+pub mod mig_state;
 pub mod profile;
 pub mod smi;
 pub mod validate;

@@ -263,9 +263,12 @@ fn c_buf_to_string(buf: &[c_char]) -> String {
 mod device;
 pub mod events;
 mod links;
+mod mig_ffi;
+mod mig_write;
 pub use device::Device;
 pub use events::{Event, EventSet};
 pub use links::{NvLink, NVLINK_MAX_LINKS};
+pub use mig_write::{MigApi, MigCi, MigGi, MigGiProfile};
 
 #[cfg(test)]
 mod tests {

@@ -34,14 +34,7 @@ pub(crate) fn with_gi(
     guard(|| {
         let t = state::table()?;
         let (gpu, gi) = t
-            .gpus
-            .iter()
-            .find_map(|g| {
-                g.gis
-                    .iter()
-                    .find(|gi| instance_handle::<_, _>(*gi) == handle)
-                    .map(|gi| (g, gi))
-            })
+            .find_gi(handle.cast())
             .ok_or(ffi::NVML_ERROR_INVALID_ARGUMENT)?;
         f(gpu, gi)
     })
@@ -274,15 +267,7 @@ pub unsafe extern "C" fn nvmlComputeInstanceGetInfo_v2(
         let info = nonnull(info)?;
         let t = state::table()?;
         let (gpu, gi, ci) = t
-            .gpus
-            .iter()
-            .flat_map(|g| g.gis.iter().map(move |gi| (g, gi)))
-            .find_map(|(g, gi)| {
-                gi.cis
-                    .iter()
-                    .find(|c| instance_handle::<_, _>(*c) == compute_instance)
-                    .map(|c| (g, gi, c))
-            })
+            .find_ci(compute_instance.cast())
             .ok_or(ffi::NVML_ERROR_INVALID_ARGUMENT)?;
         let value = NvmlComputeInstanceInfo {
             device: handle_of(gpu),

@@ -12,7 +12,8 @@ use crate::ffi::{self, NvmlDevice, NvmlReturn};
 use crate::out::{nonnull, put};
 use crate::table::{handle_of, Mig};
 
-/// Current and pending MIG mode (`NVML_DEVICE_MIG_ENABLE`/`DISABLE`; never pending a change).
+/// Current and pending MIG mode (`NVML_DEVICE_MIG_ENABLE`/`DISABLE`; pending differs while a
+/// mode change waits for a reset, see `mig_overlay`).
 ///
 /// # Safety
 /// `current_mode` and `pending_mode` must be null or valid for a write of an `unsigned int`.
@@ -28,15 +29,19 @@ pub unsafe extern "C" fn nvmlDeviceGetMigMode(
         if !gpu.mig_capable {
             return Err(ffi::NVML_ERROR_NOT_SUPPORTED);
         }
-        let mode = if gpu.mig_enabled {
-            ffi::NVML_DEVICE_MIG_ENABLE
-        } else {
-            ffi::NVML_DEVICE_MIG_DISABLE
+        let raw = |on: bool| {
+            if on {
+                ffi::NVML_DEVICE_MIG_ENABLE
+            } else {
+                ffi::NVML_DEVICE_MIG_DISABLE
+            }
         };
+        let mode = raw(gpu.mig_enabled);
+        let pending = gpu.mig_pending.map_or(mode, raw);
         // SAFETY: both checked non-null; valid for writes per the contract.
         unsafe {
             put(current_mode, mode)?;
-            put(pending_mode, mode)
+            put(pending_mode, pending)
         }
     })
 }

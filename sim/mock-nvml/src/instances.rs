@@ -82,6 +82,9 @@ fn gb_of(name: &str) -> u64 {
 /// from a MIG device of the profile with that layout, else 97.5 % of the nominal size (what
 /// A100/H100 report: 9984 MiB for `1g.10gb`).
 pub fn gi_profiles(gpu: &GpuProfile) -> Vec<GiProfile> {
+    if let Some(product) = gpuhook_sim::mig_catalog::product_for(&gpu.name) {
+        return crate::mig_overlay::catalog_profiles(gpu, product);
+    }
     let Some(names) = mig_profiles_for(&gpu.name) else {
         return Vec::new();
     };

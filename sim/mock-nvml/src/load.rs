@@ -72,12 +72,14 @@ pub fn load_table(dir: &Path) -> Result<Table, LoadError> {
     // refuses, so a profile never means different things to the two.
     let profile = NodeProfile::from_toml_named(&text, &path.display().to_string())
         .map_err(|e| not_loaded(e.to_string()))?;
-    Table::from_profile(&profile, dir.to_path_buf()).map_err(|e| {
+    let mut table = Table::from_profile(&profile, dir.to_path_buf()).map_err(|e| {
         not_loaded(format!(
             "invalid simulated node profile {}: {e}",
             path.display()
         ))
-    })
+    })?;
+    crate::mig_overlay::overlay(&mut table).map_err(not_loaded)?;
+    Ok(table)
 }
 
 #[cfg(test)]

@@ -40,6 +40,14 @@ fn global() -> MutexGuard<'static, Global> {
 /// `nvmlInit*`: loads the table on first use, then counts the caller in.
 pub fn init() -> NvmlReturn {
     let mut g = global();
+    // Another process changed a MIG layout since this table was built: take it up.
+    if let Some(t) = g.table {
+        if gpuhook_sim::mig_state::generation(&t.dir) != t.mig.generation {
+            if let Err(code) = rebuild(&mut g, t) {
+                return code;
+            }
+        }
+    }
     if g.table.is_none() {
         let loaded = load::library_dir().and_then(|dir| load::load_table(&dir));
         match loaded {
@@ -135,4 +143,25 @@ pub fn set_compute_mode(table: &Table, gpu: &Gpu, mode: c_uint) -> Result<(), Nv
         let _ = std::fs::remove_file(&tmp);
         io_err(e)
     })
+}
+
+fn rebuild(g: &mut Global, old: &'static Table) -> Result<&'static Table, NvmlReturn> {
+    let mut table = load::load_table(&old.dir).map_err(|e| {
+        eprintln!("mock NVML: reloading the MIG layout failed: {}", e.message);
+        e.code
+    })?;
+    table.mig.previous = Some(old);
+    let t: &'static Table = Box::leak(Box::new(table));
+    g.table = Some(t);
+    Ok(t)
+}
+
+/// Rebuilds the table after a MIG write (the old one stays, so its handles still resolve).
+pub fn reload() -> Result<&'static Table, NvmlReturn> {
+    let mut g = global();
+    let old = match g.table {
+        Some(t) if g.refcount > 0 => t,
+        _ => return Err(ffi::NVML_ERROR_UNINITIALIZED),
+    };
+    rebuild(&mut g, old)
 }

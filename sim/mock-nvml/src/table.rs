@@ -30,6 +30,9 @@ pub struct Table {
     pub nvml_version: String,
     /// GPUs in NVML index order.
     pub gpus: Vec<Gpu>,
+    /// MIG write support (`mig_overlay`): the driver root, the `nvidia-caps` major, the table
+    /// this one replaced (its handles stay valid) and the state generation it was built from.
+    pub mig: crate::mig_overlay::TableMig,
 }
 
 /// A physical GPU.
@@ -61,6 +64,8 @@ pub struct Gpu {
     pub numa_node: Option<c_uint>,
     /// Active NVLinks to the NVSwitch fabric (0: PCIe only).
     pub nvlinks: c_uint,
+    /// The MIG mode a pending change will bring (see `mig_overlay`).
+    pub mig_pending: Option<bool>,
 }
 
 /// A MIG device (GPU instance + compute instance) of a GPU.
@@ -146,7 +151,11 @@ impl Table {
                 return Ok(Dev::Mig(gpu, mig));
             }
         }
-        Err(ffi::NVML_ERROR_INVALID_ARGUMENT)
+        // A handle from before a MIG write: the same GPU or MIG device in this table.
+        match self.translate(handle.cast()) {
+            Some(h) if h != handle.cast() => self.resolve(h.cast()),
+            _ => Err(ffi::NVML_ERROR_INVALID_ARGUMENT),
+        }
     }
 
     /// Finds a GPU or MIG device by its exact UUID.
@@ -189,10 +198,11 @@ impl Table {
             return Err(TableError::DuplicateUuid(w[0].to_string()));
         }
         Ok(Table {
-            dir,
             driver_version: profile.driver_version.clone(),
             cuda_version,
             nvml_version: format!("{}.{}", cuda_version / 1000, profile.driver_version),
+            mig: crate::mig_overlay::TableMig::new(profile, &dir),
+            dir,
             gpus,
         })
     }
@@ -249,6 +259,7 @@ fn gpu_from_profile(p: &GpuProfile) -> Result<Gpu, TableError> {
         gis,
         numa_node: p.numa_node,
         nvlinks: p.nvlinks,
+        mig_pending: None,
     })
 }
 

@@ -122,7 +122,7 @@ pub fn can_mknod() -> bool {
 }
 
 /// Creates (or fixes) one node; an existing node with the right type and numbers is kept.
-fn apply(root: &Path, n: &DeviceNode) -> Result<(), SimError> {
+pub(super) fn apply_node(root: &Path, n: &DeviceNode) -> Result<(), SimError> {
     let path = under(root, &n.path);
     let rdev = makedev(u64::from(n.major), u64::from(n.minor));
     if let Ok(meta) = fs::symlink_metadata(&path) {
@@ -158,7 +158,7 @@ fn apply(root: &Path, n: &DeviceNode) -> Result<(), SimError> {
 pub fn create(root: &Path, p: &NodeProfile) -> Result<usize, SimError> {
     let nodes = device_nodes(p);
     for n in &nodes {
-        apply(root, n)?;
+        apply_node(root, n)?;
     }
     Ok(nodes.len())
 }

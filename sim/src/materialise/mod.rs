@@ -13,6 +13,7 @@ pub mod devices;
 pub mod files;
 mod fsutil;
 pub mod libraries;
+pub mod mig_live;
 pub mod procfs;
 
 use std::path::{Path, PathBuf};

@@ -1,0 +1,76 @@
+//! gpuhook's MIG manager: NVIDIA mig-parted compatible configs applied per GPU, converging and
+//! safe, through NVML loaded from the driver root.
+//!
+//! # The library API
+//!
+//! Configs (mig-parted spec `v1`, accepted and refused exactly as mig-parted v0.15.0 does):
+//!
+//! - [`MigConfigFile::parse`]`(bytes, source_name)` → the named configs; errors name the file,
+//!   the config, the entry and the key ([`ConfigError`]).
+//! - [`MigConfigFile::config`]`(name)` → its entries ([`MigConfigSpec`]), or "selected
+//!   mig-config not present"; [`MigConfigFile::selected_name`] implements `-c` defaulting.
+//! - [`MigProfile::parse`] (profile-name grammar, `+me`, `+me.all`, `+gfx`, `-me`),
+//!   [`DeviceId`] / [`filter_matches`] (`device-filter` with and without subsystem ids).
+//!
+//! The node, as plain data ([`GpuState`]: mode, GPU instance profiles with their placements,
+//! instances) read by a [`MigBackend`]: [`NvmlBackend`] over gpuhook-node's NVML (loaded from
+//! the driver root only); tests use an in-memory backend.
+//!
+//! Deciding (pure, no NVML):
+//!
+//! - [`select`]`(entries, &gpus)` → [`Desired`] per covered GPU (mig-parted's entry walk).
+//! - [`plan`]`(&gpu, &desired)` → [`GpuPlan`]: a mode change, GPU instances to destroy, keep and
+//!   create (with placements, largest first). Empty when the GPU already matches: a re-apply
+//!   makes no NVML write call.
+//!
+//! Doing:
+//!
+//! - [`apply`]`(&mut backend, entries, &in_use, ApplyOptions)` → [`Outcome`] per GPU
+//!   (`Unchanged`, `Changed`, `PendingReset`, `Planned`, `Failed(reason)`). GPUs are changed one
+//!   by one and only when they differ; every profile is checked before the first write.
+//! - [`assert_applied`]`(&gpus, entries, mode_only)` → what differs (empty: applied).
+//! - [`export_yaml`]`(&gpus, label)` → a config that re-applies to the current layout.
+//! - For the DRA driver: [`create_instance`]`(&mut backend, gpu, "1g.10gb", Some(start))` →
+//!   [`CreatedDevice`] (GPU/compute instance ids, placement, MIG UUID) and
+//!   [`destroy_instance`]`(&mut backend, gpu, gi, &in_use, drain)`.
+//! - [`InUse`]: who holds a MIG device besides NVML's running processes (the device plugin's
+//!   pod-resources allocations, MPS clients); the Kubernetes agent implements it, the CLI uses
+//!   [`NoHolders`]. NVML's own `IN_USE` refusal is always honoured.
+//!
+//! The `gpuhook-mig-parted` binary (also callable as `nvidia-mig-parted`) is a thin `main` over
+//! [`cli`].
+
+mod apply;
+pub mod cli;
+mod device_id;
+mod error;
+mod export;
+mod nvml_backend;
+mod pack;
+mod plan;
+mod profile;
+mod select;
+mod spec;
+mod state;
+
+pub use apply::{
+    apply, assert_applied, create_instance, destroy_instance, ApplyOptions, CreatedDevice,
+    GpuOutcome, GpuStatus, InUse, MigBackend, NoHolders, Outcome,
+};
+pub use device_id::{filter_matches, DeviceId, DeviceIdError};
+pub use error::{MigError, NVML_ERROR_INSUFFICIENT_RESOURCES, NVML_ERROR_IN_USE};
+pub use export::export_yaml;
+pub use nvml_backend::NvmlBackend;
+pub use pack::{pack, Item};
+pub use plan::{plan, GpuPlan, NewInstance};
+pub use profile::{MigProfile, ProfileNameError};
+pub use select::{entry_matches, select, Desired};
+pub use spec::{
+    parse_entry_document, ConfigError, Devices, MigConfigFile, MigConfigSpec, MAX_CONFIG_BYTES,
+};
+pub use state::{
+    ci_profile_id, ComputeInstance, GiProfileInfo, GpuInstance, GpuState, MigMode, Placement,
+};
+
+#[cfg(test)]
+pub(crate) mod test_support;
