@@ -124,9 +124,10 @@ impl MemCluster {
 
 fn not_found(path: String) -> KubeError {
     KubeError::Status {
-        method: "GET",
+        method: "GET".into(),
         path,
-        status: 404,
+        code: 404,
+        reason: "NotFound".into(),
         message: "not found".into(),
     }
 }
