@@ -32,6 +32,11 @@ impl TimeSlicer for Slicer {
 }
 
 pub fn plugin(dir: &Path, api: &ApiServer) -> Running {
+    plugin_with(dir, api, Path::new("/nonexistent"))
+}
+
+/// The plugin with `control_binary` as nvidia-cuda-mps-control.
+pub fn plugin_with(dir: &Path, api: &ApiServer, control_binary: &Path) -> Running {
     let opts = DriverOptions {
         driver: "gpu.nvidia.com".into(),
         node: NODE.into(),
@@ -44,7 +49,7 @@ pub fn plugin(dir: &Path, api: &ApiServer) -> Running {
         mps: MpsOptions {
             root: dir.join("plugin/mps"),
             driver_root: "/".into(),
-            control_binary: "/nonexistent".into(),
+            control_binary: control_binary.to_path_buf(),
             start_timeout: Duration::from_secs(2),
             command_timeout: Duration::from_secs(2),
         },
