@@ -38,8 +38,9 @@ impl TimeSlicer for NoSlicer {
     }
 }
 
-fn pct(sorted: &[Duration], p: f64) -> Duration {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+/// The `per_mille`th value of `sorted` (nearest rank).
+fn pct(sorted: &[Duration], per_mille: usize) -> Duration {
+    let i = (sorted.len().saturating_sub(1) * per_mille + 500) / 1000;
     sorted[i.min(sorted.len() - 1)]
 }
 
@@ -48,8 +49,8 @@ fn report(what: &str, mut d: Vec<Duration>) {
     println!(
         "{what:<34} n={:<4} p50={:>9.3} ms  p99={:>9.3} ms",
         d.len(),
-        pct(&d, 0.5).as_secs_f64() * 1e3,
-        pct(&d, 0.99).as_secs_f64() * 1e3
+        pct(&d, 500).as_secs_f64() * 1e3,
+        pct(&d, 990).as_secs_f64() * 1e3
     );
 }
 
@@ -109,7 +110,17 @@ async fn prepare_bench(n: usize, sim: &Path) {
         }))
         .await
         .unwrap();
-    let mut client = DRAPluginClient::new(channel);
+    let client = DRAPluginClient::new(channel);
+    run_claims(client, &cluster, n).await;
+    running.stop().await;
+}
+
+/// Prepares (timed) and unprepares each kind of claim.
+async fn run_claims(
+    mut client: DRAPluginClient<tonic::transport::Channel>,
+    cluster: &MemCluster,
+    n: usize,
+) {
     let mps = opaque(
         &[],
         json!({"apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig",
@@ -157,7 +168,6 @@ async fn prepare_bench(n: usize, sim: &Path) {
         }
         report(&format!("NodePrepareResources {what}"), times);
     }
-    running.stop().await;
 }
 
 /// 8 H100s in MIG mode with seven 1g.10gb devices each.
