@@ -216,6 +216,7 @@ fn publish_bench(n: usize) {
             &devices,
             &healthy,
             UnhealthyPolicy::Taint,
+            false,
         )
         .unwrap();
         first.push(t.elapsed());
@@ -227,6 +228,7 @@ fn publish_bench(n: usize) {
             &devices,
             &healthy,
             UnhealthyPolicy::Taint,
+            false,
         )
         .unwrap();
         same.push(t.elapsed());
@@ -239,6 +241,7 @@ fn publish_bench(n: usize) {
             &devices,
             &sick,
             UnhealthyPolicy::Taint,
+            false,
         )
         .unwrap();
         changed.push(t.elapsed());

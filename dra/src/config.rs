@@ -170,6 +170,10 @@ pub struct DeviceConfig {
 pub struct Allowed {
     pub time_slicing: bool,
     pub mps: bool,
+    /// MPS shares by consumable capacity (KEP-5075, gate DRAConsumableCapacity): full GPUs are
+    /// published multi-allocatable with `threadPercentage` and `memory` capacities, and a share's
+    /// consumed capacity becomes its MPS limits.
+    pub consumable_mps: bool,
 }
 
 impl Default for Allowed {
@@ -177,6 +181,7 @@ impl Default for Allowed {
         Allowed {
             time_slicing: true,
             mps: true,
+            consumable_mps: false,
         }
     }
 }

@@ -116,7 +116,7 @@ fn refusals_name_the_problem() {
 fn disabled_strategy_is_refused() {
     let off = Allowed {
         time_slicing: false,
-        mps: true,
+        ..Allowed::default()
     };
     let err = decode(
         &json!({"apiVersion": API_VERSION, "kind": "GpuConfig", "sharing": {"strategy": "TimeSlicing"}}),

@@ -70,6 +70,9 @@ struct Cli {
     #[arg(long)]
     no_publish: bool,
     /// Sharing strategies allowed in claims (comma-separated: mps, time-slicing; `none`).
+    /// `consumable-mps` also publishes full GPUs as consumable capacity (KEP-5075, needs the
+    /// DRAConsumableCapacity gate: beta and on in 1.36): each share becomes an MPS claim with its
+    /// consumed `threadPercentage` and `memory` as limits.
     #[arg(long, value_delimiter = ',', default_value = "mps,time-slicing")]
     sharing: Vec<String>,
     /// MPS control binary; default <driver root>/usr/bin/nvidia-cuda-mps-control.
@@ -98,13 +101,17 @@ fn allowed(names: &[String]) -> Result<Allowed> {
     let mut a = Allowed {
         time_slicing: false,
         mps: false,
+        consumable_mps: false,
     };
     for n in names {
         match n.trim() {
             "mps" => a.mps = true,
             "time-slicing" => a.time_slicing = true,
+            "consumable-mps" => a.consumable_mps = true,
             "none" => {}
-            other => bail!("--sharing: unknown strategy {other:?} (mps, time-slicing or none)"),
+            other => bail!(
+                "--sharing: unknown strategy {other:?} (mps, time-slicing, consumable-mps or none)"
+            ),
         }
     }
     Ok(a)

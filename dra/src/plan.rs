@@ -89,6 +89,28 @@ pub fn mps_limits(settings: &MpsSettings, devs: &[&NodeDevice]) -> Result<ClaimM
     })
 }
 
+/// A consumable-capacity share (KEP-5075) without a sharing config: MPS limited to the capacity
+/// it consumed (`threadPercentage`, `memory`).
+fn share_mps(r: &AllocationResult, allowed: Allowed) -> Option<Sharing> {
+    let consumed = r.consumed_capacity.as_ref()?;
+    if !allowed.consumable_mps || r.share_id.is_none() {
+        return None;
+    }
+    let text = |k: &str| {
+        consumed.get(k).map(|v| match v {
+            serde_json::Value::String(s) => s.clone(),
+            other => other.to_string(),
+        })
+    };
+    let pct = text(crate::slices::THREAD_PERCENTAGE).and_then(|t| t.parse::<u32>().ok());
+    let mem = text("memory").and_then(|t| crate::quantity::parse_bytes(&t).ok());
+    Some(Sharing::Mps(MpsSettings {
+        active_thread_percentage: pct,
+        default_pinned_limit: mem,
+        per_device_pinned_limit: BTreeMap::new(),
+    }))
+}
+
 /// Plans `claim` for `driver` on the node whose pool is `pool`.
 pub fn plan<'a>(
     claim: &ResourceClaim,
@@ -123,7 +145,8 @@ pub fn plan<'a>(
         };
         let sharing = resolve::config_for(&configs, r, kind)
             .map_err(cfg_err)?
-            .and_then(|c| c.sharing.clone());
+            .and_then(|c| c.sharing.clone())
+            .or_else(|| share_mps(r, allowed));
         match sharing {
             Some(Sharing::TimeSlicing(i)) => out.time_slices.push((dev.uuid.clone(), i)),
             Some(Sharing::Mps(s)) => match &mut mps {

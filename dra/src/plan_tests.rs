@@ -127,3 +127,26 @@ fn uid_must_match() {
     .unwrap_err();
     assert!(err.to_string().contains("re-created"), "{err}");
 }
+
+/// KEP-5075: a share of a multi-allocatable GPU becomes MPS with the consumed capacity as limits.
+#[test]
+fn a_consumable_capacity_share_is_mps_with_its_consumption() {
+    let devs = catalogue(&inventory(), Path::new("/x"));
+    let mut v = claim("ns", "c", "u", "node-a", &[("gpu", "gpu-0")], vec![]);
+    v["status"]["allocation"]["devices"]["results"][0]["shareID"] = json!("7f1c");
+    v["status"]["allocation"]["devices"]["results"][0]["consumedCapacity"] =
+        json!({"threadPercentage": "30", "memory": "8Gi"});
+    let c = parse_claim(v, "ns", "c", "u").unwrap();
+    let on = Allowed {
+        consumable_mps: true,
+        ..Allowed::default()
+    };
+    let p = plan(&c, "gpu.nvidia.com", "node-a", &devs, on).unwrap();
+    let m = p.mps.unwrap();
+    assert_eq!(m.active_thread_percentage, 30);
+    assert_eq!(m.pinned_limits_mib, [Some(8192)]);
+    assert_eq!(p.devices[0].result.share_id.as_deref(), Some("7f1c"));
+    // Off: the share is prepared as the device, without MPS.
+    let p = plan(&c, "gpu.nvidia.com", "node-a", &devs, Allowed::default()).unwrap();
+    assert!(p.mps.is_none());
+}

@@ -32,7 +32,8 @@ fn generation(s: &Value) -> i64 {
         .unwrap_or(0)
 }
 
-/// Publishes `devices` (unhealthy ones by UUID → reason) as this node's slices.
+/// Publishes `devices` (unhealthy ones by UUID → reason) as this node's slices; `shared`:
+/// full GPUs as consumable capacity.
 pub fn publish(
     cluster: &dyn Cluster,
     driver: &str,
@@ -40,6 +41,7 @@ pub fn publish(
     devices: &[NodeDevice],
     unhealthy: &BTreeMap<String, String>,
     policy: UnhealthyPolicy,
+    shared: bool,
 ) -> Result<Published, DraError> {
     let existing: Vec<Value> = cluster
         .list_slices(node, driver)?
@@ -55,7 +57,7 @@ pub fn publish(
                 .map(|n| (n.to_string(), s))
         })
         .collect();
-    let same = slices::build(driver, node, devices, unhealthy, policy, current)?;
+    let same = slices::build(driver, node, devices, unhealthy, policy, shared, current)?;
     let unchanged = same.len() == by_name.len()
         && same.iter().all(|s| {
             let name = s.pointer("/metadata/name").and_then(Value::as_str);
@@ -70,7 +72,15 @@ pub fn publish(
         return Ok(out);
     }
     out.generation = current + 1;
-    let wanted = slices::build(driver, node, devices, unhealthy, policy, out.generation)?;
+    let wanted = slices::build(
+        driver,
+        node,
+        devices,
+        unhealthy,
+        policy,
+        shared,
+        out.generation,
+    )?;
     for mut s in wanted.iter().cloned() {
         let name = s
             .pointer("/metadata/name")

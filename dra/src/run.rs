@@ -61,6 +61,7 @@ fn publish_now(
         devices,
         unhealthy,
         policy,
+        opts.allowed.consumable_mps,
     ) {
         tracing::error!(error = %e, "cannot publish ResourceSlices; retrying later");
     }

@@ -95,13 +95,35 @@ pub fn check_device(d: &Value) -> Result<(), String> {
     Ok(())
 }
 
-/// One device as a ResourceSlice entry; `unhealthy` adds the taint.
-pub fn device_json(d: &NodeDevice, unhealthy: Option<&str>) -> Value {
+/// The capacity of an MPS share's thread percentage (consumable capacity).
+pub const THREAD_PERCENTAGE: &str = "threadPercentage";
+
+/// A full GPU shared by consumable capacity (KEP-5075): several claims may be allocated it, each
+/// consuming a thread percentage (1..100, default 10) and memory (1 MiB steps, default a tenth).
+fn consumable(d: &NodeDevice, v: &mut Value) {
+    let mib = 1u64 << 20;
+    let tenth = (d.memory_bytes / 10 / mib).max(1) * mib;
+    v["allowMultipleAllocations"] = json!(true);
+    v["capacity"] = json!({
+        "memory": { "value": d.memory_bytes.to_string(), "requestPolicy": {
+            "default": tenth.to_string(),
+            "validRange": { "min": mib.to_string(), "step": mib.to_string() } } },
+        THREAD_PERCENTAGE: { "value": "100", "requestPolicy": {
+            "default": "10", "validRange": { "min": "1", "max": "100", "step": "1" } } },
+    });
+}
+
+/// One device as a ResourceSlice entry; `unhealthy` adds the taint; `shared` publishes a full
+/// GPU as consumable capacity.
+pub fn device_json(d: &NodeDevice, unhealthy: Option<&str>, shared: bool) -> Value {
     let mut v = json!({
         "name": d.name,
         "attributes": d.attributes,
         "capacity": { "memory": { "value": d.memory_bytes.to_string() } },
     });
+    if shared && !d.is_mig() {
+        consumable(d, &mut v);
+    }
     if let Some(reason) = unhealthy {
         let value: String = reason
             .chars()
@@ -121,6 +143,7 @@ pub fn build(
     devices: &[NodeDevice],
     unhealthy: &BTreeMap<String, String>,
     policy: UnhealthyPolicy,
+    shared: bool,
     generation: i64,
 ) -> Result<Vec<Value>, DraError> {
     let mut entries = Vec::new();
@@ -131,7 +154,7 @@ pub fn build(
         if bad.is_some() && policy == UnhealthyPolicy::Withdraw {
             continue;
         }
-        let v = device_json(d, bad.map(String::as_str));
+        let v = device_json(d, bad.map(String::as_str), shared);
         check_device(&v).map_err(|message| DraError::Slice {
             name: node.to_string(),
             message,

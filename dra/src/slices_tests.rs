@@ -28,6 +28,7 @@ fn one_pool_split_at_128_devices() {
         &devices(200),
         &BTreeMap::new(),
         UnhealthyPolicy::Taint,
+        false,
         3,
     )
     .unwrap();
@@ -53,6 +54,7 @@ fn tainted_slices_hold_at_most_64() {
         &devices(100),
         &bad,
         UnhealthyPolicy::Taint,
+        false,
         1,
     )
     .unwrap();
@@ -71,6 +73,7 @@ fn tainted_slices_hold_at_most_64() {
         &devices(100),
         &bad,
         UnhealthyPolicy::Withdraw,
+        false,
         1,
     )
     .unwrap();
@@ -91,6 +94,7 @@ fn limits_are_checked() {
         &d,
         &BTreeMap::new(),
         UnhealthyPolicy::Taint,
+        false,
         1,
     )
     .unwrap_err();
@@ -106,6 +110,7 @@ fn limits_are_checked() {
         &d,
         &BTreeMap::new(),
         UnhealthyPolicy::Taint,
+        false,
         1,
     )
     .unwrap_err();
@@ -115,4 +120,31 @@ fn limits_are_checked() {
     assert!(!valid_qualified_name(&"a".repeat(33)));
     assert!(slice_name(&"n".repeat(250), "gpu.nvidia.com", 0).is_err());
     let _ = gpu_uuid(0);
+}
+
+/// KEP-5075: full GPUs multi-allocatable with thread and memory capacities; MIG devices not.
+#[test]
+fn consumable_capacity_for_full_gpus() {
+    let devs = crate::devices::catalogue(&inventory(), Path::new("/nonexistent"));
+    let s = build(
+        "gpu.nvidia.com",
+        "n",
+        &devs,
+        &BTreeMap::new(),
+        UnhealthyPolicy::Taint,
+        true,
+        1,
+    )
+    .unwrap();
+    let d = &s[0]["spec"]["devices"];
+    assert_eq!(d[0]["allowMultipleAllocations"], true);
+    assert_eq!(
+        d[0]["capacity"][THREAD_PERCENTAGE]["requestPolicy"]["validRange"]["max"],
+        "100"
+    );
+    assert_eq!(
+        d[0]["capacity"]["memory"]["requestPolicy"]["validRange"]["step"],
+        (1u64 << 20).to_string()
+    );
+    assert!(d[1]["allowMultipleAllocations"].is_null());
 }

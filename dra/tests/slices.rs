@@ -88,3 +88,31 @@ async fn slices_and_health() {
     assert_eq!(api.state.lock().unwrap().refused, []);
     p.stop().await;
 }
+
+/// KEP-5075 slices (multi-allocatable GPUs with request policies) pass the same validation.
+#[test]
+fn consumable_capacity_slices_pass_validation() {
+    use gpuhook_dra::slices::{build, UnhealthyPolicy};
+    let devs = gpuhook_dra::devices::catalogue(
+        &gpuhook_dra::testkit::inventory(),
+        std::path::Path::new("/nonexistent"),
+    );
+    let unhealthy = std::collections::BTreeMap::new();
+    let slices = build(
+        "gpu.nvidia.com",
+        NODE,
+        &devs,
+        &unhealthy,
+        UnhealthyPolicy::Taint,
+        true,
+        1,
+    )
+    .unwrap();
+    for s in &slices {
+        apiserver::validate_slice(s, NODE).unwrap();
+    }
+    assert_eq!(
+        slices[0]["spec"]["devices"][0]["allowMultipleAllocations"],
+        true
+    );
+}
