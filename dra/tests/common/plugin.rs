@@ -37,6 +37,16 @@ pub fn plugin(dir: &Path, api: &ApiServer) -> Running {
 
 /// The plugin with `control_binary` as nvidia-cuda-mps-control.
 pub fn plugin_with(dir: &Path, api: &ApiServer, control_binary: &Path) -> Running {
+    plugin_full(dir, api, control_binary, None)
+}
+
+/// The plugin with `control_binary` and the health monitor on NVML `nvml` (driver root, library).
+pub fn plugin_full(
+    dir: &Path,
+    api: &ApiServer,
+    control_binary: &Path,
+    nvml: Option<(PathBuf, Option<PathBuf>)>,
+) -> Running {
     let opts = DriverOptions {
         driver: "gpu.nvidia.com".into(),
         node: NODE.into(),
@@ -65,7 +75,7 @@ pub fn plugin_with(dir: &Path, api: &ApiServer, control_binary: &Path) -> Runnin
         unhealthy: UnhealthyPolicy::Taint,
         republish: Duration::from_secs(3600),
         health_service: true,
-        nvml: None,
+        nvml,
     };
     let cluster = Arc::new(HttpCluster::plain(&api.url).unwrap());
     start(opts, run, inventory(), cluster, Arc::new(Slicer)).unwrap()
