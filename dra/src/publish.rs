@@ -32,6 +32,16 @@ fn generation(s: &Value) -> i64 {
         .unwrap_or(0)
 }
 
+/// Whether `wanted` (at the current generation) is exactly what is published.
+fn same_content(wanted: &[Value], by_name: &BTreeMap<String, &Value>) -> bool {
+    wanted.len() == by_name.len()
+        && wanted.iter().all(|s| {
+            let name = s.pointer("/metadata/name").and_then(Value::as_str);
+            name.and_then(|n| by_name.get(n))
+                .is_some_and(|old| slices::content(old) == slices::content(s))
+        })
+}
+
 /// Publishes `devices` (unhealthy ones by UUID → reason) as this node's slices; `shared`:
 /// full GPUs as consumable capacity.
 pub fn publish(
@@ -58,12 +68,7 @@ pub fn publish(
         })
         .collect();
     let same = slices::build(driver, node, devices, unhealthy, policy, shared, current)?;
-    let unchanged = same.len() == by_name.len()
-        && same.iter().all(|s| {
-            let name = s.pointer("/metadata/name").and_then(Value::as_str);
-            name.and_then(|n| by_name.get(n))
-                .is_some_and(|old| slices::content(old) == slices::content(s))
-        });
+    let unchanged = same_content(&same, &by_name);
     let mut out = Published {
         generation: current,
         ..Default::default()

@@ -60,10 +60,17 @@ fn gpu0_tainted(api: &ApiServer) -> bool {
 #[tokio::test]
 async fn a_critical_xid_taints_the_device_and_reaches_the_health_stream() {
     let files = tempfile::tempdir().unwrap();
-    let Some(lib) = mock_nvml(files.path()) else { return };
+    let Some(lib) = mock_nvml(files.path()) else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     let api = ApiServer::start(NODE);
-    let p = plugin_full(dir.path(), &api, Path::new("/nonexistent"), Some((files.path().into(), Some(lib))));
+    let p = plugin_full(
+        dir.path(),
+        &api,
+        Path::new("/nonexistent"),
+        Some((files.path().into(), Some(lib))),
+    );
     wait_for("slices", || !api.slices().is_empty()).await;
     assert!(!gpu0_tainted(&api));
     let k = kubelet::register(&dir.path().join("plugins_registry"), "gpu.nvidia.com").await;
@@ -79,7 +86,11 @@ async fn a_critical_xid_taints_the_device_and_reaches_the_health_stream() {
     wait_for("tainted gpu-0", || gpu0_tainted(&api)).await;
     loop {
         let r = stream.message().await.unwrap().unwrap();
-        let d = r.devices.iter().find(|d| d.device.as_ref().unwrap().device_name == "gpu-0").unwrap();
+        let d = r
+            .devices
+            .iter()
+            .find(|d| d.device.as_ref().unwrap().device_name == "gpu-0")
+            .unwrap();
         if d.health == api::HealthStatus::Unhealthy as i32 {
             assert!(d.message.contains("48"), "{}", d.message);
             break;
