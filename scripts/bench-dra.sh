@@ -5,7 +5,8 @@
 set -eu
 cd "$(dirname "$0")/.."
 profile="${BENCH_PROFILE:-release}"
-cargo build --profile "$profile" -p gpuhook-sim-mps-control -p gpuhook-dra --example dra-bench
+cargo build --profile "$profile" -p gpuhook-sim-mps-control --bins
+cargo build --profile "$profile" -p gpuhook-dra --example dra-bench
 dir=target/$profile
 [ "$profile" = dev ] && dir=target/debug
 GPUHOOK_SIM_MPS_CONTROL="$PWD/$dir/sim-nvidia-cuda-mps-control" "$dir/examples/dra-bench" "${1:-200}"
