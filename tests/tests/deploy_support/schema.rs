@@ -10,6 +10,17 @@ use super::{root, yaml_docs};
 /// Oldest and newest Kubernetes versions the manifests are validated against. The newest is the
 /// newest schema bundled by the pinned validator (`kubernetes-validate==1.37.0` in `.ci/run`).
 const K8S_VERSIONS: [&str; 2] = ["1.28.0", "1.37.0"];
+/// The DRA bundle (`deploy/kubernetes/dra`, `examples/dra`) needs resource.k8s.io/v1 (1.34+):
+/// it is validated against these instead.
+const DRA_K8S_VERSIONS: [&str; 2] = ["1.34.0", "1.37.0"];
+
+/// Whether `file` (a manifest or a rendered kustomization) belongs to the DRA bundle.
+fn is_dra(file: &Path) -> bool {
+    file.components().any(|c| c.as_os_str() == "dra")
+        || file
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().contains("-dra-"))
+}
 
 /// Whether `file` is a partial object that its directory's kustomization patches in (validated
 /// as part of the rendering only).
@@ -56,20 +67,29 @@ fn kubernetes_manifests_pass_schema_validation() {
     let mut files = k8s_manifests();
     let rendered = tempfile::tempdir().expect("tempdir");
     for (i, dir) in super::bundle::kustomizations().iter().enumerate() {
-        let path = rendered.path().join(format!("rendered-{i}.yaml"));
+        let dra = if is_dra(dir) { "-dra" } else { "" };
+        let path = rendered.path().join(format!("rendered{dra}-{i}.yaml"));
         std::fs::write(&path, super::bundle::render(dir)).expect("write rendered bundle");
         files.push(path);
     }
+    let (dra_files, files): (Vec<PathBuf>, Vec<PathBuf>) =
+        files.into_iter().partition(|f| is_dra(f));
+    validate(&files, &K8S_VERSIONS, 2 * 9);
+    validate(&dra_files, &DRA_K8S_VERSIONS, 2 * 5);
+}
+
+/// Validates `files` against each of `versions`; at least `min_docs` documents.
+fn validate(files: &[PathBuf], versions: &[&str], min_docs: usize) {
     let docs: usize = files.iter().map(|f| yaml_docs(f).len()).sum();
     assert!(
-        docs >= 2 * 9,
+        docs >= min_docs,
         "expected the files and the example's rendering: ConfigMap, Namespace, 2 ServiceAccounts, \
          3 DaemonSets, RuntimeClass"
     );
-    for version in K8S_VERSIONS {
+    for version in versions {
         let out = Command::new("kubernetes-validate")
             .args(["--strict", "-k", version])
-            .args(&files)
+            .args(files)
             .output()
             .expect("run kubernetes-validate");
         let text = format!(

@@ -1,0 +1,291 @@
+//! Preparing and unpreparing claims: the state behind `NodePrepareResources` and
+//! `NodeUnprepareResources`. Each claim is handled under its own lock (different claims run
+//! concurrently, the same claim never twice at once); the checkpoint records it before any
+//! change, so a crash at any step is rolled back at the next call (dra-facts §5).
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use gpuhook_node::Inventory;
+
+use crate::cdi_claim::{self, ClaimCdi};
+use crate::checkpoint::{Checkpoint, ClaimEntry, ClaimState, PreparedDevice};
+use crate::claim::parse_claim;
+use crate::config::Allowed;
+use crate::devices::NodeDevice;
+use crate::error::DraError;
+use crate::kube::Cluster;
+use crate::mps::{self, MpsDaemon, MpsOptions};
+use crate::plan::{self, ClaimPlan};
+use crate::timeslice::TimeSlicer;
+
+/// The driver's settings.
+#[derive(Debug, Clone)]
+pub struct DriverOptions {
+    /// `gpu.nvidia.com`.
+    pub driver: String,
+    /// This node's name = its pool name.
+    pub node: String,
+    pub checkpoint: PathBuf,
+    pub cdi: ClaimCdi,
+    pub mps: MpsOptions,
+    pub allowed: Allowed,
+}
+
+/// The node side of the DRA driver.
+#[derive(Debug)]
+pub struct Driver {
+    opts: DriverOptions,
+    inventory: Arc<Inventory>,
+    devices: Vec<NodeDevice>,
+    cluster: Arc<dyn Cluster>,
+    slicer: Arc<dyn TimeSlicer>,
+    checkpoint: Mutex<Checkpoint>,
+    locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    daemons: tokio::sync::Mutex<HashMap<String, MpsDaemon>>,
+}
+
+/// One claim as the kubelet names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimRef {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+}
+
+/// What the kubelet is told about each device of `plan` (CDI IDs are known before the spec
+/// exists: they are derived from the claim UID and the device name).
+fn prepared_devices(uid: &str, plan: &ClaimPlan<'_>) -> Vec<PreparedDevice> {
+    plan.devices
+        .iter()
+        .map(|p| PreparedDevice {
+            requests: vec![p.result.request.clone()],
+            pool: p.result.pool.clone(),
+            device: p.device.name.clone(),
+            cdi_device_ids: vec![cdi_claim::device_id(uid, &p.device.name)],
+            share_id: p.result.share_id.clone(),
+        })
+        .collect()
+}
+
+impl Driver {
+    pub fn new(
+        opts: DriverOptions,
+        inventory: Arc<Inventory>,
+        devices: Vec<NodeDevice>,
+        cluster: Arc<dyn Cluster>,
+        slicer: Arc<dyn TimeSlicer>,
+        checkpoint: Checkpoint,
+    ) -> Self {
+        Driver {
+            opts,
+            inventory,
+            devices,
+            cluster,
+            slicer,
+            checkpoint: Mutex::new(checkpoint),
+            locks: Mutex::new(HashMap::new()),
+            daemons: tokio::sync::Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn devices(&self) -> &[NodeDevice] {
+        &self.devices
+    }
+
+    pub fn options(&self) -> &DriverOptions {
+        &self.opts
+    }
+
+    pub fn inventory(&self) -> &Inventory {
+        &self.inventory
+    }
+
+    fn lock_of(&self, uid: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self.locks.lock().unwrap_or_else(|p| p.into_inner());
+        locks.entry(uid.to_string()).or_default().clone()
+    }
+
+    fn entry(&self, uid: &str) -> Option<ClaimEntry> {
+        let cp = self.checkpoint.lock().unwrap_or_else(|p| p.into_inner());
+        cp.get(uid).cloned()
+    }
+
+    fn record(&self, uid: &str, entry: Option<ClaimEntry>) -> Result<(), DraError> {
+        let mut cp = self.checkpoint.lock().unwrap_or_else(|p| p.into_inner());
+        match entry {
+            Some(e) => cp.put(uid, e),
+            None => cp.remove(uid),
+        }
+    }
+
+    /// Prepares `claim`: its devices with their CDI IDs (the same answer again when it is
+    /// already prepared).
+    pub async fn prepare(&self, claim: &ClaimRef) -> Result<Vec<PreparedDevice>, DraError> {
+        let lock = self.lock_of(&claim.uid);
+        let _held = lock.lock().await;
+        match self.entry(&claim.uid) {
+            Some(e) if e.state == ClaimState::PrepareCompleted => return Ok(e.devices),
+            Some(e) => {
+                tracing::info!(claim = %claim.uid, "rolling back an unfinished preparation");
+                self.undo(&claim.uid, &e).await?;
+                self.record(&claim.uid, None)?;
+            }
+            None => {}
+        }
+        let cluster = self.cluster.clone();
+        let (ns, name) = (claim.namespace.clone(), claim.name.clone());
+        let value = tokio::task::spawn_blocking(move || cluster.get_claim(&ns, &name))
+            .await
+            .map_err(|e| DraError::Mps {
+                claim: claim.uid.clone(),
+                message: e.to_string(),
+            })??;
+        let rc = parse_claim(value, &claim.namespace, &claim.name, &claim.uid)?;
+        let plan = plan::plan(
+            &rc,
+            &self.opts.driver,
+            &self.opts.node,
+            &self.devices,
+            self.opts.allowed,
+        )?;
+        let mps_dir = plan
+            .mps
+            .as_ref()
+            .map(|_| mps::claim_layout(&self.opts.mps.root, &claim.uid).dir);
+        let mut entry = ClaimEntry {
+            state: ClaimState::PrepareStarted,
+            namespace: claim.namespace.clone(),
+            name: claim.name.clone(),
+            devices: prepared_devices(&claim.uid, &plan),
+            mps_dir,
+        };
+        self.reserve(claim, &plan, entry.clone())?;
+        match self.apply(claim, &plan).await {
+            Ok(()) => {
+                entry.state = ClaimState::PrepareCompleted;
+                let devices = entry.devices.clone();
+                self.record(&claim.uid, Some(entry))?;
+                Ok(devices)
+            }
+            Err(e) => {
+                if let Err(u) = self.undo(&claim.uid, &entry).await {
+                    tracing::warn!(claim = %claim.uid, error = %u, "rollback incomplete");
+                } else {
+                    self.record(&claim.uid, None)?;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Checks that no other prepared claim holds the plan's devices and records the claim as
+    /// started, under one lock (two claims for one device never both pass).
+    fn reserve(
+        &self,
+        claim: &ClaimRef,
+        plan: &ClaimPlan<'_>,
+        entry: ClaimEntry,
+    ) -> Result<(), DraError> {
+        let mut cp = self.checkpoint.lock().unwrap_or_else(|p| p.into_inner());
+        let busy = plan::busy(cp.claims(), &claim.uid);
+        for p in &plan.devices {
+            let shared = p.result.admin_access == Some(true) || p.result.share_id.is_some();
+            if let Some(other) = busy.get(&p.device.name).filter(|_| !shared) {
+                return Err(DraError::DeviceBusy {
+                    claim: format!("{}/{}", claim.namespace, claim.name),
+                    device: p.device.name.clone(),
+                    other: other.clone(),
+                });
+            }
+        }
+        cp.put(&claim.uid, entry)
+    }
+
+    async fn apply(&self, claim: &ClaimRef, plan: &ClaimPlan<'_>) -> Result<(), DraError> {
+        let key = format!("{}/{}", claim.namespace, claim.name);
+        for (uuid, interval) in &plan.time_slices {
+            let (slicer, u, i) = (self.slicer.clone(), uuid.clone(), *interval);
+            let res = tokio::task::spawn_blocking(move || slicer.set(&u, i))
+                .await
+                .unwrap_or_else(|e| Err(e.to_string()));
+            res.map_err(|message| DraError::TimeSlice {
+                claim: key.clone(),
+                uuid: uuid.clone(),
+                interval: format!("{interval:?}"),
+                message,
+            })?;
+        }
+        let mut pipe = None;
+        if let Some(want) = &plan.mps {
+            let d = MpsDaemon::start(&self.opts.mps, &claim.uid, want)
+                .await
+                .map_err(|message| DraError::Mps {
+                    claim: key.clone(),
+                    message,
+                })?;
+            pipe = Some(d.layout.pipe.clone());
+            self.daemons.lock().await.insert(claim.uid.clone(), d);
+        }
+        let devs: Vec<&NodeDevice> = plan.devices.iter().map(|p| p.device).collect();
+        let cdi_err = |source| DraError::Cdi {
+            claim: key.clone(),
+            source,
+        };
+        let spec = self
+            .opts
+            .cdi
+            .spec(&self.inventory, &claim.uid, &devs, pipe.as_deref())
+            .map_err(cdi_err)?;
+        self.opts.cdi.write(&claim.uid, &spec).map_err(cdi_err)?;
+        Ok(())
+    }
+
+    /// Undoes whatever of claim `uid` exists: its MPS daemon, its CDI spec.
+    async fn undo(&self, uid: &str, entry: &ClaimEntry) -> Result<(), DraError> {
+        let grace = self.opts.mps.command_timeout;
+        if let Some(d) = self.daemons.lock().await.remove(uid) {
+            d.stop(grace).await;
+        } else if entry.mps_dir.is_some() {
+            mps::stop_stale(&self.opts.mps.root, uid, grace).await;
+        }
+        self.opts
+            .cdi
+            .remove(uid)
+            .map_err(|source| DraError::Remove {
+                path: cdi_claim::spec_path(&self.opts.cdi.dir, uid),
+                source,
+            })
+    }
+
+    /// Unprepares claim `uid` (nothing to do when it is not prepared).
+    pub async fn unprepare(&self, uid: &str) -> Result<(), DraError> {
+        let lock = self.lock_of(uid);
+        let _held = lock.lock().await;
+        if let Some(e) = self.entry(uid) {
+            self.undo(uid, &e).await?;
+            self.record(uid, None)?;
+        }
+        self.locks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(uid);
+        Ok(())
+    }
+
+    /// Shutdown: the MPS daemons of prepared claims keep running for their containers (they
+    /// lead their own process groups); the checkpoint and each daemon's identity record let the
+    /// next run stop them at unprepare.
+    pub async fn shutdown(&self) {
+        let mut daemons = self.daemons.lock().await;
+        for (uid, d) in daemons.drain() {
+            tracing::info!(claim = %uid, "leaving the claim's MPS daemon to the next run");
+            std::mem::forget(d);
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "driver_tests.rs"]
+mod tests;

@@ -1,0 +1,180 @@
+//! One MPS control daemon per claim, through gpu-mps-daemon's building blocks (`ControlEnv`,
+//! `DaemonProc`, the layout): the claim's limits are in the daemon's environment from its first
+//! moment and are read back before `NodePrepareResources` answers, so no client of the claim
+//! can connect before they are in force (NVIDIA's driver starts a Deployment and waits for its
+//! pod to be Ready, with no such guarantee; dra-facts §5).
+//!
+//! Layout: `<state dir>/mps/<claim UID>/{pipe,log}`; the pipe dir is bind-mounted at
+//! `/tmp/nvidia-mps` in the claim's containers (its CDI spec). The daemon gets
+//! `CUDA_VISIBLE_DEVICES=<uuids of the claim's devices>`,
+//! `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` and `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=<n>M,1=<m>M,…`.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use gpu_mps_daemon::control::{parse_mem_limit_mib, parse_percentage, ControlEnv};
+use gpu_mps_daemon::daemon_proc::{self, DaemonProc};
+use gpu_mps_daemon::layout::{CreatedDirs, GpuLayout};
+use gpu_mps_daemon::plan::{GpuPlan, MAX_SOCKET_PATH};
+
+/// How claim daemons are run.
+#[derive(Debug, Clone)]
+pub struct MpsOptions {
+    /// `<state dir>/mps`.
+    pub root: PathBuf,
+    pub driver_root: PathBuf,
+    pub control_binary: PathBuf,
+    pub start_timeout: Duration,
+    pub command_timeout: Duration,
+}
+
+/// What one claim's daemon enforces, per device in `CUDA_VISIBLE_DEVICES` order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimMps {
+    pub uuids: Vec<String>,
+    pub active_thread_percentage: u32,
+    /// Pinned-memory limit of each device (same order as `uuids`), in MiB.
+    pub pinned_limits_mib: Vec<Option<u64>>,
+}
+
+/// A running claim daemon.
+#[derive(Debug)]
+pub struct MpsDaemon {
+    pub layout: GpuLayout,
+    proc: DaemonProc,
+    dirs: CreatedDirs,
+}
+
+/// The layout of claim `uid`.
+pub fn claim_layout(root: &Path, uid: &str) -> GpuLayout {
+    GpuLayout::new(root, uid)
+}
+
+fn env(opts: &MpsOptions, layout: &GpuLayout, want: &ClaimMps) -> ControlEnv {
+    let plan = GpuPlan {
+        index: 0,
+        uuid: want.uuids.join(","),
+        resource: "gpu.nvidia.com".into(),
+        replicas: 1,
+        memory_mib: 0,
+        active_thread_percentage: want.active_thread_percentage,
+        pinned_memory_limit_mib: None,
+        shm_size: None,
+        driver_root: opts.driver_root.clone(),
+        control_binary: opts.control_binary.clone(),
+        shares: Vec::new(),
+    };
+    let mut env = ControlEnv::new(&plan, layout, None);
+    let limits: Vec<String> = want
+        .pinned_limits_mib
+        .iter()
+        .enumerate()
+        .filter_map(|(i, m)| m.map(|m| format!("{i}={m}M")))
+        .collect();
+    if !limits.is_empty() {
+        env.daemon_envs.push((
+            "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT".into(),
+            OsString::from(limits.join(",")),
+        ));
+    }
+    env
+}
+
+/// Reads the daemon's defaults back; a description of the difference, if any.
+async fn check(env: &ControlEnv, want: &ClaimMps, to: Duration) -> Result<(), String> {
+    let mut cmd = vec!["get_default_active_thread_percentage".to_string()];
+    let limited: Vec<(usize, u64)> = want
+        .pinned_limits_mib
+        .iter()
+        .enumerate()
+        .filter_map(|(i, m)| m.map(|m| (i, m)))
+        .collect();
+    for (i, _) in &limited {
+        cmd.push(format!("get_default_device_pinned_mem_limit {i}"));
+    }
+    let reply = env
+        .send(&cmd.join("\n"), to)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut lines = reply.lines().map(str::trim).filter(|l| !l.is_empty());
+    let pct = lines.next().and_then(parse_percentage);
+    if pct.is_none_or(|p| (p - f64::from(want.active_thread_percentage)).abs() > 0.5) {
+        return Err(format!(
+            "active thread percentage read back as {pct:?}, want {}",
+            want.active_thread_percentage
+        ));
+    }
+    for (i, m) in limited {
+        let got = lines.next().and_then(parse_mem_limit_mib);
+        if got != Some(m) {
+            return Err(format!(
+                "device {i} pinned memory limit read back as {got:?} MiB, want {m} MiB"
+            ));
+        }
+    }
+    Ok(())
+}
+
+impl MpsDaemon {
+    /// Starts claim `uid`'s daemon and returns once its limits read back as `want`. On error
+    /// nothing is left running and the claim's dirs are removed.
+    pub async fn start(opts: &MpsOptions, uid: &str, want: &ClaimMps) -> Result<Self, String> {
+        let layout = claim_layout(&opts.root, uid);
+        let sock = layout.control_socket();
+        if sock.as_os_str().len() > MAX_SOCKET_PATH {
+            return Err(format!(
+                "control socket path {} is longer than {MAX_SOCKET_PATH} bytes (shorten --state-dir)",
+                sock.display()
+            ));
+        }
+        let mut dirs = CreatedDirs::default();
+        let made = dirs
+            .ensure(&layout.pipe, 0o755)
+            .and_then(|()| dirs.ensure(&layout.log, 0o755));
+        if let Err(e) = made {
+            dirs.remove_all();
+            return Err(e.to_string());
+        }
+        let env = env(opts, &layout, want);
+        let proc = match DaemonProc::start(&env, &layout, opts.start_timeout).await {
+            Ok(p) => p,
+            Err(e) => {
+                dirs.remove_all();
+                return Err(e.to_string());
+            }
+        };
+        let daemon = MpsDaemon { layout, proc, dirs };
+        if let Err(e) = check(&env, want, opts.command_timeout).await {
+            daemon.stop(opts.command_timeout).await;
+            return Err(format!("limits not in force: {e}"));
+        }
+        tracing::info!(claim = uid, devices = %want.uuids.join(","), threads = want.active_thread_percentage, "MPS control daemon ready");
+        Ok(daemon)
+    }
+
+    /// Stops the daemon and removes the claim's dirs.
+    pub async fn stop(self, grace: Duration) {
+        let MpsDaemon {
+            layout,
+            proc,
+            mut dirs,
+        } = self;
+        proc.stop(grace).await;
+        for e in dirs.remove_all() {
+            tracing::warn!(dir = %layout.dir.display(), error = %e, "MPS dir left behind");
+        }
+    }
+}
+
+/// Stops the daemon of claim `uid` left by an earlier run of the plugin (from its record) and
+/// removes the claim's dir.
+pub async fn stop_stale(root: &Path, uid: &str, grace: Duration) {
+    let layout = claim_layout(root, uid);
+    daemon_proc::stop_stale(&layout, uid, grace).await;
+    if let Err(e) = std::fs::remove_dir_all(&layout.dir) {
+        if e.kind() != std::io::ErrorKind::NotFound {
+            tracing::warn!(dir = %layout.dir.display(), error = %e, "MPS dir left behind");
+        }
+    }
+}

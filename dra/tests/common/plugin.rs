@@ -1,0 +1,100 @@
+//! The plugin in-process on a temp dir, with a time slicer that refuses `Long`.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use gpuhook_dra::cdi_claim::ClaimCdi;
+use gpuhook_dra::config::{Allowed, Interval};
+use gpuhook_dra::driver::DriverOptions;
+use gpuhook_dra::kube::HttpCluster;
+use gpuhook_dra::mps::MpsOptions;
+use gpuhook_dra::run::{start, RunOptions, Running};
+use gpuhook_dra::server::Sockets;
+use gpuhook_dra::slices::UnhealthyPolicy;
+use gpuhook_dra::testkit::inventory;
+use gpuhook_dra::timeslice::TimeSlicer;
+
+use super::apiserver::ApiServer;
+
+pub const NODE: &str = "node-a";
+
+#[derive(Debug)]
+pub struct Slicer;
+impl TimeSlicer for Slicer {
+    fn set(&self, _: &str, i: Interval) -> Result<(), String> {
+        match i {
+            Interval::Long => Err("Not Supported".into()),
+            _ => Ok(()),
+        }
+    }
+}
+
+pub fn plugin(dir: &Path, api: &ApiServer) -> Running {
+    plugin_with(dir, api, Path::new("/nonexistent"))
+}
+
+/// The plugin with `control_binary` as nvidia-cuda-mps-control.
+pub fn plugin_with(dir: &Path, api: &ApiServer, control_binary: &Path) -> Running {
+    plugin_full(dir, api, control_binary, None)
+}
+
+/// The plugin with `control_binary` and the health monitor on NVML `nvml` (driver root, library).
+pub fn plugin_full(
+    dir: &Path,
+    api: &ApiServer,
+    control_binary: &Path,
+    nvml: Option<(PathBuf, Option<PathBuf>)>,
+) -> Running {
+    let opts = DriverOptions {
+        driver: "gpu.nvidia.com".into(),
+        node: NODE.into(),
+        checkpoint: dir.join("plugin/checkpoint.json"),
+        cdi: ClaimCdi {
+            dir: dir.join("cdi"),
+            edit_options: gpuhook_cdi::EditOptions::new("/usr/bin/gpuhook"),
+            capabilities: [gpuhook_node::Capability::Compute].into(),
+        },
+        mps: MpsOptions {
+            root: dir.join("plugin/mps"),
+            driver_root: "/".into(),
+            control_binary: control_binary.to_path_buf(),
+            start_timeout: Duration::from_secs(2),
+            command_timeout: Duration::from_secs(2),
+        },
+        allowed: Allowed::default(),
+    };
+    let run = RunOptions {
+        sockets: Sockets {
+            registry_dir: dir.join("plugins_registry"),
+            plugin_dir: dir.join("plugin"),
+        },
+        sys_root: dir.join("sys-root"),
+        publish: true,
+        unhealthy: UnhealthyPolicy::Taint,
+        republish: Duration::from_secs(3600),
+        health_service: true,
+        nvml,
+    };
+    let cluster = Arc::new(HttpCluster::plain(&api.url).unwrap());
+    start(opts, run, inventory(), cluster, Arc::new(Slicer)).unwrap()
+}
+
+pub fn specs(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir.join("cdi"))
+        .map(|d| d.map(|e| e.unwrap().path()).collect())
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+pub async fn wait_for<F: Fn() -> bool>(what: &str, f: F) {
+    for _ in 0..500 {
+        if f() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
