@@ -19,15 +19,23 @@ use crate::reconcile::{Reconciler, Settings};
 /// mig-parted config file, pausing and restoring the GPU clients, and reports
 /// nvidia.com/mig.config.state.
 #[derive(Debug, Parser)]
-#[command(name = "gpuhook-mig-manager", version, after_help = "Examples:\n  \
+#[command(
+    name = "gpuhook-mig-manager",
+    version,
+    after_help = "Examples:\n  \
     gpuhook-mig-manager --node-name $NODE_NAME --config-file /mig-parted-config/config.yaml \\\n      \
-    --driver-root /driver-root --cdi-refresh /opt/gpuhook/bin/gpuhook --cdi-refresh-arg cdi --cdi-refresh-arg generate")]
+    --driver-root /driver-root --cdi-refresh /opt/gpuhook/bin/gpuhook --cdi-refresh-arg cdi --cdi-refresh-arg generate"
+)]
 pub struct Args {
     /// This node's name (the pod's spec.nodeName through the downward API)
     #[arg(long, env = "NODE_NAME")]
     pub node_name: String,
     /// The mig-parted config file (a mounted ConfigMap key), re-read at every run
-    #[arg(long, env = "CONFIG_FILE", default_value = "/mig-parted-config/config.yaml")]
+    #[arg(
+        long,
+        env = "CONFIG_FILE",
+        default_value = "/mig-parted-config/config.yaml"
+    )]
     pub config_file: PathBuf,
     /// The driver root: NVML is loaded from it only
     #[arg(long, default_value = "/")]
@@ -129,8 +137,7 @@ pub fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .init();
     match args.agent() {

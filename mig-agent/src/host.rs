@@ -62,12 +62,25 @@ impl Argv {
             .env_clear()
             .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
             .output()
-            .map_err(|e| HostError(format!("{what}: cannot run {}: {e}", self.program.display())))?;
+            .map_err(|e| {
+                HostError(format!(
+                    "{what}: cannot run {}: {e}",
+                    self.program.display()
+                ))
+            })?;
         if out.status.success() {
             return Ok(());
         }
         let err = String::from_utf8_lossy(&out.stderr);
-        let tail: String = err.trim().chars().rev().take(400).collect::<Vec<_>>().into_iter().rev().collect();
+        let tail: String = err
+            .trim()
+            .chars()
+            .rev()
+            .take(400)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect();
         Err(HostError(format!(
             "{what}: {} {} exited with {}: {tail}",
             self.program.display(),

@@ -104,7 +104,11 @@ pub const CLIENTS: &[GpuClient] = &[
     },
     GpuClient {
         label: "nvidia.com/gpu.deploy.mps-daemon",
-        processes: &["gpu-mps-daemon", "nvidia-cuda-mps-control", "nvidia-cuda-mps-server"],
+        processes: &[
+            "gpu-mps-daemon",
+            "nvidia-cuda-mps-control",
+            "nvidia-cuda-mps-server",
+        ],
         gpu_scoped: true,
     },
 ];
@@ -149,7 +153,12 @@ impl Pause {
         let map: serde_json::Map<String, serde_json::Value> = self
             .previous
             .iter()
-            .map(|(k, v)| (k.clone(), v.clone().map_or(serde_json::Value::Null, Into::into)))
+            .map(|(k, v)| {
+                (
+                    k.clone(),
+                    v.clone().map_or(serde_json::Value::Null, Into::into),
+                )
+            })
             .collect();
         serde_json::Value::Object(map).to_string()
     }

@@ -7,8 +7,8 @@ use std::io::Read;
 use std::path::PathBuf;
 
 use gpuhook_mig::{
-    apply, assert_applied, entry_matches, ApplyOptions, GpuStatus, MigBackend, MigConfigFile, MigConfigSpec,
-    NoHolders, NvmlBackend, Outcome, MAX_CONFIG_BYTES,
+    apply, assert_applied, entry_matches, ApplyOptions, GpuStatus, MigBackend, MigConfigFile,
+    MigConfigSpec, NoHolders, NvmlBackend, Outcome, MAX_CONFIG_BYTES,
 };
 use gpuhook_node::{Nvml, NvmlLocation};
 
@@ -58,13 +58,22 @@ fn err(e: impl std::fmt::Display) -> LayoutError {
 impl MigParted {
     fn entries(&self, name: &str) -> Result<Vec<MigConfigSpec>, LayoutError> {
         let path = &self.config_file;
-        let f = std::fs::File::open(path)
-            .map_err(|e| err(format!("cannot read MIG config file {}: {e}", path.display())))?;
+        let f = std::fs::File::open(path).map_err(|e| {
+            err(format!(
+                "cannot read MIG config file {}: {e}",
+                path.display()
+            ))
+        })?;
         let mut bytes = Vec::new();
         let limit = u64::try_from(MAX_CONFIG_BYTES).unwrap_or(u64::MAX);
         f.take(limit.saturating_add(1))
             .read_to_end(&mut bytes)
-            .map_err(|e| err(format!("cannot read MIG config file {}: {e}", path.display())))?;
+            .map_err(|e| {
+                err(format!(
+                    "cannot read MIG config file {}: {e}",
+                    path.display()
+                ))
+            })?;
         let file = MigConfigFile::parse(&bytes, &path.display().to_string()).map_err(err)?;
         let entries = file.config(name).map_err(|e| {
             err(format!(
@@ -78,8 +87,8 @@ impl MigParted {
     }
 
     fn backend(&self) -> Result<NvmlBackend, LayoutError> {
-        let location = NvmlLocation::locate(&self.driver_root, self.nvml_lib.as_deref())
-            .map_err(err)?;
+        let location =
+            NvmlLocation::locate(&self.driver_root, self.nvml_lib.as_deref()).map_err(err)?;
         Ok(NvmlBackend::new(Nvml::load(&location).map_err(err)?))
     }
 }

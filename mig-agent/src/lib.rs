@@ -20,3 +20,6 @@ pub mod labels;
 pub mod layout;
 pub mod node;
 pub mod reconcile;
+
+#[cfg(test)]
+mod test_support;

@@ -83,9 +83,7 @@ impl Reconciler {
             .api
             .read()
             .map_err(|e| format!("cannot read the Node: {e}"))?;
-        let result = self
-            .recover(&meta)
-            .and_then(|()| self.attempt(name, &meta));
+        let result = self.recover(&meta).and_then(|()| self.attempt(name, &meta));
         if let Err(reason) = &result {
             self.report_failed(name, reason);
         }
@@ -155,7 +153,10 @@ impl Reconciler {
         }
         tracing::info!(labels = ?pause.previous.keys().collect::<Vec<_>>(), "pausing GPU clients");
         self.api
-            .patch(&pause.labels(), &one(PAUSED_ANNOTATION, Some(&pause.record())))
+            .patch(
+                &pause.labels(),
+                &one(PAUSED_ANNOTATION, Some(&pause.record())),
+            )
             .map_err(|e| format!("cannot pause the GPU clients: {e}"))?;
         Ok(pause)
     }
@@ -234,7 +235,11 @@ impl Reconciler {
         self.api
             .patch(&labels, &one(REBOOT_ANNOTATION, Some(name)))
             .map_err(|e| format!("cannot set state rebooting: {e}"))?;
-        self.event(false, "MIGConfigRebooting", &format!("rebooting for the MIG mode change of {gpus} (config {name})"));
+        self.event(
+            false,
+            "MIGConfigRebooting",
+            &format!("rebooting for the MIG mode change of {gpus} (config {name})"),
+        );
         self.host.reboot().map_err(|e| e.0)?;
         Ok(State::Rebooting)
     }
@@ -249,10 +254,17 @@ impl Reconciler {
         let mut annotations = one(REBOOT_ANNOTATION, None);
         annotations.insert(REASON_ANNOTATION.to_string(), None);
         self.api
-            .patch(&one(STATE_LABEL, Some(State::Success.as_str())), &annotations)
+            .patch(
+                &one(STATE_LABEL, Some(State::Success.as_str())),
+                &annotations,
+            )
             .map_err(|e| format!("cannot set state success: {e}"))?;
         tracing::info!(config = name, "MIG config applied");
-        self.event(false, "MIGConfigApplied", &format!("MIG config {name} applied"));
+        self.event(
+            false,
+            "MIGConfigApplied",
+            &format!("MIG config {name} applied"),
+        );
         Ok(State::Success)
     }
 
@@ -260,13 +272,17 @@ impl Reconciler {
         let reason: String = reason.chars().take(MAX_REASON).collect();
         tracing::error!(config = name, reason = %reason, "MIG config failed");
         let annotations = one(REASON_ANNOTATION, Some(&reason));
-        if let Err(e) = self
-            .api
-            .patch(&one(STATE_LABEL, Some(State::Failed.as_str())), &annotations)
-        {
+        if let Err(e) = self.api.patch(
+            &one(STATE_LABEL, Some(State::Failed.as_str())),
+            &annotations,
+        ) {
             tracing::error!(error = %e, "cannot set state failed");
         }
-        self.event(true, "MIGConfigFailed", &format!("MIG config {name}: {reason}"));
+        self.event(
+            true,
+            "MIGConfigFailed",
+            &format!("MIG config {name}: {reason}"),
+        );
     }
 
     fn event(&self, warning: bool, reason: &str, message: &str) {
