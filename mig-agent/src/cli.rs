@@ -24,7 +24,8 @@ use crate::reconcile::{Reconciler, Settings};
     version,
     after_help = "Examples:\n  \
     gpuhook-mig-manager --node-name $NODE_NAME --config-file /mig-parted-config/config.yaml \\\n      \
-    --driver-root /driver-root --cdi-refresh /opt/gpuhook/bin/gpuhook --cdi-refresh-arg cdi --cdi-refresh-arg generate"
+    --driver-root /host --host-root /host \\\n      \
+    --cdi-refresh /usr/local/nvidia-gpuhook/bin/gpuhook --cdi-refresh-arg cdi --cdi-refresh-arg generate"
 )]
 pub struct Args {
     /// This node's name (the pod's spec.nodeName through the downward API)
@@ -49,6 +50,10 @@ pub struct Args {
     /// gpuhook's MPS root (a GPU the MPS daemon serves has a directory there)
     #[arg(long, default_value = "/run/gpuhook/mps")]
     pub mps_root: PathBuf,
+    /// Run --cdi-refresh and --reboot chrooted into this directory (the host's root mounted in
+    /// the pod), so their programs are host paths
+    #[arg(long, value_name = "DIR")]
+    pub host_root: Option<PathBuf>,
     /// The program that regenerates the CDI spec and inventory after a change (gpuhook)
     #[arg(long, value_name = "PROGRAM")]
     pub cdi_refresh: Option<PathBuf>,
@@ -59,9 +64,9 @@ pub struct Args {
     #[arg(long, env = "WITH_REBOOT", default_value_t = false)]
     pub with_reboot: bool,
     /// The reboot command's program
-    #[arg(long, value_name = "PROGRAM", default_value = "/usr/sbin/chroot")]
+    #[arg(long, value_name = "PROGRAM", default_value = "/usr/bin/systemctl")]
     pub reboot: PathBuf,
-    /// An argument of --reboot (repeat; default: /host reboot)
+    /// An argument of --reboot (repeat; default: reboot)
     #[arg(long, value_name = "ARG")]
     pub reboot_arg: Vec<String>,
     /// Seconds the paused GPU clients get to stop
@@ -91,7 +96,7 @@ impl Args {
         };
         let api = KubeNode::new(client, &self.node_name, self.events_namespace.as_deref())?;
         let reboot_args = if self.reboot_arg.is_empty() {
-            vec!["/host".to_string(), "reboot".to_string()]
+            vec!["reboot".to_string()]
         } else {
             self.reboot_arg.clone()
         };
@@ -101,10 +106,12 @@ impl Args {
             cdi_refresh: self.cdi_refresh.clone().map(|program| Argv {
                 program,
                 args: self.cdi_refresh_arg.clone(),
+                root: self.host_root.clone(),
             }),
             reboot: Argv {
                 program: self.reboot.clone(),
                 args: reboot_args,
+                root: self.host_root.clone(),
             },
         };
         let layout = MigParted {

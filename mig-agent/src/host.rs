@@ -7,7 +7,10 @@
 //! namespace, which needs `list pods` cluster-wide and misses a client deployed under another
 //! name. A process is what holds a GPU, whatever deployed it.
 
+use std::ffi::CString;
 use std::io::Read;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -47,27 +50,44 @@ pub trait Host {
     fn reboot(&self) -> Result<(), HostError>;
 }
 
-/// A program and its arguments.
+/// A program and its arguments, run chrooted into the host root when `root` is set (the program
+/// is then a host path: the installed gpuhook, the host's systemctl).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Argv {
     pub program: PathBuf,
     pub args: Vec<String>,
+    pub root: Option<PathBuf>,
 }
 
 impl Argv {
-    /// Runs it to the end; a non-zero exit is an error with the end of its stderr.
+    /// Runs it to the end with a minimal environment; a non-zero exit is an error with the end
+    /// of its stderr.
     pub fn run(&self, what: &str) -> Result<(), HostError> {
-        let out = Command::new(&self.program)
-            .args(&self.args)
+        let mut cmd = Command::new(&self.program);
+        cmd.args(&self.args)
             .env_clear()
             .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
-            .output()
-            .map_err(|e| {
-                HostError(format!(
-                    "{what}: cannot run {}: {e}",
-                    self.program.display()
-                ))
-            })?;
+            .stdin(std::process::Stdio::null());
+        if let Some(root) = &self.root {
+            let dir = CString::new(root.as_os_str().as_bytes())
+                .map_err(|_| HostError(format!("{what}: bad host root {}", root.display())))?;
+            // SAFETY: the closure runs in the forked child before exec and calls only chroot(2)
+            // and chdir(2), both async-signal-safe, on a CString made before the fork.
+            unsafe {
+                cmd.pre_exec(move || {
+                    if libc::chroot(dir.as_ptr()) != 0 || libc::chdir(c"/".as_ptr()) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+        let out = cmd.output().map_err(|e| {
+            HostError(format!(
+                "{what}: cannot run {}: {e}",
+                self.program.display()
+            ))
+        })?;
         if out.status.success() {
             return Ok(());
         }

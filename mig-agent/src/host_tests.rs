@@ -17,6 +17,7 @@ fn host(dir: &Path) -> NodeHost {
         reboot: Argv {
             program: "/bin/false".into(),
             args: vec![],
+            root: None,
         },
     }
 }
@@ -50,21 +51,56 @@ fn commands_run_with_a_clean_env_and_failures_carry_stderr() {
     let ok = Argv {
         program: "/bin/sh".into(),
         args: vec!["-c".into(), "test -z \"$HOME\"".into()],
+        root: None,
     };
     ok.run("t").unwrap();
     let bad = Argv {
         program: "/bin/sh".into(),
         args: vec!["-c".into(), "echo boom >&2; exit 3".into()],
+        root: None,
     };
     let e = bad.run("CDI spec refresh").unwrap_err().to_string();
     assert!(e.contains("CDI spec refresh") && e.contains("boom"), "{e}");
     let missing = Argv {
         program: "/nonexistent/gpuhook".into(),
         args: vec![],
+        root: None,
     };
     assert!(missing
         .run("x")
         .unwrap_err()
         .to_string()
         .contains("/nonexistent/gpuhook"));
+}
+
+#[test]
+fn a_chrooted_command_sees_the_host_root_as_slash() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIP: chroot needs root");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    // A host root with a static shell and a marker only it has.
+    let busybox = Path::new("/bin/busybox");
+    if !busybox.is_file() {
+        eprintln!("SKIP: no /bin/busybox (busybox-static)");
+        return;
+    }
+    std::fs::create_dir_all(root.join("bin")).unwrap();
+    std::fs::copy(busybox, root.join("bin/busybox")).unwrap();
+    std::fs::write(root.join("host-marker"), "x").unwrap();
+    let argv = |script: &str| Argv {
+        program: "/bin/busybox".into(),
+        args: vec!["sh".into(), "-c".into(), script.into()],
+        root: Some(root.to_path_buf()),
+    };
+    argv("test -f /host-marker && test \"$(pwd)\" = /")
+        .run("t")
+        .unwrap();
+    assert!(
+        argv("test -f /etc/os-release").run("t").is_err(),
+        "the container's / is not seen"
+    );
 }
