@@ -74,7 +74,12 @@ fn sim() -> Option<Sim> {
         bin_dir: Some(gpuhook_e2e::bin_dir()),
         ldconfig: None,
     };
-    materialise(&NodeProfile::builtin("a100-mig-mixed").unwrap(), &root, &opts).unwrap();
+    materialise(
+        &NodeProfile::builtin("a100-mig-mixed").unwrap(),
+        &root,
+        &opts,
+    )
+    .unwrap();
     let s = Sim {
         proc_root: dir.path().join("proc"),
         config: dir.path().join("config.yaml"),
@@ -117,11 +122,17 @@ fn agent(s: &Sim, api: &FakeApi, client_timeout: Duration) -> Agent {
     let path = |p: &Path| p.to_str().unwrap().to_string();
     let cdi = Argv {
         program: built("gpuhook"),
-        args: ["cdi", "generate", "--driver-root", &path(&s.root), "--output"]
-            .iter()
-            .map(|a| a.to_string())
-            .chain([path(&s.spec), "--inventory-cache".into(), path(&s.cache)])
-            .collect(),
+        args: [
+            "cdi",
+            "generate",
+            "--driver-root",
+            &path(&s.root),
+            "--output",
+        ]
+        .iter()
+        .map(|a| a.to_string())
+        .chain([path(&s.spec), "--inventory-cache".into(), path(&s.cache)])
+        .collect(),
         root: None,
     };
     let reconciler = Reconciler {
@@ -196,19 +207,41 @@ fn label_change_pauses_applies_refreshes_cdi_restores_and_succeeds_then_follows_
     let Some(s) = sim() else { return };
     let mixed = layout(&[("3g.40gb", 1), ("2g.20gb", 2)]);
     let small = layout(&[("1g.10gb", 7)]);
-    assert_eq!(layouts(&s.root), [mixed.clone(), small.clone()], "the profile's layout");
+    assert_eq!(
+        layouts(&s.root),
+        [mixed.clone(), small.clone()],
+        "the profile's layout"
+    );
     let api = api(&s, "all-small", true);
     let mut a = agent(&s, &api, Duration::from_secs(10));
 
     assert_eq!(ran(a.step()), Ok("success".into()));
-    assert_eq!(layouts(&s.root), [small.clone(), small.clone()], "GPU 0 changed, GPU 1 kept");
-    assert_eq!(spec_mig_names(&s.spec, 0).len(), 7, "the CDI spec lists the new devices");
+    assert_eq!(
+        layouts(&s.root),
+        [small.clone(), small.clone()],
+        "GPU 0 changed, GPU 1 kept"
+    );
+    assert_eq!(
+        spec_mig_names(&s.spec, 0).len(),
+        7,
+        "the CDI spec lists the new devices"
+    );
     assert_eq!(spec_mig_names(&s.spec, 1).len(), 7);
-    assert_eq!(strs(&api.label_history(STATE_LABEL)), [Some("pending"), Some("success")]);
+    assert_eq!(
+        strs(&api.label_history(STATE_LABEL)),
+        [Some("pending"), Some("success")]
+    );
     assert_eq!(strs(&api.label_history(DP)), [Some(PAUSED), Some("true")]);
-    assert!(api.label_history(DCGM).is_empty(), "false stays false, unwritten");
+    assert!(
+        api.label_history(DCGM).is_empty(),
+        "false stays false, unwritten"
+    );
     assert!(s.proc_root.join("4242").exists(), "the plugin is back");
-    assert_eq!(a.step(), Step::Idle, "applied: nothing until the label changes");
+    assert_eq!(
+        a.step(),
+        Step::Idle,
+        "applied: nothing until the label changes"
+    );
 
     api.set_label(CONFIG_LABEL, "mixed-workload");
     assert_eq!(ran(a.step()), Ok("success".into()));
@@ -231,9 +264,15 @@ fn unknown_config_or_invalid_file_fails_with_the_reason_and_touches_no_gpu() {
     let api = api(&s, "does-not-exist", true);
     let mut a = agent(&s, &api, Duration::from_secs(10));
     let err = ran(a.step()).unwrap_err();
-    assert!(err.contains("does-not-exist") && err.contains("all-small"), "{err}");
+    assert!(
+        err.contains("does-not-exist") && err.contains("all-small"),
+        "{err}"
+    );
     assert_eq!(api.label(STATE_LABEL).as_deref(), Some("failed"));
-    assert!(api.annotation(REASON_ANNOTATION).unwrap().contains("does-not-exist"));
+    assert!(api
+        .annotation(REASON_ANNOTATION)
+        .unwrap()
+        .contains("does-not-exist"));
     assert!(api.label_history(DP).is_empty(), "no client paused");
     assert_eq!(layouts(&s.root), before);
     assert!(!s.spec.exists());
@@ -241,10 +280,17 @@ fn unknown_config_or_invalid_file_fails_with_the_reason_and_touches_no_gpu() {
     std::fs::write(&s.config, "version: v2\nmig-configs: {}\n").unwrap();
     api.set_label(CONFIG_LABEL, "all-small");
     let err = ran(a.step()).unwrap_err();
-    assert!(err.contains("unknown version") && err.contains("config.yaml"), "{err}");
+    assert!(
+        err.contains("unknown version") && err.contains("config.yaml"),
+        "{err}"
+    );
     assert_eq!(layouts(&s.root), before);
     assert_eq!(api.label(DP).as_deref(), Some("true"));
-    let warnings = api.events().iter().filter(|e| e["type"] == "Warning").count();
+    let warnings = api
+        .events()
+        .iter()
+        .filter(|e| e["type"] == "Warning")
+        .count();
     assert_eq!(warnings, 2);
 }
 
@@ -255,8 +301,14 @@ fn a_client_that_never_stops_is_restored_and_the_state_failed() {
     let api = api(&s, "all-small", false);
     let mut a = agent(&s, &api, Duration::from_millis(300));
     let err = ran(a.step()).unwrap_err();
-    assert!(err.contains("timed out") && err.contains(PLUGIN_COMM), "{err}");
-    assert_eq!(strs(&api.label_history(STATE_LABEL)), [Some("pending"), Some("failed")]);
+    assert!(
+        err.contains("timed out") && err.contains(PLUGIN_COMM),
+        "{err}"
+    );
+    assert_eq!(
+        strs(&api.label_history(STATE_LABEL)),
+        [Some("pending"), Some("failed")]
+    );
     assert_eq!(strs(&api.label_history(DP)), [Some(PAUSED), Some("true")]);
     assert_eq!(layouts(&s.root), before, "no GPU touched");
     assert!(a.retry_at().is_some(), "retried with backoff");

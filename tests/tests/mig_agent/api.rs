@@ -44,7 +44,11 @@ pub fn merge(target: &mut Value, patch: &Value) {
 }
 
 impl FakeApi {
-    pub fn start(node: &str, labels: Value, on_patch: impl Fn(&Value) + Send + Sync + 'static) -> FakeApi {
+    pub fn start(
+        node: &str,
+        labels: Value,
+        on_patch: impl Fn(&Value) + Send + Sync + 'static,
+    ) -> FakeApi {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let state = Arc::new(Mutex::new(State {
@@ -71,7 +75,9 @@ impl FakeApi {
 
     pub fn annotation(&self, k: &str) -> Option<String> {
         let s = self.state.lock().unwrap();
-        s.node["metadata"]["annotations"][k].as_str().map(str::to_string)
+        s.node["metadata"]["annotations"][k]
+            .as_str()
+            .map(str::to_string)
     }
 
     pub fn set_label(&self, k: &str, v: &str) {
@@ -111,7 +117,10 @@ fn serve(conn: TcpStream, state: &Mutex<State>, node: &str, on_patch: &OnPatch) 
             return;
         }
         let mut parts = first.split(' ');
-        let (method, target) = (parts.next().unwrap_or("").to_string(), parts.next().unwrap_or("").to_string());
+        let (method, target) = (
+            parts.next().unwrap_or("").to_string(),
+            parts.next().unwrap_or("").to_string(),
+        );
         let (mut len, mut ctype) = (0usize, String::new());
         loop {
             let mut line = String::new();
@@ -148,7 +157,10 @@ fn serve(conn: TcpStream, state: &Mutex<State>, node: &str, on_patch: &OnPatch) 
                 state.lock().unwrap().events.push(ev.clone());
                 (201, ev)
             }
-            _ => (404, json!({"kind": "Status", "status": "Failure", "reason": "NotFound", "code": 404})),
+            _ => (
+                404,
+                json!({"kind": "Status", "status": "Failure", "reason": "NotFound", "code": 404}),
+            ),
         };
         if !answer(&mut w, code, &out) {
             return;
