@@ -54,6 +54,9 @@ mig-configs:
         "1g.10gb": 7
 "#;
 
+/// One simulated node at a time: each test loads its node's mock NVML into this process.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 struct Sim {
     _dir: tempfile::TempDir,
     root: PathBuf,
@@ -61,12 +64,17 @@ struct Sim {
     config: PathBuf,
     spec: PathBuf,
     cache: PathBuf,
+    /// Last: released after the directory is gone.
+    _lock: std::sync::MutexGuard<'static, ()>,
 }
 
 fn sim() -> Option<Sim> {
     if !e2e_ready("mig_agent", &[]) {
         return None;
     }
+    let lock = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("root");
     let opts = MaterialiseOptions {
@@ -87,7 +95,9 @@ fn sim() -> Option<Sim> {
         cache: dir.path().join("inventory.json"),
         root,
         _dir: dir,
+        _lock: lock,
     };
+    std::fs::create_dir_all(s.spec.parent().unwrap()).unwrap();
     std::fs::write(&s.config, SEED_003).unwrap();
     plugin_running(&s.proc_root, true);
     Some(s)
