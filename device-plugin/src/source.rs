@@ -42,6 +42,10 @@ pub struct ConfigSource {
     pub inventory: InventoryFrom,
     /// `ready` files seen at the last load (watched for changes).
     ready_files: Vec<PathBuf>,
+    /// What changes when the node's devices do (watched): the inventory file, or each GPU's
+    /// MIG capability directory (`gi<N>` entries come and go with a MIG re-partition), so a
+    /// layout applied by the MIG manager is advertised without a restart.
+    device_files: Vec<PathBuf>,
 }
 
 /// Why the node's advertisement could not be computed.
@@ -66,6 +70,7 @@ impl ConfigSource {
             name,
             inventory,
             ready_files: Vec::new(),
+            device_files: Vec::new(),
         }
     }
 
@@ -160,6 +165,21 @@ impl ConfigSource {
     }
 }
 
+/// The paths whose change means the node's devices changed (see `ConfigSource::device_files`).
+/// `minors`: the GPUs' device minors (`/dev/nvidia<minor>`).
+pub fn device_files(from: &InventoryFrom, minors: impl IntoIterator<Item = u32>) -> Vec<PathBuf> {
+    match from {
+        InventoryFrom::File(path) => vec![path.clone()],
+        InventoryFrom::Discover(opts) => minors
+            .into_iter()
+            .map(|m| {
+                opts.driver_root
+                    .join(format!("proc/driver/nvidia/capabilities/gpu{m}/mig"))
+            })
+            .collect(),
+    }
+}
+
 fn ready_file(root: &Path, uuid: &str) -> PathBuf {
     root.join(uuid).join("ready")
 }
@@ -171,11 +191,13 @@ impl AdSource for ConfigSource {
             v.push(p.clone());
         }
         v.extend(self.ready_files.iter().cloned());
+        v.extend(self.device_files.iter().cloned());
         v
     }
 
     fn load(&mut self) -> Result<Loaded, PreferError> {
         let inv = self.inventory()?;
+        self.device_files = device_files(&self.inventory, inv.gpus.iter().map(|g| g.minor));
         let (ad, policy) = self.advertisement_and_policy(&inv)?;
         // The ready files, the daemon's status (it names the spec) and the spec itself.
         self.ready_files = match &ad.mps_root {
@@ -196,3 +218,7 @@ impl AdSource for ConfigSource {
         })
     }
 }
+
+#[cfg(test)]
+#[path = "source_tests.rs"]
+mod tests;
