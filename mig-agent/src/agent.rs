@@ -5,7 +5,7 @@
 //! applied. An empty or absent label never triggers a run; removing the label and putting the
 //! same value back does (NVIDIA's rules).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crate::labels::{State, CONFIG_LABEL};
@@ -101,12 +101,18 @@ impl Agent {
         Step::Ran { config, result }
     }
 
-    /// Steps until `stop` is set.
-    pub fn run(&mut self, stop: &AtomicBool) {
+    /// Steps until the reconciler's stop flag is set (SIGTERM), sleeping `poll` in short slices
+    /// so that a stop is seen at once.
+    pub fn run(&mut self) {
+        let stop = self.reconciler.settings.stop.clone();
         while !stop.load(Ordering::Relaxed) {
             self.step();
-            std::thread::sleep(self.timing.poll);
+            let until = Instant::now() + self.timing.poll;
+            while Instant::now() < until && !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(100).min(self.timing.poll));
+            }
         }
+        tracing::info!("stopping");
     }
 }
 

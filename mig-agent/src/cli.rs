@@ -4,7 +4,8 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
@@ -127,6 +128,7 @@ impl Args {
                 with_reboot: self.with_reboot,
                 client_timeout: Duration::from_secs(self.client_timeout),
                 client_poll: Duration::from_secs(1),
+                stop: Arc::new(AtomicBool::new(false)),
             },
         };
         let timing = Timing {
@@ -149,8 +151,9 @@ pub fn main() -> ExitCode {
         .init();
     match args.agent() {
         Ok(mut agent) => {
+            on_sigterm(&agent.reconciler.settings.stop);
             tracing::info!(node = %args.node_name, config = %args.config_file.display(), "MIG manager started");
-            agent.run(&AtomicBool::new(false));
+            agent.run();
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -158,4 +161,29 @@ pub fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The flag SIGTERM and SIGINT set (a signal handler can only touch a static).
+static SIGNALLED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn signalled(_: libc::c_int) {
+    SIGNALLED.store(true, Ordering::Relaxed);
+}
+
+/// Copies SIGTERM/SIGINT into `stop`: a watcher thread polls the static the handler sets.
+fn on_sigterm(stop: &Arc<AtomicBool>) {
+    let handler = signalled as extern "C" fn(libc::c_int) as libc::sighandler_t;
+    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+    unsafe {
+        libc::signal(libc::SIGTERM, handler);
+        libc::signal(libc::SIGINT, handler);
+    }
+    let stop = stop.clone();
+    std::thread::spawn(move || loop {
+        if SIGNALLED.load(Ordering::Relaxed) {
+            stop.store(true, Ordering::Relaxed);
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    });
 }

@@ -12,6 +12,8 @@
 //! rebooting" if it still waits), and the Node remembers the reboot per config: never a reboot
 //! loop.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
@@ -36,6 +38,9 @@ pub struct Settings {
     /// How often their processes are checked while waiting, and the pause between attempts to
     /// restore the labels.
     pub client_poll: Duration,
+    /// Set on SIGTERM: a wait for clients ends at once (the labels are restored, the run fails)
+    /// so that a pod being deleted leaves nothing paused.
+    pub stop: Arc<AtomicBool>,
 }
 
 impl Default for Settings {
@@ -44,6 +49,7 @@ impl Default for Settings {
             with_reboot: false,
             client_timeout: Duration::from_secs(300),
             client_poll: Duration::from_secs(1),
+            stop: Arc::default(),
         }
     }
 }
@@ -79,10 +85,11 @@ impl Reconciler {
     /// Applies config `name`: `Ok` with `success` or `rebooting` (the reboot is under way), or
     /// `Err` with the reason after `failed` was reported and the clients restored.
     pub fn run(&mut self, name: &str) -> Result<State, String> {
-        let meta = self
-            .api
-            .read()
-            .map_err(|e| format!("cannot read the Node: {e}"))?;
+        let meta = self.api.read().map_err(|e| {
+            let reason = format!("cannot read the Node: {e}");
+            tracing::error!(config = name, reason = %reason, "MIG config not applied");
+            reason
+        })?;
         let result = self.recover(&meta).and_then(|()| self.attempt(name, &meta));
         if let Err(reason) = &result {
             self.report_failed(name, reason);
@@ -173,6 +180,9 @@ impl Reconciler {
             let left: Vec<Proc> = self.host.holders(&paused, gpus);
             if left.is_empty() {
                 return Ok(());
+            }
+            if self.settings.stop.load(Ordering::Relaxed) {
+                return Err("the manager is stopping (SIGTERM): change abandoned".to_string());
             }
             if start.elapsed() >= self.settings.client_timeout {
                 let names: Vec<String> = left.iter().map(ToString::to_string).collect();

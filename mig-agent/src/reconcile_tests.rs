@@ -229,3 +229,20 @@ fn a_pending_mode_change_fails_without_reboot_and_reboots_once_with_it() {
     assert_eq!(host.0.lock().unwrap().reboots, 1, "never a reboot loop");
     assert_eq!(node.label(STATE_LABEL).as_deref(), Some("failed"));
 }
+
+#[test]
+fn sigterm_during_the_wait_restores_at_once() {
+    let node = FakeNode::with_labels(&[(DP, "true")]);
+    let host = FakeHost::with_proc(DP, "nvidia-device-p", None);
+    let layout = FakeLayout::changing();
+    let mut r = reconciler(&node, &layout, &host);
+    r.settings.client_timeout = std::time::Duration::from_secs(3600);
+    r.settings
+        .stop
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    let err = r.run("x").unwrap_err();
+    assert!(err.contains("SIGTERM"), "{err}");
+    assert!(layout.applied().is_empty());
+    assert_eq!(node.label(DP).as_deref(), Some("true"));
+    assert_restored(&node);
+}

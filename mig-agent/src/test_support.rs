@@ -247,6 +247,7 @@ pub fn reconciler(node: &FakeNode, layout: &FakeLayout, host: &FakeHost) -> Reco
             with_reboot: false,
             client_timeout: Duration::from_millis(50),
             client_poll: Duration::from_millis(1),
+            stop: Arc::default(),
         },
     }
 }

@@ -166,6 +166,7 @@ fn agent(s: &Sim, api: &FakeApi, client_timeout: Duration) -> Agent {
             with_reboot: false,
             client_timeout,
             client_poll: Duration::from_millis(20),
+            stop: Default::default(),
         },
     };
     let timing = Timing {
@@ -199,6 +200,18 @@ fn spec_mig_names(spec: &Path, index: u32) -> Vec<String> {
         .filter(|n| n.starts_with(&prefix))
         .map(str::to_string)
         .collect()
+}
+
+/// The `gi<N>` entries of `/proc/driver/nvidia/capabilities/gpu<minor>/mig` in the driver root.
+fn gi_caps(root: &Path, minor: u32) -> usize {
+    let dir = root.join(format!("proc/driver/nvidia/capabilities/gpu{minor}/mig"));
+    std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .filter(|e| {
+            e.as_ref()
+                .is_ok_and(|e| e.file_name().to_string_lossy().starts_with("gi"))
+        })
+        .count()
 }
 
 fn ran(step: Step) -> Result<String, String> {
@@ -237,6 +250,9 @@ fn label_change_pauses_applies_refreshes_cdi_restores_and_succeeds_then_follows_
         "the CDI spec lists the new devices"
     );
     assert_eq!(spec_mig_names(&s.spec, 1).len(), 7);
+    // What a running device plugin watches to re-advertise (device-plugin/src/source.rs
+    // `device_files`): the driver's MIG capability entries of GPU 0 follow the new layout.
+    assert_eq!(gi_caps(&s.root, 0), 7);
     assert_eq!(
         strs(&api.label_history(STATE_LABEL)),
         [Some("pending"), Some("success")]
@@ -257,6 +273,7 @@ fn label_change_pauses_applies_refreshes_cdi_restores_and_succeeds_then_follows_
     assert_eq!(ran(a.step()), Ok("success".into()));
     assert_eq!(layouts(&s.root), [mixed, small]);
     assert_eq!(spec_mig_names(&s.spec, 0), ["0:0", "0:1", "0:2"]);
+    assert_eq!(gi_caps(&s.root, 0), 3);
     assert_eq!(api.label(DP).as_deref(), Some("true"));
     let events = api.events();
     assert!(
