@@ -7,10 +7,9 @@
 //! on the other containerd tests), with the host's major:minor.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-// Shared helpers: this test uses a part of them.
-#[allow(dead_code)]
 mod cdi_support;
 
+// Shared helpers: this test uses a part of them.
 #[allow(dead_code)]
 #[path = "mig_agent/api.rs"]
 mod api;
