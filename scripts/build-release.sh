@@ -31,7 +31,7 @@ glibc="${GPUHOOK_GLIBC:-2.17}"
 triple="x86_64-unknown-linux-gnu"
 target_dir="${CARGO_TARGET_DIR:-$PWD/target}"
 dist="${DIST:-$target_dir/dist}"
-bins=(gpuhook gpuhook-runtime gpu-mps-daemon gpuhook-installer gpuhook-device-plugin gpuhook-mig-parted gpuhook-exporter gpuhook-dra-plugin)
+bins=(gpuhook gpuhook-runtime gpu-mps-daemon gpuhook-installer gpuhook-device-plugin gpuhook-mig-parted gpuhook-exporter gpuhook-dra-plugin gpuhook-mig-manager)
 
 if ! command -v cargo-zigbuild >/dev/null 2>&1 || ! python3 -m ziglang version >/dev/null 2>&1; then
     echo "build-release: installing ziglang and cargo-zigbuild from PyPI" >&2
@@ -44,7 +44,7 @@ fi
 
 start=$(date +%s)
 CARGO_TARGET_DIR="$target_dir" cargo zigbuild --release --locked --target "$triple.$glibc" \
-    -p gpuhook -p gpuhook-wrapper -p gpu-mps-daemon -p gpuhook-installer -p gpuhook-device-plugin -p gpuhook-mig -p gpuhook-exporter -p gpuhook-dra --bins
+    -p gpuhook -p gpuhook-wrapper -p gpu-mps-daemon -p gpuhook-installer -p gpuhook-device-plugin -p gpuhook-mig -p gpuhook-exporter -p gpuhook-dra -p gpuhook-mig-manager --bins
 echo "build-release: cargo zigbuild took $(( $(date +%s) - start ))s" >&2
 
 mkdir -p "$dist"

@@ -17,13 +17,13 @@ command -v podman >/dev/null 2>&1 || { echo "image: podman missing (apt-get inst
 ctx="$(mktemp -d "${TMPDIR:-/tmp}/gpuhook-image.XXXXXX")"
 trap 'rm -rf "$ctx"' EXIT
 mkdir -p "$ctx/rootfs/opt/gpuhook/bin" "$ctx/rootfs/tmp"
-for b in gpuhook gpuhook-runtime gpu-mps-daemon gpuhook-installer gpuhook-device-plugin gpuhook-exporter gpuhook-dra-plugin; do
+for b in gpuhook gpuhook-runtime gpu-mps-daemon gpuhook-installer gpuhook-device-plugin gpuhook-exporter gpuhook-dra-plugin gpuhook-mig-manager; do
     [ -x "$bin_dir/$b" ] || { echo "image: $bin_dir/$b missing: build it first (scripts/build-release.sh)" >&2; exit 2; }
     install -m 0755 "$bin_dir/$b" "$ctx/rootfs/opt/gpuhook/bin/$b"
 done
 # The loader and libraries of the binaries that run in the image (the installer, and the MPS
-# daemon and the device plugin of deploy/kubernetes), at the paths the binaries name (ldd resolves them).
-for b in gpuhook-installer gpu-mps-daemon gpuhook-device-plugin gpuhook-exporter gpuhook-dra-plugin; do ldd "$bin_dir/$b"; done | sort -u |
+# daemon, the device plugin, the exporter, the DRA plugin and the MIG manager of deploy/kubernetes), at the paths the binaries name (ldd resolves them).
+for b in gpuhook-installer gpu-mps-daemon gpuhook-device-plugin gpuhook-exporter gpuhook-dra-plugin gpuhook-mig-manager; do ldd "$bin_dir/$b"; done | sort -u |
     awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}' |
     while read -r lib; do
         mkdir -p "$ctx/rootfs$(dirname "$lib")"

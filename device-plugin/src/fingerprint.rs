@@ -50,11 +50,21 @@ pub fn hash_config(path: &Path, h: &mut DefaultHasher) {
     }
 }
 
-/// The fingerprint of the inputs: config at `config`, label value `label`, and `mps`.
-pub fn fingerprint(config: &Path, label: &Option<String>, mps: &MpsInputs) -> u64 {
+/// The fingerprint of the inputs: config at `config`, label value `label`, `mps`, and the
+/// stamps of `devices` (the inventory file, or each GPU's MIG capability directory, whose
+/// entries come and go with a MIG re-partition).
+pub fn fingerprint(
+    config: &Path,
+    label: &Option<String>,
+    mps: &MpsInputs,
+    devices: &[PathBuf],
+) -> u64 {
     let mut h = DefaultHasher::new();
     hash_config(config, &mut h);
     label.hash(&mut h);
+    for d in devices {
+        meta(d).hash(&mut h);
+    }
     if let Some(root) = &mps.root {
         for uuid in &mps.gpus {
             root.join(uuid).join("ready").exists().hash(&mut h);

@@ -45,6 +45,10 @@ pub struct ConfigSource {
     ready_files: Vec<PathBuf>,
     /// The MPS root and GPUs of the last load (for [`AdSource::fingerprint`]).
     mps: MpsInputs,
+    /// What changes when the node's devices do (watched): the inventory file, or each GPU's
+    /// MIG capability directory (`gi<N>` entries come and go with a MIG re-partition), so a
+    /// layout applied by the MIG manager is advertised without a restart.
+    device_files: Vec<PathBuf>,
 }
 
 /// Why the node's advertisement could not be computed.
@@ -70,6 +74,7 @@ impl ConfigSource {
             inventory,
             ready_files: Vec::new(),
             mps: MpsInputs::default(),
+            device_files: Vec::new(),
         }
     }
 
@@ -164,6 +169,21 @@ impl ConfigSource {
     }
 }
 
+/// The paths whose change means the node's devices changed (see `ConfigSource::device_files`).
+/// `minors`: the GPUs' device minors (`/dev/nvidia<minor>`).
+pub fn device_files(from: &InventoryFrom, minors: impl IntoIterator<Item = u32>) -> Vec<PathBuf> {
+    match from {
+        InventoryFrom::File(path) => vec![path.clone()],
+        InventoryFrom::Discover(opts) => minors
+            .into_iter()
+            .map(|m| {
+                opts.driver_root
+                    .join(format!("proc/driver/nvidia/capabilities/gpu{m}/mig"))
+            })
+            .collect(),
+    }
+}
+
 fn ready_file(root: &Path, uuid: &str) -> PathBuf {
     root.join(uuid).join("ready")
 }
@@ -175,6 +195,7 @@ impl AdSource for ConfigSource {
             v.push(p.clone());
         }
         v.extend(self.ready_files.iter().cloned());
+        v.extend(self.device_files.iter().cloned());
         v
     }
 
@@ -185,11 +206,13 @@ impl AdSource for ConfigSource {
             &self.config,
             &label,
             &self.mps,
+            &self.device_files,
         ))
     }
 
     fn load(&mut self) -> Result<Loaded, PreferError> {
         let inv = self.inventory()?;
+        self.device_files = device_files(&self.inventory, inv.gpus.iter().map(|g| g.minor));
         let (ad, policy) = self.advertisement_and_policy(&inv)?;
         // The ready files, the daemon's status (it names the spec) and the spec itself.
         self.ready_files = match &ad.mps_root {
@@ -214,3 +237,7 @@ impl AdSource for ConfigSource {
         })
     }
 }
+
+#[cfg(test)]
+#[path = "source_tests.rs"]
+mod tests;
