@@ -85,7 +85,7 @@ fn docker_daemon_json_is_restored_byte_for_byte() {
     assert_eq!(fs::read(&opts.config).unwrap(), DAEMON_JSON.as_bytes());
     assert_eq!(
         files_under(opts.config.parent().unwrap()),
-        [opts.config.clone()]
+        std::slice::from_ref(&opts.config)
     );
     assert_eq!(docker_reload_keeps_runtime(&opts.config), None);
 }
@@ -99,7 +99,7 @@ fn docker_daemon_json_created_is_removed() {
     let mut state = State::default();
     assert!(configure(Engine::Docker, &opts, &mut state).unwrap());
     assert!(opts.config.is_file());
-    assert_eq!(state.created_files, [opts.config.clone()]);
+    assert_eq!(state.created_files, std::slice::from_ref(&opts.config));
     state.undo(&tmp.path().join("state.json")).unwrap();
     assert!(!tmp.path().join("etc/docker").exists());
     let warning = docker_reload_keeps_runtime(&opts.config).unwrap();
@@ -131,7 +131,7 @@ fn crio_drop_in_is_created_and_removed() {
         Some("/usr/libexec/crio/conmon")
     );
     assert_eq!(fs::read_to_string(&opts.config).unwrap(), crio_conf);
-    assert_eq!(state.created_files, [drop_in.clone()]);
+    assert_eq!(state.created_files, std::slice::from_ref(&drop_in));
     assert_eq!(
         state.created_dirs,
         [drop_in.parent().unwrap().to_path_buf()]
@@ -140,7 +140,10 @@ fn crio_drop_in_is_created_and_removed() {
 
     state.undo(&tmp.path().join("state.json")).unwrap();
     assert!(!drop_in.parent().unwrap().exists());
-    assert_eq!(files_under(&tmp.path().join("etc")), [opts.config.clone()]);
+    assert_eq!(
+        files_under(&tmp.path().join("etc")),
+        std::slice::from_ref(&opts.config)
+    );
 }
 
 /// A daemon.json edited after the install (an admin's new key): uninstall refuses, naming the

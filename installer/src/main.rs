@@ -53,7 +53,7 @@ enum Command {
         gpuhook-installer install --host-root /host --runtime docker --restart-mode signal\n  \
         RUNTIME=crio gpuhook-installer install --host-root /host --restart-mode systemd\n  \
         gpuhook-installer install --host-root /host --docker-hook-dir /usr/local/bin --force")]
-    Install(InstallArgs),
+    Install(Box<InstallArgs>),
     /// Undo `install`: restore changed files, remove created files and directories
     #[command(after_help = "Examples:\n  \
         gpuhook-installer uninstall --host-root /host\n  \

@@ -265,25 +265,5 @@ fn peer_pid(socket: &Path) -> anyhow::Result<nix::unistd::Pid> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The pid `signal` would send SIGHUP to is the one of the process listening on the socket
-    /// (here this test process), as NVIDIA's `SignalContainerd` reads it from the credentials.
-    #[test]
-    fn peer_pid_is_the_listening_process() {
-        let dir = tempfile::tempdir().unwrap();
-        let socket = dir.path().join("containerd.sock");
-        let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
-        let pid = peer_pid(&socket).unwrap();
-        assert_eq!(u32::try_from(pid.as_raw()).unwrap(), std::process::id());
-    }
-
-    #[test]
-    fn peer_pid_without_a_listener_names_the_socket() {
-        let dir = tempfile::tempdir().unwrap();
-        let socket = dir.path().join("containerd.sock");
-        let err = format!("{:#}", peer_pid(&socket).unwrap_err());
-        assert!(err.contains(&socket.display().to_string()), "{err}");
-    }
-}
+#[path = "restart_tests.rs"]
+mod tests;
