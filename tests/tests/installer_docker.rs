@@ -15,6 +15,7 @@
 
 mod cdi_support;
 mod docker_support;
+#[allow(dead_code)] // check_runtime_in_dump: containerd tests only
 mod installer_support;
 
 use std::path::Path;
@@ -45,7 +46,10 @@ fn ok(out: &Output, what: &str) -> String {
 
 /// `docker info`'s runtimes (name -> path), polled until `done` holds (the reload runs after
 /// the signal is delivered: a readiness wait, not a timing assertion).
-fn runtimes_until(docker: &Dockerd, done: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+fn runtimes_until(
+    docker: &Dockerd,
+    done: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let out = docker.docker(&["info", "--format", "{{json .Runtimes}}"]);
@@ -87,7 +91,8 @@ fn sighup_makes_dockerd_list_the_gpuhook_runtime() {
     let path = format!("/{INSTALL_DIR}/gpuhook-runtime");
     let after = runtimes_until(&docker, |r| r.get("gpuhook").is_some());
     assert_eq!(
-        after["gpuhook"]["path"], path,
+        after["gpuhook"]["path"],
+        path,
         "dockerd did not reload daemon.json on SIGHUP: {after}\n{}",
         docker.log_text()
     );
@@ -107,7 +112,10 @@ fn sighup_makes_dockerd_list_the_gpuhook_runtime() {
     assert_eq!(reloads(&docker.log_text()), count, "{}", docker.log_text());
 
     let out = ok(&installer(&root, "uninstall"), "uninstall");
-    assert_eq!(std::fs::read(etc_docker.join("daemon.json")).unwrap(), original);
+    assert_eq!(
+        std::fs::read(etc_docker.join("daemon.json")).unwrap(),
+        original
+    );
     assert!(
         out.contains("no \"runtimes\" key") && out.contains("systemctl restart docker"),
         "{out}"
