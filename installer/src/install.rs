@@ -9,7 +9,8 @@ use std::process::Command;
 
 use anyhow::{bail, Context};
 
-use crate::restart::restart;
+use crate::engines;
+use crate::restart::{restart, Runtime};
 use crate::snapshot::{ensure_dir, Snapshot};
 use crate::state::{State, STATE_FILE};
 use crate::{link, InstallArgs, RefreshArgs, UninstallArgs};
@@ -25,6 +26,12 @@ pub const SPEC_FILE: &str = "nvidia.com-gpu.json";
 const PATH_ENV: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 pub fn install(args: &InstallArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        !args.no_containerd || args.runtime == Runtime::Containerd,
+        "--no-containerd conflicts with --runtime {}: containerd is left alone anyway; drop \
+         one of them",
+        args.runtime.name()
+    );
     let binaries = read_binaries(args.source_dir.as_deref())?;
     enter_host_root(&args.common.host_root)?;
     let install_dir = &args.common.install_dir;
@@ -38,13 +45,19 @@ pub fn install(args: &InstallArgs) -> anyhow::Result<()> {
     state.created_dirs.retain(|d| d.exists());
     match result {
         Ok(changed) => {
-            state.containerd_configured |= changed;
+            if changed {
+                state.add_configured(args.runtime, &engine_config(args));
+            }
             state.save(&state_file)?;
             tracing::info!(dir = %install_dir.display(), "gpuhook installed");
             println!("gpuhook installed in {}", install_dir.display());
             if changed {
-                restart(&args.restart, PATH_ENV)
-                    .context("gpuhook is installed, but containerd was not restarted")?;
+                restart(&args.restart, args.runtime, PATH_ENV).with_context(|| {
+                    format!(
+                        "gpuhook is installed, but {} was not restarted",
+                        args.runtime.name()
+                    )
+                })?;
             }
             Ok(())
         }
@@ -62,7 +75,16 @@ pub fn install(args: &InstallArgs) -> anyhow::Result<()> {
     }
 }
 
-/// Installs; true when containerd's config changed (so containerd must restart).
+/// The main config of the engine `args` configure.
+fn engine_config(args: &InstallArgs) -> PathBuf {
+    match args.runtime {
+        Runtime::Containerd => args.containerd_config.clone(),
+        Runtime::Docker => args.docker_config.clone(),
+        Runtime::Crio => args.crio_config.clone(),
+    }
+}
+
+/// Installs; true when the engine's config changed (so the engine must reload).
 fn install_steps(
     args: &InstallArgs,
     binaries: &[(&str, Vec<u8>)],
@@ -86,6 +108,9 @@ fn install_steps(
     generate(args, &gpuhook, state)?;
     if !args.docker.no_docker_hook {
         docker_hook(args, &gpuhook, state)?;
+    }
+    if let Some(engine) = engines::engine_of(args.runtime) {
+        return engines::configure(engine, &engines::options(args, engine), state);
     }
     if args.no_containerd {
         return Ok(false);
@@ -182,9 +207,20 @@ pub fn uninstall(uninstall: &UninstallArgs) -> anyhow::Result<()> {
     };
     state.undo(&state_file)?;
     println!("gpuhook uninstalled from {}", args.install_dir.display());
-    if state.containerd_configured {
-        restart(&uninstall.restart, PATH_ENV)
-            .context("gpuhook is uninstalled, but containerd was not restarted")?;
+    for c in state.configured() {
+        restart(&uninstall.restart, c.runtime, PATH_ENV).with_context(|| {
+            format!(
+                "gpuhook is uninstalled, but {} was not restarted",
+                c.runtime.name()
+            )
+        })?;
+        let signalled = uninstall.restart.restart_mode == crate::restart::RestartMode::Signal;
+        if let (Runtime::Docker, true) = (c.runtime, signalled) {
+            if let Some(warning) = engines::docker_reload_keeps_runtime(&c.config) {
+                tracing::warn!("{warning}");
+                println!("warning: {warning}");
+            }
+        }
     }
     Ok(())
 }

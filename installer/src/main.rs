@@ -12,6 +12,7 @@
 //! `nvidia-container-runtime-hook` to the installed `gpuhook` on dockerd's `PATH`, so
 //! `docker run --gpus` uses gpuhook (see `link`).
 
+mod engines;
 mod install;
 mod link;
 mod restart;
@@ -44,13 +45,15 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Copy the binaries to the host, write the CDI spec, link the Docker hook, register the
-    /// runtime with containerd
+    /// runtime with containerd (or Docker, or CRI-O: --runtime)
     #[command(after_help = "Examples:\n  \
         gpuhook-installer install --host-root /host --restart-mode signal\n  \
         gpuhook-installer install --host-root / --drop-in --restart-mode systemd\n  \
         gpuhook-installer install --host-root /host --no-containerd --restart-mode none\n  \
+        gpuhook-installer install --host-root /host --runtime docker --restart-mode signal\n  \
+        RUNTIME=crio gpuhook-installer install --host-root /host --restart-mode systemd\n  \
         gpuhook-installer install --host-root /host --docker-hook-dir /usr/local/bin --force")]
-    Install(InstallArgs),
+    Install(Box<InstallArgs>),
     /// Undo `install`: restore changed files, remove created files and directories
     #[command(after_help = "Examples:\n  \
         gpuhook-installer uninstall --host-root /host\n  \
@@ -120,17 +123,34 @@ pub struct InstallArgs {
     pub source_dir: Option<PathBuf>,
     #[command(flatten)]
     pub spec: SpecArgs,
+    /// The engine to register gpuhook-runtime with (as NVIDIA's toolkit container's `RUNTIME`):
+    /// containerd's config.toml, Docker's daemon.json, or a CRI-O drop-in
+    #[arg(
+        long,
+        value_enum,
+        value_name = "ENGINE",
+        default_value = "containerd",
+        env = "RUNTIME"
+    )]
+    pub runtime: restart::Runtime,
     /// containerd's main config on the host
     #[arg(long, value_name = "FILE", default_value = gpuhook_containerd::DEFAULT_CONFIG)]
     pub containerd_config: PathBuf,
-    /// Write the runtime to a containerd drop-in (`runtime configure --drop-in`)
+    /// Docker's daemon config on the host (`--runtime docker`)
+    #[arg(long, value_name = "FILE", default_value = gpuhook_containerd::engine::DOCKER_CONFIG)]
+    pub docker_config: PathBuf,
+    /// CRI-O's main config on the host (`--runtime crio`; read for its runc settings)
+    #[arg(long, value_name = "FILE", default_value = gpuhook_containerd::engine::CRIO_CONFIG)]
+    pub crio_config: PathBuf,
+    /// Write the runtime to a containerd drop-in (`runtime configure --drop-in`); with
+    /// `--runtime crio` always a drop-in [default there: /etc/crio/crio.conf.d/99-gpuhook.toml]
     #[arg(long, value_name = "PATH", num_args = 0..=1,
           default_missing_value = gpuhook_containerd::DEFAULT_DROP_IN)]
     pub drop_in: Option<PathBuf>,
-    /// Name of the containerd runtime (the RuntimeClass handler)
+    /// Name of the runtime (the RuntimeClass handler; `docker run --runtime NAME`)
     #[arg(long, value_name = "NAME", default_value = gpuhook_containerd::DEFAULT_RUNTIME_NAME)]
     pub runtime_name: String,
-    /// Leave containerd's config alone (binaries and CDI spec only)
+    /// Leave containerd's config alone (binaries, CDI spec and Docker hook only)
     #[arg(long)]
     pub no_containerd: bool,
     #[command(flatten)]

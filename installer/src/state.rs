@@ -20,6 +20,7 @@ use gpuhook_fs::AtomicWriter;
 use serde::{Deserialize, Serialize};
 
 use crate::link::{self, Link};
+use crate::restart::Runtime;
 use crate::snapshot::Snapshot;
 
 /// File name of the state record, in the install directory.
@@ -80,6 +81,18 @@ pub struct State {
     /// Links the install made (the `nvidia-container-runtime-hook` entry for Docker).
     #[serde(default)]
     pub links: Vec<Link>,
+    /// The other engines (Docker, CRI-O) whose config an install changed, so `uninstall` makes
+    /// them reload too.
+    #[serde(default)]
+    pub engines_configured: Vec<Configured>,
+}
+
+/// An engine whose config an install changed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Configured {
+    pub runtime: Runtime,
+    /// Its main config (host path).
+    pub config: PathBuf,
 }
 
 impl State {
@@ -139,6 +152,31 @@ impl State {
                 after: now.to_vec(),
             });
         }
+    }
+
+    /// Records that an install changed `runtime`'s config (containerd: the flag of old state
+    /// files).
+    pub fn add_configured(&mut self, runtime: Runtime, config: &Path) {
+        if runtime == Runtime::Containerd {
+            self.containerd_configured = true;
+        } else if !self.engines_configured.iter().any(|c| c.runtime == runtime) {
+            self.engines_configured.push(Configured {
+                runtime,
+                config: config.to_path_buf(),
+            });
+        }
+    }
+
+    /// The engines whose config an install changed.
+    pub fn configured(&self) -> Vec<Configured> {
+        let containerd = self.containerd_configured.then(|| Configured {
+            runtime: Runtime::Containerd,
+            config: PathBuf::new(),
+        });
+        containerd
+            .into_iter()
+            .chain(self.engines_configured.iter().cloned())
+            .collect()
     }
 
     /// Adds a link the install made (once per path).
