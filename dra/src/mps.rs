@@ -64,6 +64,7 @@ fn env(opts: &MpsOptions, layout: &GpuLayout, want: &ClaimMps) -> ControlEnv {
         driver_root: opts.driver_root.clone(),
         control_binary: opts.control_binary.clone(),
         shares: Vec::new(),
+        client_user: None,
     };
     let mut env = ControlEnv::new(&plan, layout, None);
     let limits: Vec<String> = want

@@ -76,6 +76,7 @@ pub fn plugin_full(
         republish: Duration::from_secs(3600),
         health_service: true,
         nvml,
+        partitionable: None,
     };
     let cluster = Arc::new(HttpCluster::plain(&api.url).unwrap());
     start(opts, run, inventory(), cluster, Arc::new(Slicer)).unwrap()
