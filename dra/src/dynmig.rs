@@ -124,11 +124,8 @@ impl Partitioner {
         let gpu = b.gpu(rec.gpu).map_err(|e| e.to_string())?;
         let found = gpu.instances.iter().find(|g| match rec.gpu_instance {
             Some(id) => g.id == id,
-            None => {
-                g.profile_id == rec.profile_id
-                    && g.placement.start == rec.start
-                    && g.placement.size == rec.size
-            }
+            // The profile fixes the size; matching on it would trust one more NVML field.
+            None => g.profile_id == rec.profile_id && g.placement.start == rec.start,
         });
         let Some(gi) = found else {
             return Ok(());
