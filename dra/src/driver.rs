@@ -14,7 +14,7 @@ use crate::checkpoint::{Checkpoint, ClaimEntry, ClaimState, PreparedDevice};
 use crate::claim::parse_claim;
 use crate::config::Allowed;
 use crate::devices::NodeDevice;
-use crate::dynmig::{MigRecord, Partitioner};
+use crate::dynmig::{self, MigRecord, Partitioner};
 use crate::error::DraError;
 use crate::kube::Cluster;
 use crate::mps::{self, MpsDaemon, MpsOptions};
@@ -169,7 +169,7 @@ impl Driver {
             name: claim.name.clone(),
             devices: prepared_devices(&claim.uid, &plan),
             mps_dir,
-            mig: mig_records(&plan),
+            mig: dynmig::records(plan.devices.iter().map(|p| p.device)),
         };
         self.reserve(claim, &plan, entry.clone())?;
         match self.apply(claim, &plan, &mut entry).await {
@@ -313,7 +313,10 @@ impl Driver {
         let made = entry
             .mig
             .iter()
-            .filter_map(|r| made_device(&inv, r, plan))
+            .filter_map(|r| {
+                let base = plan.devices.iter().find(|p| p.device.name == r.device)?;
+                dynmig::made_device(&inv, r, base.device)
+            })
             .collect::<Vec<_>>();
         if made.len() != entry.mig.len() {
             return Err("a created MIG device is missing from node discovery".into());
@@ -379,51 +382,6 @@ impl Driver {
             std::mem::forget(d);
         }
     }
-}
-
-/// A record per planned partitionable MIG device, nothing created yet.
-fn mig_records(plan: &ClaimPlan<'_>) -> Vec<MigRecord> {
-    plan.devices
-        .iter()
-        .filter_map(|p| {
-            let slot = p.device.slot.as_ref()?;
-            let m = slot.mig.as_ref()?;
-            Some(MigRecord {
-                device: p.device.name.clone(),
-                gpu: slot.gpu_index,
-                profile_id: m.profile_id,
-                start: m.placement.start,
-                size: m.placement.size,
-                creating: false,
-                gpu_instance: None,
-                compute_instance: None,
-                uuid: None,
-            })
-        })
-        .collect()
-}
-
-/// The published device of `r` as made: its MIG device in `inv` (by UUID, else by GPU instance).
-fn made_device(inv: &Inventory, r: &MigRecord, plan: &ClaimPlan<'_>) -> Option<NodeDevice> {
-    let base = plan
-        .devices
-        .iter()
-        .find(|p| p.device.name == r.device)?
-        .device;
-    let g = inv.gpus.iter().find(|g| g.uuid == base.gpu_uuid)?;
-    let m = g.mig_devices.iter().find(|m| match &r.uuid {
-        Some(u) => &m.uuid == u,
-        None => Some(m.gi_id) == r.gpu_instance,
-    })?;
-    let mut d = base.clone();
-    d.dev = gpuhook_node::DeviceRef::Mig {
-        parent_index: g.index,
-        index: m.index,
-    };
-    d.uuid = m.uuid.clone();
-    d.attributes
-        .insert("uuid".into(), serde_json::json!({ "string": m.uuid }));
-    Some(d)
 }
 
 #[cfg(test)]

@@ -16,6 +16,7 @@ use gpuhook_mig::{create_instance, destroy_instance, MigBackend, MigError, NoHol
 use gpuhook_node::{DiscoverOptions, Inventory};
 use serde::{Deserialize, Serialize};
 
+use crate::devices::NodeDevice;
 use crate::slot::MigSlot;
 
 /// One MIG device of a claim, in its checkpoint entry.
@@ -142,4 +143,43 @@ impl Partitioner {
             .map(|d| d.inventory)
             .map_err(|e| format!("node discovery after a MIG change: {e}"))
     }
+}
+
+/// A record per planned partitionable MIG device, nothing created yet.
+pub fn records<'a>(devices: impl Iterator<Item = &'a NodeDevice>) -> Vec<MigRecord> {
+    devices
+        .filter_map(|d| {
+            let slot = d.slot.as_ref()?;
+            let m = slot.mig.as_ref()?;
+            Some(MigRecord {
+                device: d.name.clone(),
+                gpu: slot.gpu_index,
+                profile_id: m.profile_id,
+                start: m.placement.start,
+                size: m.placement.size,
+                creating: false,
+                gpu_instance: None,
+                compute_instance: None,
+                uuid: None,
+            })
+        })
+        .collect()
+}
+
+/// The published device of `r` as made: its MIG device in `inv` (by UUID, else by GPU instance).
+pub fn made_device(inv: &Inventory, r: &MigRecord, base: &NodeDevice) -> Option<NodeDevice> {
+    let g = inv.gpus.iter().find(|g| g.uuid == base.gpu_uuid)?;
+    let m = g.mig_devices.iter().find(|m| match &r.uuid {
+        Some(u) => &m.uuid == u,
+        None => Some(m.gi_id) == r.gpu_instance,
+    })?;
+    let mut d = base.clone();
+    d.dev = gpuhook_node::DeviceRef::Mig {
+        parent_index: g.index,
+        index: m.index,
+    };
+    d.uuid = m.uuid.clone();
+    d.attributes
+        .insert("uuid".into(), serde_json::json!({ "string": m.uuid }));
+    Some(d)
 }

@@ -72,8 +72,12 @@ fn start(dir: &Path, api: &ApiServer, root: &Path) -> Running {
 /// (The size is left out: the mock's `nvmlGpuInstanceGetInfo` reports the compute slices as the
 /// placement size, 3 for a 3g.40gb where NVIDIA reports 4.)
 fn instances(root: &Path) -> Vec<(u32, u32)> {
+    instances_of(root, 0)
+}
+
+fn instances_of(root: &Path, gpu: u32) -> Vec<(u32, u32)> {
     let p = gpuhook_dra::run::partitioner(&DiscoverOptions::for_root(root)).unwrap();
-    let g = p.with(|b| b.gpu(0)).unwrap();
+    let g = p.with(|b| b.gpu(gpu)).unwrap();
     let mut v: Vec<_> = g
         .instances
         .iter()
@@ -92,7 +96,7 @@ fn mig_claim(api: &ApiServer, uid: &str, device: &str) -> ClaimRef {
     }
 }
 
-/// NVIDIA's H100 80GB table: (profile, id, starts) with sizes 1, 2, 2, 4, 4, 8.
+/// NVIDIA's H100 80GB table (the A100 80GB's is the same): (profile, id, starts) with sizes 1, 2, 2, 4, 4, 8.
 const GUIDE: &[(&str, u32, &[u32])] = &[
     ("1g10gb", 19, &[0, 1, 2, 3, 4, 5, 6]),
     ("1g20gb", 15, &[0, 2, 4, 6]),
@@ -103,13 +107,18 @@ const GUIDE: &[(&str, u32, &[u32])] = &[
 ];
 
 fn check_slices(api: &ApiServer) {
+    check_gpu_slices(api, &[0]);
+}
+
+/// The counter sets and placements of GPUs `minors`, nothing else.
+fn check_gpu_slices(api: &ApiServer, minors: &[u32]) {
     let slices = api.slices();
     let sets: Vec<&Value> = slices
         .iter()
         .filter_map(|s| s["spec"]["sharedCounters"].as_array())
         .flatten()
         .collect();
-    assert_eq!(sets.len(), 1, "{slices:?}");
+    assert_eq!(sets.len(), minors.len(), "{slices:?}");
     assert_eq!(sets[0]["name"], "gpu-0-counter-set");
     let counters = sets[0]["counters"].as_object().unwrap();
     let mut want: BTreeSet<String> = (0..8).map(|i| format!("memory-slice-{i}")).collect();
@@ -125,15 +134,13 @@ fn check_slices(api: &ApiServer) {
         .iter()
         .map(|d| d["name"].as_str().unwrap().to_string())
         .collect();
-    let mut expected: BTreeSet<String> = GUIDE
-        .iter()
-        .flat_map(|(p, id, starts)| {
-            starts
-                .iter()
-                .map(move |s| format!("gpu-0-mig-{p}-{id}-{s}"))
-        })
-        .collect();
-    expected.insert("gpu-0".into());
+    let mut expected = BTreeSet::new();
+    for m in minors {
+        for (p, id, starts) in GUIDE {
+            expected.extend(starts.iter().map(|s| format!("gpu-{m}-mig-{p}-{id}-{s}")));
+        }
+        expected.insert(format!("gpu-{m}"));
+    }
     assert_eq!(names, expected);
     let d = devices
         .iter()
@@ -223,5 +230,29 @@ async fn a_restart_between_create_and_checkpoint_converges() {
     assert_eq!(instances(&root), [(14, 2)], "rolled back and made once");
     p.driver.unprepare("uid-c").await.unwrap();
     assert!(instances(&root).is_empty());
+    p.stop().await;
+}
+
+/// An A100 node whose GPUs already hold MIG devices made outside the driver: both GPUs are
+/// published with the same table; a placement one of those devices holds fails alone and the
+/// device is left alone.
+#[tokio::test]
+async fn a100_placement_held_by_another_device_is_refused_and_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(root) = sim_node(dir.path(), "a100-mig-mixed") else {
+        return;
+    };
+    let api = ApiServer::start(NODE);
+    let p = start(dir.path(), &api, &root);
+    wait_for("slices", || api.slices().len() == 2).await;
+    check_gpu_slices(&api, &[0, 1]);
+    let before = instances_of(&root, 1);
+    assert_eq!(before.len(), 7, "seven 1g.10gb on GPU 1");
+    let c = mig_claim(&api, "uid-a", "gpu-1-mig-1g10gb-19-3");
+    let err = p.driver.prepare(&c).await.unwrap_err().to_string();
+    assert!(err.contains("already taken"), "{err}");
+    p.driver.unprepare("uid-a").await.unwrap();
+    assert_eq!(instances_of(&root, 1), before);
+    assert!(specs(dir.path()).is_empty());
     p.stop().await;
 }
