@@ -256,3 +256,56 @@ async fn a100_placement_held_by_another_device_is_refused_and_kept() {
     assert!(specs(dir.path()).is_empty());
     p.stop().await;
 }
+
+/// The fake API server refuses what KEP-4815's validation refuses (dra-facts §3), so the slices
+/// above passing it means something.
+#[test]
+fn the_fake_api_server_refuses_counters_beyond_the_limits() {
+    let set = |i: usize| serde_json::json!({"name": format!("gpu-{i}-counter-set"), "counters": {"memory-slice-0": {"value": "1"}}});
+    let slice = |spec: Value| {
+        let mut s = serde_json::json!({"metadata": {"name": "node-a-gpu.nvidia.com-0"},
+            "spec": {"driver": "gpu.nvidia.com", "nodeName": NODE,
+                     "pool": {"name": NODE, "generation": 1, "resourceSliceCount": 1}}});
+        for (k, v) in spec.as_object().unwrap() {
+            s["spec"][k] = v.clone();
+        }
+        s
+    };
+    let ok = slice(serde_json::json!({"sharedCounters": (0..8).map(set).collect::<Vec<_>>()}));
+    assert!(apiserver::validate_slice(&ok, NODE).is_ok());
+    let nine = slice(serde_json::json!({"sharedCounters": (0..9).map(set).collect::<Vec<_>>()}));
+    let dev =
+        |consumes: Vec<Value>| serde_json::json!({"name": "gpu-0", "consumesCounters": consumes});
+    let both = slice(serde_json::json!({"sharedCounters": [set(0)], "devices": [dev(vec![])]}));
+    let entry = serde_json::json!({"counterSet": "gpu-0-counter-set", "counters": {"memory-slice-0": {"value": "1"}}});
+    let three = slice(serde_json::json!({"devices": [dev(vec![entry.clone(); 3])]}));
+    let many: serde_json::Map<String, Value> = (0..33)
+        .map(|i| {
+            (
+                format!("memory-slice-{i}"),
+                serde_json::json!({"value": "1"}),
+            )
+        })
+        .collect();
+    let wide = slice(
+        serde_json::json!({"sharedCounters": [{"name": "gpu-0-counter-set", "counters": many}]}),
+    );
+    let bad_name = slice(
+        serde_json::json!({"devices": [dev(vec![serde_json::json!({"counterSet": "Gpu_0", "counters": {"a": {"value": "1"}}})])]}),
+    );
+    for bad in [nine, both, three, wide, bad_name] {
+        assert_eq!(
+            apiserver::validate_slice(&bad, NODE).unwrap_err().0,
+            422,
+            "{bad}"
+        );
+    }
+    let devs: Vec<Value> = (0..65)
+        .map(|i| serde_json::json!({"name": format!("d-{i}"), "consumesCounters": [entry.clone()]}))
+        .collect();
+    let crowded = slice(serde_json::json!({ "devices": devs }));
+    assert_eq!(
+        apiserver::validate_slice(&crowded, NODE).unwrap_err().0,
+        422
+    );
+}
