@@ -87,6 +87,19 @@ fn instances_of(root: &Path, gpu: u32) -> Vec<(u32, u32)> {
     v
 }
 
+/// The mock NVML's switch that makes GPU 0 busy (`<lib dir>/gpuhook-sim-state/in-use-<uuid>`).
+fn in_use_switch(root: &Path) -> PathBuf {
+    let loc = gpuhook_node::NvmlLocation::locate(root, None).unwrap();
+    let inv = gpuhook_node::discover(&DiscoverOptions::for_root(root))
+        .unwrap()
+        .inventory;
+    loc.path()
+        .parent()
+        .unwrap()
+        .join("gpuhook-sim-state")
+        .join(format!("in-use-{}", inv.gpus[0].uuid))
+}
+
 fn mig_claim(api: &ApiServer, uid: &str, device: &str) -> ClaimRef {
     api.add_claim(claim("ns", uid, uid, NODE, &[("mig", device)], vec![]));
     ClaimRef {
@@ -188,6 +201,14 @@ async fn h100_placements_are_created_at_prepare_and_destroyed_at_unprepare() {
     assert_eq!(instances(&root), [(9, 4)]);
     assert_eq!(specs(dir.path()).len(), 1);
 
+    // A process holds the GPU (the mock's `in-use-<uuid>` switch: NVML answers IN_USE): the
+    // MIG device is kept and unprepare fails, to be retried by the kubelet.
+    let held = in_use_switch(&root);
+    std::fs::write(&held, "").unwrap();
+    let err = p.driver.unprepare("uid-m").await.unwrap_err().to_string();
+    assert!(err.contains("MIG device"), "{err}");
+    assert_eq!(instances(&root), [(9, 4)]);
+    std::fs::remove_file(&held).unwrap();
     p.driver.unprepare("uid-m").await.unwrap();
     p.driver.unprepare("uid-m").await.unwrap();
     assert!(instances(&root).is_empty());
