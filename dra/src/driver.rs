@@ -159,6 +159,14 @@ impl Driver {
             &self.devices,
             self.opts.allowed,
         )?;
+        let made_at_prepare = |d: &&plan::Planned<'_>| d.device.slot.is_some();
+        if plan.mps.is_some() && plan.devices.iter().any(|d| made_at_prepare(&d)) {
+            // As NVIDIA's driver (MPS is rejected with DynamicMIG): the UUIDs are not known yet.
+            return Err(DraError::Mig {
+                claim: format!("{}/{}", claim.namespace, claim.name),
+                message: "MPS sharing is not supported for partitionable devices: drop the MPS config or use a static MIG device".into(),
+            });
+        }
         let mps_dir = plan
             .mps
             .as_ref()

@@ -181,6 +181,29 @@ async fn h100_placements_are_created_at_prepare_and_destroyed_at_unprepare() {
     check_slices(&api);
     assert!(instances(&root).is_empty());
 
+    // MPS on a device made at prepare is refused (as NVIDIA's DynamicMIG), nothing made.
+    let cfg = gpuhook_dra::testkit::opaque(
+        &["mig"],
+        serde_json::json!({"apiVersion": "resource.nvidia.com/v1beta1", "kind": "MigDeviceConfig",
+                           "sharing": {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 50}}}),
+    );
+    api.add_claim(claim(
+        "ns",
+        "uid-mps",
+        "uid-mps",
+        NODE,
+        &[("mig", "gpu-0-mig-1g10gb-19-0")],
+        vec![cfg],
+    ));
+    let mps = ClaimRef {
+        namespace: "ns".into(),
+        name: "uid-mps".into(),
+        uid: "uid-mps".into(),
+    };
+    let err = p.driver.prepare(&mps).await.unwrap_err().to_string();
+    assert!(err.contains("MPS sharing is not supported"), "{err}");
+    assert!(instances(&root).is_empty());
+
     let c = mig_claim(&api, "uid-m", "gpu-0-mig-3g40gb-9-4");
     let devs = p.driver.prepare(&c).await.unwrap();
     assert_eq!(
