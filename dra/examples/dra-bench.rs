@@ -93,6 +93,7 @@ async fn prepare_bench(n: usize, sim: &Path) {
         republish: Duration::from_secs(3600),
         health_service: false,
         nvml: None,
+        partitionable: None,
     };
     let running = start(
         options(dir.path(), sim),

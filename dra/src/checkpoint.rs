@@ -50,6 +50,9 @@ pub struct ClaimEntry {
     /// The claim's MPS dir, when it runs a control daemon.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mps_dir: Option<PathBuf>,
+    /// MIG devices made for the claim (partitionable devices).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mig: Vec<crate::dynmig::MigRecord>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

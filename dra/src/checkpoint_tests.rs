@@ -15,6 +15,7 @@ fn entry(state: ClaimState) -> ClaimEntry {
             share_id: None,
         }],
         mps_dir: None,
+        mig: Vec::new(),
     }
 }
 

@@ -27,11 +27,14 @@ pub struct NodeDevice {
     pub memory_bytes: u64,
     /// Attribute name → `{"string": …}` / `{"int": …}` / `{"version": …}`.
     pub attributes: BTreeMap<String, Value>,
+    /// A partitionable device's counters and MIG placement (`--sharing …,partitionable-mig`).
+    pub slot: Option<crate::slot::Slot>,
 }
 
 impl NodeDevice {
     pub fn is_mig(&self) -> bool {
         matches!(self.dev, DeviceRef::Mig { .. })
+            || self.slot.as_ref().is_some_and(|s| s.mig.is_some())
     }
 }
 
@@ -138,6 +141,7 @@ pub fn catalogue(inv: &Inventory, sys_root: &Path) -> Vec<NodeDevice> {
                 gpu_uuid: g.uuid.clone(),
                 memory_bytes: g.memory_mib << 20,
                 attributes: a,
+                slot: None,
             });
         }
         for m in &g.mig_devices {
@@ -167,6 +171,7 @@ pub fn catalogue(inv: &Inventory, sys_root: &Path) -> Vec<NodeDevice> {
                 gpu_uuid: g.uuid.clone(),
                 memory_bytes: m.memory_mib << 20,
                 attributes: a,
+                slot: None,
             });
         }
     }

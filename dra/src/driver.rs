@@ -14,6 +14,7 @@ use crate::checkpoint::{Checkpoint, ClaimEntry, ClaimState, PreparedDevice};
 use crate::claim::parse_claim;
 use crate::config::Allowed;
 use crate::devices::NodeDevice;
+use crate::dynmig::{self, MigRecord, Partitioner};
 use crate::error::DraError;
 use crate::kube::Cluster;
 use crate::mps::{self, MpsDaemon, MpsOptions};
@@ -44,6 +45,7 @@ pub struct Driver {
     checkpoint: Mutex<Checkpoint>,
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     daemons: tokio::sync::Mutex<HashMap<String, MpsDaemon>>,
+    partitioner: Option<Arc<Partitioner>>,
 }
 
 /// One claim as the kubelet names it.
@@ -87,7 +89,14 @@ impl Driver {
             checkpoint: Mutex::new(checkpoint),
             locks: Mutex::new(HashMap::new()),
             daemons: tokio::sync::Mutex::new(HashMap::new()),
+            partitioner: None,
         }
+    }
+
+    /// Makes MIG devices for partitionable devices at prepare (and destroys them at unprepare).
+    pub fn with_partitioner(mut self, p: Arc<Partitioner>) -> Self {
+        self.partitioner = Some(p);
+        self
     }
 
     pub fn devices(&self) -> &[NodeDevice] {
@@ -150,6 +159,14 @@ impl Driver {
             &self.devices,
             self.opts.allowed,
         )?;
+        let made_at_prepare = |d: &&plan::Planned<'_>| d.device.slot.is_some();
+        if plan.mps.is_some() && plan.devices.iter().any(|d| made_at_prepare(&d)) {
+            // As NVIDIA's driver (MPS is rejected with DynamicMIG): the UUIDs are not known yet.
+            return Err(DraError::Mig {
+                claim: format!("{}/{}", claim.namespace, claim.name),
+                message: "MPS sharing is not supported for partitionable devices: drop the MPS config or use a static MIG device".into(),
+            });
+        }
         let mps_dir = plan
             .mps
             .as_ref()
@@ -160,9 +177,10 @@ impl Driver {
             name: claim.name.clone(),
             devices: prepared_devices(&claim.uid, &plan),
             mps_dir,
+            mig: dynmig::records(plan.devices.iter().map(|p| p.device)),
         };
         self.reserve(claim, &plan, entry.clone())?;
-        match self.apply(claim, &plan).await {
+        match self.apply(claim, &plan, &mut entry).await {
             Ok(()) => {
                 entry.state = ClaimState::PrepareCompleted;
                 let devices = entry.devices.clone();
@@ -203,8 +221,19 @@ impl Driver {
         cp.put(&claim.uid, entry)
     }
 
-    async fn apply(&self, claim: &ClaimRef, plan: &ClaimPlan<'_>) -> Result<(), DraError> {
+    async fn apply(
+        &self,
+        claim: &ClaimRef,
+        plan: &ClaimPlan<'_>,
+        entry: &mut ClaimEntry,
+    ) -> Result<(), DraError> {
         let key = format!("{}/{}", claim.namespace, claim.name);
+        let made = self
+            .create_migs(&claim.uid, plan, entry)
+            .map_err(|message| DraError::Mig {
+                claim: key.clone(),
+                message,
+            })?;
         for (uuid, interval) in &plan.time_slices {
             let (slicer, u, i) = (self.slicer.clone(), uuid.clone(), *interval);
             let res = tokio::task::spawn_blocking(move || slicer.set(&u, i))
@@ -228,7 +257,19 @@ impl Driver {
             pipe = Some(d.layout.pipe.clone());
             self.daemons.lock().await.insert(claim.uid.clone(), d);
         }
-        let devs: Vec<&NodeDevice> = plan.devices.iter().map(|p| p.device).collect();
+        let (inv, made) = match made {
+            Some((inv, made)) => (Arc::new(inv), made),
+            None => (self.inventory.clone(), Vec::new()),
+        };
+        let devs: Vec<&NodeDevice> = plan
+            .devices
+            .iter()
+            .map(|p| {
+                made.iter()
+                    .find(|m| m.name == p.device.name)
+                    .unwrap_or(p.device)
+            })
+            .collect();
         let cdi_err = |source| DraError::Cdi {
             claim: key.clone(),
             source,
@@ -236,19 +277,84 @@ impl Driver {
         let spec = self
             .opts
             .cdi
-            .spec(&self.inventory, &claim.uid, &devs, pipe.as_deref())
+            .spec(&inv, &claim.uid, &devs, pipe.as_deref())
             .map_err(cdi_err)?;
         self.opts.cdi.write(&claim.uid, &spec).map_err(cdi_err)?;
         Ok(())
     }
 
-    /// Undoes whatever of claim `uid` exists: its MPS daemon, its CDI spec.
+    /// Creates the plan's MIG devices (recorded in `entry` and the checkpoint before and after
+    /// each), then re-reads the node: the new inventory and the devices as made.
+    fn create_migs(
+        &self,
+        uid: &str,
+        plan: &ClaimPlan<'_>,
+        entry: &mut ClaimEntry,
+    ) -> Result<Option<(Inventory, Vec<NodeDevice>)>, String> {
+        if entry.mig.is_empty() {
+            return Ok(None);
+        }
+        let p = self.partitioner.as_ref().ok_or(
+            "this plugin runs without partitionable MIG devices (--sharing …,partitionable-mig)",
+        )?;
+        for i in 0..entry.mig.len() {
+            let slot = plan
+                .devices
+                .iter()
+                .find_map(|d| {
+                    d.device
+                        .slot
+                        .as_ref()
+                        .filter(|_| d.device.name == entry.mig[i].device)
+                })
+                .and_then(|s| s.mig.clone())
+                .ok_or("a MIG record without its device")?;
+            let mut rec = entry.mig[i].clone();
+            let mut persist = |r: &MigRecord| {
+                entry.mig[i] = r.clone();
+                self.record(uid, Some(entry.clone()))
+                    .map_err(|e| e.to_string())
+            };
+            p.create(&mut rec, &slot, &mut persist)?;
+        }
+        let inv = p.inventory()?;
+        let made = entry
+            .mig
+            .iter()
+            .filter_map(|r| {
+                let base = plan.devices.iter().find(|p| p.device.name == r.device)?;
+                dynmig::made_device(&inv, r, base.device)
+            })
+            .collect::<Vec<_>>();
+        if made.len() != entry.mig.len() {
+            return Err("a created MIG device is missing from node discovery".into());
+        }
+        Ok(Some((inv, made)))
+    }
+
+    /// Undoes whatever of claim `uid` exists: its MPS daemon, its CDI spec, its MIG devices.
     async fn undo(&self, uid: &str, entry: &ClaimEntry) -> Result<(), DraError> {
         let grace = self.opts.mps.command_timeout;
         if let Some(d) = self.daemons.lock().await.remove(uid) {
             d.stop(grace).await;
         } else if entry.mps_dir.is_some() {
             mps::stop_stale(&self.opts.mps.root, uid, grace).await;
+        }
+        if !entry.mig.is_empty() {
+            let p = self.partitioner.clone();
+            for r in &entry.mig {
+                let res = match &p {
+                    Some(p) => p.destroy(r),
+                    None if r.creating => {
+                        Err("no MIG backend to destroy it (--sharing …,partitionable-mig)".into())
+                    }
+                    None => Ok(()),
+                };
+                res.map_err(|message| DraError::Mig {
+                    claim: uid.to_string(),
+                    message,
+                })?;
+            }
         }
         self.opts
             .cdi

@@ -242,6 +242,7 @@ async fn an_unfinished_preparation_is_rolled_back() {
             name: "c-u1".into(),
             devices: vec![],
             mps_dir: None,
+            mig: Vec::new(),
         }),
     )
     .unwrap();

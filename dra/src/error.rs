@@ -43,6 +43,8 @@ pub enum DraError {
         interval: String,
         message: String,
     },
+    #[error("ResourceClaim {claim}: MIG device: {message}")]
+    Mig { claim: String, message: String },
     #[error("ResourceClaim {claim}: MPS control daemon: {message}")]
     Mps { claim: String, message: String },
     #[error("CDI spec for claim {claim}: {source}")]

@@ -72,7 +72,9 @@ struct Cli {
     /// Sharing strategies allowed in claims (comma-separated: mps, time-slicing; `none`).
     /// `consumable-mps` also publishes full GPUs as consumable capacity (KEP-5075, needs the
     /// DRAConsumableCapacity gate: beta and on in 1.36): each share becomes an MPS claim with its
-    /// consumed `threadPercentage` and `memory` as limits.
+    /// consumed `threadPercentage` and `memory` as limits. `partitionable-mig` publishes MIG-mode
+    /// GPUs as partitionable devices (KEP-4815, gate DRAPartitionableDevices: beta and on in
+    /// 1.36) and creates each claim's MIG device at prepare, destroying it at unprepare.
     #[arg(long, value_delimiter = ',', default_value = "mps,time-slicing")]
     sharing: Vec<String>,
     /// MPS control binary; default <driver root>/usr/bin/nvidia-cuda-mps-control.
@@ -97,24 +99,26 @@ fn capabilities(names: &[String]) -> Result<BTreeSet<Capability>> {
     Ok(out)
 }
 
-fn allowed(names: &[String]) -> Result<Allowed> {
+fn allowed(names: &[String]) -> Result<(Allowed, bool)> {
     let mut a = Allowed {
         time_slicing: false,
         mps: false,
         consumable_mps: false,
     };
+    let mut partitionable = false;
     for n in names {
         match n.trim() {
             "mps" => a.mps = true,
             "time-slicing" => a.time_slicing = true,
             "consumable-mps" => a.consumable_mps = true,
+            "partitionable-mig" => partitionable = true,
             "none" => {}
             other => bail!(
-                "--sharing: unknown strategy {other:?} (mps, time-slicing, consumable-mps or none)"
+                "--sharing: unknown strategy {other:?} (mps, time-slicing, consumable-mps, partitionable-mig or none)"
             ),
         }
     }
-    Ok(a)
+    Ok((a, partitionable))
 }
 
 fn inventory(cli: &Cli) -> Result<Inventory> {
@@ -137,6 +141,7 @@ fn options(cli: &Cli) -> Result<(DriverOptions, RunOptions)> {
         .plugin_dir
         .clone()
         .unwrap_or_else(|| PathBuf::from(gpuhook_dra::api::PLUGINS_DIR).join(&cli.driver_name));
+    let (allowed, partitionable) = allowed(&cli.sharing)?;
     let under_root = |p: &str| gpuhook_node::join_under(&cli.driver_root, p.as_ref());
     let mut edits = gpuhook_cdi::EditOptions::new(&cli.gpuhook_path);
     edits.cuda_compat = false;
@@ -159,7 +164,7 @@ fn options(cli: &Cli) -> Result<(DriverOptions, RunOptions)> {
             start_timeout: Duration::from_secs(10),
             command_timeout: Duration::from_secs(5),
         },
-        allowed: allowed(&cli.sharing)?,
+        allowed,
     };
     let run = RunOptions {
         sockets: Sockets {
@@ -172,6 +177,11 @@ fn options(cli: &Cli) -> Result<(DriverOptions, RunOptions)> {
         republish: Duration::from_secs(60),
         health_service: cli.health_service,
         nvml: (!cli.no_health).then(|| (cli.driver_root.clone(), cli.nvml_lib.clone())),
+        partitionable: partitionable.then(|| {
+            let mut d = DiscoverOptions::for_root(&cli.driver_root);
+            d.nvml_lib = cli.nvml_lib.clone();
+            d
+        }),
     };
     Ok((opts, run))
 }

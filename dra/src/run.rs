@@ -12,6 +12,7 @@ use tokio::sync::watch;
 use crate::checkpoint::{boot_id, Checkpoint};
 use crate::devices::{catalogue, NodeDevice};
 use crate::driver::{Driver, DriverOptions};
+use crate::dynmig::Partitioner;
 use crate::error::DraError;
 use crate::health_service::{HealthService, Unhealthy};
 use crate::kube::Cluster;
@@ -35,6 +36,9 @@ pub struct RunOptions {
     pub health_service: bool,
     /// NVML for the health monitor (`None`: no monitor).
     pub nvml: Option<(PathBuf, Option<PathBuf>)>,
+    /// Partitionable MIG devices (`--sharing …,partitionable-mig`): NVML and discovery of this
+    /// driver root; `None`: off.
+    pub partitionable: Option<gpuhook_node::DiscoverOptions>,
 }
 
 /// What the running plugin holds.
@@ -133,6 +137,22 @@ fn start_monitor(
     Some((monitor, task))
 }
 
+/// The MIG manager's NVML backend of the driver root in `d`.
+pub fn partitioner(d: &gpuhook_node::DiscoverOptions) -> Result<Partitioner, DraError> {
+    let err = |e: gpuhook_node::NodeError| DraError::Invalid {
+        what: "NVML for partitionable MIG devices",
+        value: d.driver_root.display().to_string(),
+        why: e.to_string(),
+    };
+    let loc =
+        gpuhook_node::NvmlLocation::locate(&d.driver_root, d.nvml_lib.as_deref()).map_err(err)?;
+    let nvml = gpuhook_node::Nvml::load(&loc).map_err(err)?;
+    Ok(Partitioner::new(
+        Box::new(gpuhook_mig::NvmlBackend::new(nvml)),
+        d.clone(),
+    ))
+}
+
 /// Starts the plugin: loads the checkpoint, publishes slices, serves and registers.
 pub fn start(
     opts: DriverOptions,
@@ -142,16 +162,32 @@ pub fn start(
     slicer: Arc<dyn TimeSlicer>,
 ) -> Result<Running, DraError> {
     let checkpoint = Checkpoint::load(&opts.checkpoint, &boot_id())?;
-    let devices = catalogue(&inventory, &run.sys_root);
+    let (devices, partitioner) = match &run.partitionable {
+        None => (catalogue(&inventory, &run.sys_root), None),
+        Some(d) => {
+            let p = partitioner(d)?;
+            let states = p.with(|b| b.gpus()).map_err(|e| DraError::Invalid {
+                what: "MIG state",
+                value: d.driver_root.display().to_string(),
+                why: e.to_string(),
+            })?;
+            let devs = crate::partition::catalogue(&inventory, &states, &run.sys_root);
+            (devs, Some(Arc::new(p)))
+        }
+    };
     tracing::info!(devices = devices.len(), node = %opts.node, "devices found");
-    let driver = Arc::new(Driver::new(
+    let mut driver = Driver::new(
         opts,
         Arc::new(inventory),
         devices,
         cluster.clone(),
         slicer,
         checkpoint,
-    ));
+    );
+    if let Some(p) = partitioner {
+        driver = driver.with_partitioner(p);
+    }
+    let driver = Arc::new(driver);
     let (tx, rx) = watch::channel(BTreeMap::new());
     let mut tasks = Vec::new();
     let mut monitor = None;

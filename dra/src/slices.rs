@@ -21,6 +21,11 @@ pub const MAX_ATTRIBUTE_STRING: usize = 64;
 pub const MAX_ID_LEN: usize = 32;
 pub const MAX_DOMAIN_LEN: usize = 63;
 pub const MAX_NAME: usize = 253;
+/// Counter sets per slice, counters per set, consumption entries per device and counters per
+/// entry (KEP-4815's limits, dra-facts §3).
+pub const MAX_COUNTER_SETS: usize = 8;
+pub const MAX_COUNTERS: usize = 32;
+pub const MAX_CONSUMES: usize = 2;
 /// The taint key of an unhealthy device.
 pub const UNHEALTHY_TAINT: &str = "gpu.nvidia.com/unhealthy";
 
@@ -75,6 +80,15 @@ pub fn check_device(d: &Value) -> Result<(), String> {
             "device {name}: {n} attributes and capacities, at most {MAX_ATTRIBUTES_AND_CAPACITIES}"
         ));
     }
+    let consumes = d.get("consumesCounters").and_then(Value::as_array);
+    if consumes.map_or(0, Vec::len) > MAX_CONSUMES {
+        return Err(format!(
+            "device {name}: more than {MAX_CONSUMES} consumesCounters entries"
+        ));
+    }
+    for c in consumes.into_iter().flatten() {
+        check_counters(c).map_err(|m| format!("device {name}: consumesCounters: {m}"))?;
+    }
     for (k, v) in attrs
         .into_iter()
         .flatten()
@@ -93,6 +107,32 @@ pub fn check_device(d: &Value) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Checks a counter set or a consumption entry: its set name a DNS label, at most 32 counters,
+/// each named by a DNS label.
+pub fn check_counters(c: &Value) -> Result<(), String> {
+    let set = c
+        .get("name")
+        .or_else(|| c.get("counterSet"))
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if !dns_label(set, 63) {
+        return Err(format!("counter set name {set:?} is not a DNS label"));
+    }
+    let counters = c.get("counters").and_then(Value::as_object);
+    let n = counters.map_or(0, |m| m.len());
+    if n == 0 || n > MAX_COUNTERS {
+        return Err(format!("{set}: {n} counters, 1 to {MAX_COUNTERS} allowed"));
+    }
+    match counters
+        .into_iter()
+        .flatten()
+        .find(|(k, _)| !dns_label(k, 63))
+    {
+        Some((k, _)) => Err(format!("{set}: counter name {k:?} is not a DNS label")),
+        None => Ok(()),
+    }
 }
 
 /// The capacity of an MPS share's thread percentage (consumable capacity).
@@ -121,7 +161,10 @@ pub fn device_json(d: &NodeDevice, unhealthy: Option<&str>, shared: bool) -> Val
         "attributes": d.attributes,
         "capacity": { "memory": { "value": d.memory_bytes.to_string() } },
     });
-    if shared && !d.is_mig() {
+    if let Some(slot) = &d.slot {
+        v["consumesCounters"] =
+            json!([{ "counterSet": slot.counter_set, "counters": slot.counters() }]);
+    } else if shared && !d.is_mig() {
         consumable(d, &mut v);
     }
     if let Some(reason) = unhealthy {
@@ -161,33 +204,47 @@ pub fn build(
         })?;
         entries.push(v);
     }
-    let tainted = entries.iter().any(|e| e.get("taints").is_some());
+    let sets = crate::partition::counter_sets(devices);
+    for set in &sets {
+        check_counters(set).map_err(|message| DraError::Slice {
+            name: node.to_string(),
+            message,
+        })?;
+    }
+    let tainted = entries
+        .iter()
+        .any(|e| e.get("taints").is_some() || e.get("consumesCounters").is_some());
     let per = if tainted {
         MAX_DEVICES_WITH_TAINTS
     } else {
         MAX_DEVICES
     };
-    let chunks: Vec<Vec<Value>> = if entries.is_empty() {
-        vec![Vec::new()]
-    } else {
-        entries.chunks(per).map(<[Value]>::to_vec).collect()
-    };
+    // A slice holds devices or shared counters, never both (dra-facts §3): counter slices first.
+    let mut chunks: Vec<(&str, Vec<Value>)> = sets
+        .chunks(MAX_COUNTER_SETS)
+        .map(|c| ("sharedCounters", c.to_vec()))
+        .collect();
+    if entries.is_empty() && chunks.is_empty() {
+        chunks.push(("devices", Vec::new()));
+    }
+    chunks.extend(entries.chunks(per).map(|c| ("devices", c.to_vec())));
     let count = chunks.len();
     chunks
         .into_iter()
         .enumerate()
-        .map(|(i, devs)| {
+        .map(|(i, (field, items))| {
             let name = slice_name(node, driver, i)?;
+            let mut spec = json!({
+                "driver": driver,
+                "nodeName": node,
+                "pool": { "name": node, "generation": generation, "resourceSliceCount": count },
+            });
+            spec[field] = json!(items);
             Ok(json!({
                 "apiVersion": "resource.k8s.io/v1",
                 "kind": "ResourceSlice",
                 "metadata": { "name": name },
-                "spec": {
-                    "driver": driver,
-                    "nodeName": node,
-                    "pool": { "name": node, "generation": generation, "resourceSliceCount": count },
-                    "devices": devs,
-                },
+                "spec": spec,
             }))
         })
         .collect()

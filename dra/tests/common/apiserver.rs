@@ -94,6 +94,19 @@ pub fn validate_slice(s: &Value, node: &str) -> Result<(), (u16, String)> {
         return bad("spec.pool".into());
     }
     let devices = spec["devices"].as_array().cloned().unwrap_or_default();
+    let sets = spec["sharedCounters"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    if !devices.is_empty() && !sets.is_empty() {
+        return bad("only one of devices and sharedCounters can be set".into());
+    }
+    if sets.len() > 8 {
+        return bad("spec.sharedCounters: must have at most 8 items".into());
+    }
+    for set in &sets {
+        validate_counters(set, "name")?;
+    }
     let limited = devices
         .iter()
         .any(|d| !d["taints"].is_null() || !d["consumesCounters"].is_null());
@@ -102,6 +115,26 @@ pub fn validate_slice(s: &Value, node: &str) -> Result<(), (u16, String)> {
         return bad(format!("spec.devices: must have at most {max} items"));
     }
     devices.iter().try_for_each(validate_device)
+}
+
+/// A CounterSet (`name`) or DeviceCounterConsumption (`counterSet`): a DNS label naming the
+/// set, 1 to 32 counters named by DNS labels, each with a quantity string `value`.
+fn validate_counters(c: &Value, key: &str) -> Result<(), (u16, String)> {
+    let set = c[key].as_str().unwrap_or("");
+    if !label(set, 63) {
+        return Err((422, format!("counter set {key} {set:?}")));
+    }
+    let counters = c["counters"].as_object().cloned().unwrap_or_default();
+    if counters.is_empty() || counters.len() > 32 {
+        return Err((422, format!("{set}: counters must have 1 to 32 items")));
+    }
+    match counters
+        .iter()
+        .find(|(k, v)| !label(k, 63) || v["value"].as_str().is_none())
+    {
+        Some((k, _)) => Err((422, format!("{set}: counter {k:?}"))),
+        None => Ok(()),
+    }
 }
 
 /// What validation refuses in one device.
@@ -147,6 +180,16 @@ fn validate_device(d: &Value) -> Result<(), (u16, String)> {
         if !qualified(k) || v["value"].as_str().is_none() {
             return bad(format!("{dn}: capacity {k}"));
         }
+    }
+    let consumes = d["consumesCounters"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    if consumes.len() > 2 {
+        return bad(format!("{dn}: consumesCounters: must have at most 2 items"));
+    }
+    for c in &consumes {
+        validate_counters(c, "counterSet")?;
     }
     if d["taints"].as_array().is_some_and(|t| t.len() > 16) {
         return bad(format!("{dn}: more than 16 taints"));

@@ -47,6 +47,18 @@ pub fn plugin_full(
     control_binary: &Path,
     nvml: Option<(PathBuf, Option<PathBuf>)>,
 ) -> Running {
+    plugin_node(dir, api, control_binary, nvml, inventory(), None)
+}
+
+/// The plugin on node inventory `inv`, with partitionable MIG devices when `partitionable`.
+pub fn plugin_node(
+    dir: &Path,
+    api: &ApiServer,
+    control_binary: &Path,
+    nvml: Option<(PathBuf, Option<PathBuf>)>,
+    inv: gpuhook_node::Inventory,
+    partitionable: Option<gpuhook_node::DiscoverOptions>,
+) -> Running {
     let opts = DriverOptions {
         driver: "gpu.nvidia.com".into(),
         node: NODE.into(),
@@ -76,9 +88,10 @@ pub fn plugin_full(
         republish: Duration::from_secs(3600),
         health_service: true,
         nvml,
+        partitionable,
     };
     let cluster = Arc::new(HttpCluster::plain(&api.url).unwrap());
-    start(opts, run, inventory(), cluster, Arc::new(Slicer)).unwrap()
+    start(opts, run, inv, cluster, Arc::new(Slicer)).unwrap()
 }
 
 pub fn specs(dir: &Path) -> Vec<PathBuf> {

@@ -1,0 +1,185 @@
+//! MIG devices made at prepare time for partitionable devices (`partition.rs`) through the MIG
+//! manager's library (`gpuhook_mig::create_instance` / `destroy_instance`), and destroyed at
+//! unprepare.
+//!
+//! Crash safety: per placement, under one lock, (1) the GPU is read and a placement already
+//! taken is refused with nothing recorded; (2) the claim's checkpoint entry records the
+//! placement as `creating` before NVML is asked; (3) the created GPU/compute instance ids are
+//! recorded. A restart between (2) and (3) finds `creating` without ids: the instance at exactly
+//! that placement and profile is the claim's (the placement was free under the lock at (1)) and
+//! is destroyed by the rollback. A destroy honours NVML's `IN_USE` (a device held by a process
+//! is never destroyed; the claim's own MPS daemon is stopped first).
+
+use std::sync::Mutex;
+
+use gpuhook_mig::{create_instance, destroy_instance, MigBackend, MigError, NoHolders};
+use gpuhook_node::{DiscoverOptions, Inventory};
+use serde::{Deserialize, Serialize};
+
+use crate::devices::NodeDevice;
+use crate::slot::MigSlot;
+
+/// One MIG device of a claim, in its checkpoint entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MigRecord {
+    /// The published device it realises.
+    pub device: String,
+    pub gpu: u32,
+    pub profile_id: u32,
+    pub start: u32,
+    pub size: u32,
+    /// NVML was asked to create it (it may exist without ids after a crash).
+    pub creating: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_instance: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute_instance: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<String>,
+}
+
+/// The MIG backend and how to re-read the node after a change.
+pub struct Partitioner {
+    backend: Mutex<Box<dyn MigBackend + Send>>,
+    discover: DiscoverOptions,
+}
+
+impl std::fmt::Debug for Partitioner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Partitioner")
+            .field("discover", &self.discover)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Partitioner {
+    pub fn new(backend: Box<dyn MigBackend + Send>, discover: DiscoverOptions) -> Self {
+        Partitioner {
+            backend: Mutex::new(backend),
+            discover,
+        }
+    }
+
+    /// Runs `f` on the backend under the lock.
+    pub fn with<T>(&self, f: impl FnOnce(&mut dyn MigBackend) -> T) -> T {
+        let mut b = self.backend.lock().unwrap_or_else(|p| p.into_inner());
+        f(b.as_mut())
+    }
+
+    /// Creates the MIG device of `rec` (`slot` gives its profile); `persist` saves the record
+    /// before NVML is asked and again with the ids. A taken placement: an error, nothing made.
+    pub fn create(
+        &self,
+        rec: &mut MigRecord,
+        slot: &MigSlot,
+        persist: &mut dyn FnMut(&MigRecord) -> Result<(), String>,
+    ) -> Result<(), String> {
+        let mut b = self.backend.lock().unwrap_or_else(|p| p.into_inner());
+        let gpu = b.gpu(rec.gpu).map_err(|e| e.to_string())?;
+        if let Some(other) = gpu
+            .instances
+            .iter()
+            .find(|g| g.placement.overlaps(&slot.placement))
+        {
+            return Err(format!(
+                "placement {}..{} of GPU {} ({}) is already taken by GPU instance {} (profile id {} at {}..{}): \
+                 another MIG device was created outside this driver; destroy it or let the scheduler pick another placement",
+                slot.placement.start, slot.placement.end(), rec.gpu, gpu.uuid, other.id,
+                other.profile_id, other.placement.start, other.placement.end()
+            ));
+        }
+        rec.creating = true;
+        persist(rec)?;
+        match create_instance(
+            b.as_mut(),
+            rec.gpu,
+            &slot.profile,
+            Some(slot.placement.start),
+        ) {
+            Ok(c) => {
+                rec.gpu_instance = Some(c.gpu_instance);
+                rec.compute_instance = Some(c.compute_instance);
+                rec.uuid = c.uuid;
+                persist(rec)
+            }
+            Err(e) => {
+                rec.creating = false;
+                if let Err(p) = persist(rec) {
+                    tracing::warn!(error = %p, "checkpoint after a failed MIG create");
+                }
+                Err(format!(
+                    "creating {} at slice {}: {e}",
+                    slot.profile, slot.placement.start
+                ))
+            }
+        }
+    }
+
+    /// Destroys the MIG device of `rec` if it exists (a record that never reached NVML: nothing).
+    pub fn destroy(&self, rec: &MigRecord) -> Result<(), String> {
+        if !rec.creating && rec.gpu_instance.is_none() {
+            return Ok(());
+        }
+        let mut b = self.backend.lock().unwrap_or_else(|p| p.into_inner());
+        let gpu = b.gpu(rec.gpu).map_err(|e| e.to_string())?;
+        let found = gpu.instances.iter().find(|g| match rec.gpu_instance {
+            Some(id) => g.id == id,
+            // The profile fixes the size; matching on it would trust one more NVML field.
+            None => g.profile_id == rec.profile_id && g.placement.start == rec.start,
+        });
+        let Some(gi) = found else {
+            return Ok(());
+        };
+        match destroy_instance(b.as_mut(), rec.gpu, gi.id, &NoHolders, false) {
+            Ok(()) | Err(MigError::NotFound(_)) => Ok(()),
+            Err(e) => Err(format!("destroying MIG device {}: {e}", rec.device)),
+        }
+    }
+
+    /// The node re-read (new MIG devices with their capability nodes).
+    pub fn inventory(&self) -> Result<Inventory, String> {
+        gpuhook_node::discover(&self.discover)
+            .map(|d| d.inventory)
+            .map_err(|e| format!("node discovery after a MIG change: {e}"))
+    }
+}
+
+/// A record per planned partitionable MIG device, nothing created yet.
+pub fn records<'a>(devices: impl Iterator<Item = &'a NodeDevice>) -> Vec<MigRecord> {
+    devices
+        .filter_map(|d| {
+            let slot = d.slot.as_ref()?;
+            let m = slot.mig.as_ref()?;
+            Some(MigRecord {
+                device: d.name.clone(),
+                gpu: slot.gpu_index,
+                profile_id: m.profile_id,
+                start: m.placement.start,
+                size: m.placement.size,
+                creating: false,
+                gpu_instance: None,
+                compute_instance: None,
+                uuid: None,
+            })
+        })
+        .collect()
+}
+
+/// The published device of `r` as made: its MIG device in `inv` (by UUID, else by GPU instance).
+pub fn made_device(inv: &Inventory, r: &MigRecord, base: &NodeDevice) -> Option<NodeDevice> {
+    let g = inv.gpus.iter().find(|g| g.uuid == base.gpu_uuid)?;
+    let m = g.mig_devices.iter().find(|m| match &r.uuid {
+        Some(u) => &m.uuid == u,
+        None => Some(m.gi_id) == r.gpu_instance,
+    })?;
+    let mut d = base.clone();
+    d.dev = gpuhook_node::DeviceRef::Mig {
+        parent_index: g.index,
+        index: m.index,
+    };
+    d.uuid = m.uuid.clone();
+    d.attributes
+        .insert("uuid".into(), serde_json::json!({ "string": m.uuid }));
+    Some(d)
+}
