@@ -270,8 +270,8 @@ mod mig_write;
 pub use device::Device;
 pub use events::{Event, EventSet};
 pub use links::{NvLink, NVLINK_MAX_LINKS};
-pub use mig_write::{MigApi, MigCi, MigGi, MigGiProfile};
 pub use metrics::{Clock, FieldSample, MemoryInfo, ProcessKind, ProcessSample, ProcessUse};
+pub use mig_write::{MigApi, MigCi, MigGi, MigGiProfile};
 
 #[cfg(test)]
 mod tests {
