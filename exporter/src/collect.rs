@@ -4,7 +4,8 @@
 //! stale (its last good values are still served, marked by `gpuhook_exporter_gpu_stale`). A GPU
 //! fallen off the bus (`NVML_ERROR_GPU_IS_LOST`) loses its value series, gets
 //! `gpuhook_exporter_gpu_lost 1` and one log line; the thread keeps trying, so a GPU that comes
-//! back is served again.
+//! back is served again. Each sample re-reads the GPU's MIG layout, so a re-partition (MIG mode
+//! switched, instances created or destroyed) is followed without a restart.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -14,7 +15,7 @@ use std::time::{Duration, Instant};
 use gpuhook_node::Nvml;
 
 use crate::counters::Counter;
-use crate::devices::GpuInfo;
+use crate::devices::{read_gpu, GpuInfo};
 use crate::sample::{sample, Sample, SampleError, Wanted};
 use crate::xid::XidTable;
 
@@ -96,7 +97,14 @@ impl Collector {
         let (Some(gpu), Some(slot)) = (self.gpus.get(i), self.slots.get(i)) else {
             return;
         };
-        lock(slot).busy_since = Some(Instant::now());
+        let last = {
+            let mut s = lock(slot);
+            s.busy_since = Some(Instant::now());
+            s.sample
+                .as_ref()
+                .map_or_else(|| Arc::new(gpu.clone()), |s| Arc::clone(&s.gpu))
+        };
+        let gpu = &identity(nvml, &last);
         let xid: Option<BTreeMap<_, _>> = self
             .settings
             .xid
@@ -151,5 +159,18 @@ impl Collector {
                 tracing::error!(gpu = i, error = %e, "cannot start this GPU's collector thread");
             }
         }
+    }
+}
+
+/// The GPU's identity now (its MIG mode and instances, re-read at every sample); the last one
+/// when it cannot be read (the sample itself then says why) or the index names another GPU.
+fn identity(nvml: &Nvml, last: &Arc<GpuInfo>) -> Arc<GpuInfo> {
+    match read_gpu(nvml, last.index) {
+        Ok(now) if now == **last => Arc::clone(last),
+        Ok(now) if now.uuid == last.uuid => {
+            tracing::info!(gpu = now.index, uuid = %now.uuid, mig = now.mig, instances = now.instances.len(), "the GPU's MIG layout changed; its series follow it");
+            Arc::new(now)
+        }
+        _ => Arc::clone(last),
     }
 }

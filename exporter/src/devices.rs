@@ -1,5 +1,6 @@
 //! The node's GPUs and MIG GPU instances as the exporter labels them (dcgm-exporter's `gpu`,
-//! `UUID`, `pci_bus_id`, `device`, `modelName`, `GPU_I_PROFILE`, `GPU_I_ID`), read once at start.
+//! `UUID`, `pci_bus_id`, `device`, `modelName`, `GPU_I_PROFILE`, `GPU_I_ID`), read at start and
+//! again at every sample (a MIG re-partition is followed).
 
 use gpuhook_node::{NodeError, Nvml};
 

@@ -132,14 +132,14 @@ fn xid_text(xid: u64) -> &'static str {
 
 /// The series of every served counter.
 pub fn dcgm_series(v: &View<'_>, slots: &[Slot], out: &mut String) {
-    let labels: Vec<Vec<String>> = v
-        .collector
-        .gpus
+    // Labels from each sample's own identity: MIG instances as they were when it was taken.
+    let labels: Vec<Vec<String>> = slots
         .iter()
-        .map(|g| {
-            (0..g.entity_count())
-                .map(|e| entity_labels(v, g, e))
-                .collect()
+        .map(|slot| match &slot.sample {
+            Some(s) => (0..s.gpu.entity_count())
+                .map(|e| entity_labels(v, &s.gpu, e))
+                .collect(),
+            None => Vec::new(),
         })
         .collect();
     for (ci, c) in v.counters.values.iter().enumerate() {

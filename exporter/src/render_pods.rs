@@ -69,8 +69,9 @@ pub fn pod_series(v: &View<'_>, slots: &[Slot], names: &HashMap<String, PodRef>,
     let find = |src: Source| v.counters.values.iter().position(|c| c.source == src);
     let (fb_ci, util_ci) = (find(Source::FbUsed), find(Source::GpuUtil));
     let (mut fb, mut util, mut count) = (String::new(), String::new(), String::new());
-    for (g, slot) in v.collector.gpus.iter().zip(slots) {
+    for slot in slots {
         let Some(s) = &slot.sample else { continue };
+        let g = &*s.gpu;
         for (e, procs) in s.procs.iter().enumerate() {
             let base = entity_labels(v, g, e);
             let (parts, unknown) = group(procs, names);

@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use gpuhook_node::nvml::{Clock, Device, ProcessKind};
@@ -37,6 +38,9 @@ pub struct Proc {
 #[derive(Debug, Clone)]
 pub struct Sample {
     pub taken: Instant,
+    /// The GPU and its MIG instances as they were when the sample was taken (a MIG
+    /// re-partition changes them without a restart).
+    pub gpu: Arc<GpuInfo>,
     /// `(entity, counter index, value)`.
     pub values: Vec<(usize, usize, f64)>,
     /// Processes per entity (only with attribution on).
@@ -137,7 +141,7 @@ fn instance_value(
 }
 
 /// Samples one GPU.
-pub fn sample(nvml: &Nvml, gpu: &GpuInfo, want: &Wanted<'_>) -> Result<Sample, SampleError> {
+pub fn sample(nvml: &Nvml, gpu: &Arc<GpuInfo>, want: &Wanted<'_>) -> Result<Sample, SampleError> {
     let dev = nvml.device_by_index(gpu.index)?;
     let mut values = Vec::new();
     let mut procs = vec![Vec::new(); gpu.entity_count()];
@@ -176,6 +180,7 @@ pub fn sample(nvml: &Nvml, gpu: &GpuInfo, want: &Wanted<'_>) -> Result<Sample, S
     }
     Ok(Sample {
         taken: Instant::now(),
+        gpu: Arc::clone(gpu),
         values,
         procs,
     })
