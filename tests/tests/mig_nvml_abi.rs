@@ -132,7 +132,11 @@ fn mig_write_calls_follow_nvml_and_the_placement_table() {
         assert_eq!(nvml.nvmlDeviceCreateGpuInstance(d, 9, &mut gi3), SUCCESS);
         let mut gi_info = std::mem::zeroed();
         assert_eq!(nvml.nvmlGpuInstanceGetInfo(gi3, &mut gi_info), SUCCESS);
-        assert_eq!((gi_info.id, gi_info.placement.start), (2, 4));
+        // Its placement spans 4 memory slices (MIG user guide: 3g placements are 0-3, 4-7).
+        assert_eq!(
+            (gi_info.id, gi_info.placement.start, gi_info.placement.size),
+            (2, 4, 4)
+        );
         // A GPU instance with compute instances cannot go; mode changes neither.
         assert_eq!(nvml.nvmlGpuInstanceDestroy(gi), IN_USE);
         assert_eq!(nvml.nvmlDeviceSetMigMode(d, 0, &mut status), IN_USE);

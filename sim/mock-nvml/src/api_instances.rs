@@ -199,9 +199,11 @@ pub unsafe extern "C" fn nvmlGpuInstanceGetInfo(
             device: handle_of(gpu),
             id: gi.id,
             profile_id: gi.profile.id,
+            // NVML reports the placement's memory-slice span (a 3g.40gb spans 4), which is
+            // the profile's placement size, not its compute slices.
             placement: NvmlPlacement {
                 start: gi.start,
-                size: gi.profile.slices,
+                size: crate::mig_overlay::placement_size(gpu, &gi.profile),
             },
         };
         // SAFETY: forwarded caller contract.
