@@ -114,13 +114,16 @@ fn walk_to_profile(lib: &Lib, mig: nvmlDevice_t, gi_id: c_uint, ci_id: c_uint) -
         let mut ci_info: nvmlComputeInstanceInfo_t = std::mem::zeroed();
         assert_eq!(l.nvmlComputeInstanceGetInfo_v2(ci, &mut ci_info), SUCCESS);
         assert_eq!((ci_info.gpuInstance, ci_info.id), (gi, ci_id));
-        assert_eq!(attrs.gpuInstanceSliceCount, gi_info.placement.size);
+        // A placement spans the memory slices of the profile, which can exceed its compute
+        // slices (MIG user guide, A100: a 3g takes placements {0,4} of size 4, a 7g one of 8).
+        assert!(attrs.gpuInstanceSliceCount <= gi_info.placement.size);
         for i in 0..GI_PROFILE_COUNT {
             let (rc, gp) = lib.gi_profile(parent, i);
             assert!(rc == SUCCESS || rc == NOT_SUPPORTED, "profile {i}: rc {rc}");
             if rc != SUCCESS || gp.id != gi_info.profileId {
                 continue;
             }
+            assert_eq!(attrs.gpuInstanceSliceCount, gp.sliceCount);
             // The instance is listed among its profile's instances.
             let mut list = vec![null_mut(); gp.instanceCount as usize];
             let mut n = 0;
