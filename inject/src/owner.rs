@@ -118,30 +118,64 @@ pub fn decide(owner: (u32, u32), mount: u64, trust: &Trust) -> Act {
     }
 }
 
-/// The mount id of the file `fd` refers to (`statx` `STATX_MNT_ID`, Linux 5.8).
+/// The mount id of the file `fd` refers to: `statx` `STATX_MNT_ID` (Linux 5.8), else the `mnt_id`
+/// line of `/proc/self/fdinfo/<fd>` (Linux 3.15), so kernels such as RHEL 8's 4.18 work too.
+///
+/// `statx` is called as a raw syscall: the release build's glibc floor (2.17) has no `statx`
+/// wrapper (it came with glibc 2.28), and a missing syscall (`ENOSYS`, Linux < 4.11) is the
+/// same case as a kernel without the mount-id field.
 pub(crate) fn mount_id(fd: BorrowedFd<'_>) -> io::Result<u64> {
+    match statx_mount_id(fd) {
+        Ok(Some(id)) => Ok(id),
+        Ok(None) => fdinfo_mount_id(fd),
+        Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => fdinfo_mount_id(fd),
+        Err(e) => Err(e),
+    }
+}
+
+/// `STATX_MNT_ID` of `fd`, `None` when the kernel does not report it.
+fn statx_mount_id(fd: BorrowedFd<'_>) -> io::Result<Option<u64>> {
     // SAFETY: an all-zero `statx` is a valid value to be overwritten by the kernel.
     let mut stx: libc::statx = unsafe { std::mem::zeroed() };
     let empty = c"";
-    // SAFETY: statx with AT_EMPTY_PATH on a live fd and a valid out pointer.
+    // SAFETY: the statx syscall with AT_EMPTY_PATH on a live fd, a NUL-terminated empty path
+    // and a valid out pointer of the kernel's `struct statx` layout.
     let rc = unsafe {
-        libc::statx(
+        libc::syscall(
+            libc::SYS_statx,
             fd.as_raw_fd(),
             empty.as_ptr(),
             libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
             libc::STATX_MNT_ID,
-            &mut stx,
+            std::ptr::addr_of_mut!(stx),
         )
     };
     if rc < 0 {
         return Err(io::Error::last_os_error());
     }
-    if stx.stx_mask & libc::STATX_MNT_ID == 0 {
-        return Err(io::Error::other(
-            "the kernel reports no mount id (Linux 5.8+ needed)",
-        ));
-    }
-    Ok(stx.stx_mnt_id)
+    Ok((stx.stx_mask & libc::STATX_MNT_ID != 0).then_some(stx.stx_mnt_id))
+}
+
+/// The `mnt_id:` line of `/proc/self/fdinfo/<fd>` (a few hundred bytes; read bounded).
+fn fdinfo_mount_id(fd: BorrowedFd<'_>) -> io::Result<u64> {
+    use std::io::Read;
+    let path = format!("/proc/self/fdinfo/{}", fd.as_raw_fd());
+    let mut text = String::new();
+    std::fs::File::open(&path)?
+        .take(64 * 1024)
+        .read_to_string(&mut text)?;
+    parse_fdinfo_mount_id(&text).ok_or_else(|| {
+        io::Error::other(format!(
+            "{path} has no mnt_id line (Linux 3.15+ needed to tell mounts apart)"
+        ))
+    })
+}
+
+/// The value of the `mnt_id:` line of an fdinfo text.
+fn parse_fdinfo_mount_id(text: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix("mnt_id:"))
+        .and_then(|v| v.trim().parse().ok())
 }
 
 /// The host ids of the container's user: as they are, or shifted by the ids of the root

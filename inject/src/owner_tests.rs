@@ -63,3 +63,19 @@ fn user_namespaced_ids_are_shifted_by_the_roots_owner() {
     };
     assert_eq!(decide((100_000, 100_000), VOLUME, &t), Act::AsRoot);
 }
+
+#[test]
+fn the_fdinfo_fallback_agrees_with_statx() {
+    let dir = std::fs::File::open("/").unwrap();
+    let fd = std::os::fd::AsFd::as_fd(&dir);
+    let via_fdinfo = super::fdinfo_mount_id(fd).unwrap();
+    if let Ok(Some(via_statx)) = super::statx_mount_id(fd) {
+        assert_eq!(via_statx, via_fdinfo);
+    }
+    assert_eq!(super::mount_id(fd).unwrap(), via_fdinfo);
+    assert_eq!(
+        super::parse_fdinfo_mount_id("pos:\t0\nflags:\t02000000\nmnt_id:\t29\nino:\t2\n"),
+        Some(29)
+    );
+    assert_eq!(super::parse_fdinfo_mount_id("pos:\t0\n"), None);
+}
