@@ -16,6 +16,8 @@
 
 mod error;
 mod existing;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 use std::fs::{self, File, OpenOptions, Permissions};
 use std::io::{self, Write};

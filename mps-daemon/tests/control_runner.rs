@@ -3,7 +3,6 @@
 // Test support: a failed unwrap is a failed test, with its location.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -13,8 +12,7 @@ use gpu_mps_daemon::plan::GpuPlan;
 
 fn script(dir: &Path, body: &str) -> PathBuf {
     let p = dir.join("nvidia-cuda-mps-control");
-    std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
-    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    gpuhook_fs::testing::write_executable(&p, &format!("#!/bin/sh\n{body}\n")).unwrap();
     p
 }
 

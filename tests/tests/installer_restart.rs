@@ -17,7 +17,6 @@
 mod cdi_support;
 mod installer_support;
 
-use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -43,14 +42,13 @@ impl Node {
         let systemctl = root.join("usr/bin/systemctl");
         std::fs::create_dir_all(systemctl.parent().unwrap()).unwrap();
         // Like the real one: in a chroot it ignores the request unless SYSTEMD_IGNORE_CHROOT=1.
-        std::fs::write(
+        gpuhook_fs::testing::write_executable(
             &systemctl,
             "#!/bin/sh\n[ \"$SYSTEMD_IGNORE_CHROOT\" = 1 ] || \
              { echo \"Running in chroot, ignoring command '$1'\" >&2; exit 0; }\n\
              echo \"$@\" >> /systemctl.calls\n",
         )
         .unwrap();
-        std::fs::set_permissions(&systemctl, std::fs::Permissions::from_mode(0o755)).unwrap();
         Node { root, tmp }
     }
 

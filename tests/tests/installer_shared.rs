@@ -13,7 +13,6 @@
 mod cdi_support;
 mod installer_support;
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -49,8 +48,7 @@ fn source_with_a_busy_neighbour(dir: &Path, root: &Path) -> PathBuf {
         other_spec("dra.example.com/claim", "1"),
         other_spec("mps.example.com/gpu", "2"),
     );
-    write(&src.join("gpuhook"), &script);
-    std::fs::set_permissions(src.join("gpuhook"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    gpuhook_fs::testing::write_executable(&src.join("gpuhook"), &script).unwrap();
     src
 }
 

@@ -65,15 +65,14 @@ fn fixture() -> Fixture {
     fs::write(cdi.join("nvidia.com-gpu.json"), SPEC).unwrap();
     let runc = bin.join("runc");
     let record = root.join("record");
-    fs::write(
+    gpuhook_fs::testing::write_executable(
         &runc,
-        format!(
+        &format!(
             "#!/bin/sh\nprintf '%s\\n' \"$@\" > {rec}.argv\nenv > {rec}.env\nexit 0\n",
             rec = record.display()
         ),
     )
     .unwrap();
-    fs::set_permissions(&runc, fs::Permissions::from_mode(0o755)).unwrap();
     let config = RuntimeConfig {
         runtimes: vec!["runc".into()],
         spec_dirs: vec![root.join("no-such-dir"), cdi],

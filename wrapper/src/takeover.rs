@@ -180,15 +180,13 @@ mod tests {
 
     /// A fake runtime that records its argv in `calls` and fails `create` with `create_code`.
     fn fake_runtime(dir: &Path, create_code: i32) -> std::path::PathBuf {
-        use std::os::unix::fs::PermissionsExt;
         let calls = dir.join("calls");
         let path = dir.join("runc");
         let script = format!(
             "#!/bin/sh\necho \"$*\" >> {}\ncase \"$*\" in *create*) exit {create_code};; esac\nexit 0\n",
             calls.display()
         );
-        std::fs::write(&path, script).unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        gpuhook_fs::testing::write_executable(&path, &script).unwrap();
         path
     }
 

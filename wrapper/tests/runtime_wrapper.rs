@@ -3,7 +3,6 @@
 // Integration tests: a failed unwrap or expect is the test failure, with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -18,15 +17,14 @@ impl Fake {
         let bin = tmp.path().join("bin");
         std::fs::create_dir_all(&bin).unwrap();
         let runc = bin.join("runc");
-        std::fs::write(
+        gpuhook_fs::testing::write_executable(
             &runc,
-            format!(
+            &format!(
                 "#!/bin/sh\necho \"$@\" > {}\necho FAKE-RUNC-STDOUT\n",
                 tmp.path().join("argv").display()
             ),
         )
         .unwrap();
-        std::fs::set_permissions(&runc, std::fs::Permissions::from_mode(0o755)).unwrap();
         Fake { tmp }
     }
 

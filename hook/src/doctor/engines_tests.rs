@@ -18,10 +18,8 @@ fn findings(opts: &Options) -> Vec<(String, Status, String)> {
 }
 
 fn exe(path: &Path) {
-    use std::os::unix::fs::PermissionsExt;
     fs::create_dir_all(path.parent().unwrap()).unwrap();
-    fs::write(path, "#!/bin/sh\n").unwrap();
-    fs::set_permissions(path, fs::Permissions::from_mode(0o755)).unwrap();
+    gpuhook_fs::testing::write_executable(path, "#!/bin/sh\n").unwrap();
 }
 
 #[test]

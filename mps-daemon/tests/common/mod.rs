@@ -119,9 +119,7 @@ impl Node {
             "#!/bin/sh\nSIM='{}'\n{body}\nexec \"$SIM\" \"$@\"\n",
             sim_bin().display()
         );
-        std::fs::write(&bin, script).unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+        gpuhook_fs::testing::write_executable(&bin, &script).unwrap();
     }
 
     /// Writes a config: `resources` is the YAML list body, `extra` more `mpsDaemon` keys.
