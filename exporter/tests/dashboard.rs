@@ -11,10 +11,32 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use common::*;
 use serde_json::Value;
+
+/// NVIDIA's dashboard, read where the reference material keeps it rather than copied into the
+/// tree: `$GPUHOOK_DCGM_DASHBOARD`, else `shared/reference/dcgm-exporter/` next to the repository.
+fn nvidia_dashboard() -> PathBuf {
+    let candidates = [
+        std::env::var_os("GPUHOOK_DCGM_DASHBOARD").map(PathBuf::from),
+        Some(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/reference/dcgm-exporter")),
+        Some(PathBuf::from("/work/shared/reference/dcgm-exporter")),
+    ];
+    candidates
+        .into_iter()
+        .flatten()
+        .map(|p| {
+            if p.is_dir() {
+                p.join("dcgm-exporter-dashboard.json")
+            } else {
+                p
+            }
+        })
+        .find(|p| p.is_file())
+        .expect("NVIDIA's dcgm-exporter-dashboard.json not found: set GPUHOOK_DCGM_DASHBOARD")
+}
 
 const H100_0: &str = "GPU-054b5817-d8d5-cb0c-e645-7b685ed85ca6";
 
@@ -261,8 +283,7 @@ fn nvidia_dashboard_and_the_per_pod_view_query_only_what_is_served() {
         p.of("gpuhook_pod_gpu_util").count() >= 2 && p.of("DCGM_FI_DEV_GPU_TEMP").count() == 8
     });
 
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let nvidia = load(&root.join("tests/data/dcgm-exporter-dashboard.json"));
+    let nvidia = load(&nvidia_dashboard());
     let missing = unserved(&nvidia, &page);
     assert_eq!(
         missing,
@@ -273,7 +294,9 @@ fn nvidia_dashboard_and_the_per_pod_view_query_only_what_is_served() {
         &[("field", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE")],
     );
 
-    let ours = load(&root.join("../deploy/grafana/gpuhook-exporter-pods.json"));
+    let ours = load(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/grafana/gpuhook-exporter-pods.json"),
+    );
     assert_eq!(unserved(&ours, &page), BTreeSet::new());
 }
 
