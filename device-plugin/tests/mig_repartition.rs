@@ -213,8 +213,11 @@ async fn a_repartition_reaches_the_kubelet_without_a_plugin_restart() {
     let pid = plugin.0.id();
     let mut seen = Seen::default();
     // MIG off: the whole GPU.
-    seen.until(&mut kubelet, &want(&[("nvidia.com/gpu", vec![gpu.clone()])]))
-        .await;
+    seen.until(
+        &mut kubelet,
+        &want(&[("nvidia.com/gpu", vec![gpu.clone()])]),
+    )
+    .await;
 
     mig_parted(&root, &cfg, "all-small");
     let small = persisted(&lib, &gpu, ID_1G10);
@@ -225,7 +228,11 @@ async fn a_repartition_reaches_the_kubelet_without_a_plugin_restart() {
     mig_parted(&root, &cfg, "mixed-workload");
     let three = persisted(&lib, &gpu, ID_3G40);
     let two = persisted(&lib, &gpu, ID_2G20);
-    assert_eq!((three.len(), two.len()), (1, 2), "seed 003's mixed-workload");
+    assert_eq!(
+        (three.len(), two.len()),
+        (1, 2),
+        "seed 003's mixed-workload"
+    );
     seen.until(
         &mut kubelet,
         &want(&[

@@ -7,7 +7,7 @@
 //! in use (an [`InUse`] holder, or NVML's `IN_USE`) is refused unless the caller drains.
 
 use crate::error::{MigError, NVML_ERROR_IN_USE};
-use crate::holders::{describe, fix_for, Holder};
+use crate::holders::{describe, fix_for, Holder, InUse};
 use crate::plan::{plan, GpuPlan, NewInstance};
 use crate::select::{select, Desired};
 use crate::spec::MigConfigSpec;
@@ -40,29 +40,6 @@ pub trait MigBackend {
     fn destroy_compute_instance(&mut self, index: u32, gi: u32, ci: u32) -> Result<(), MigError>;
     /// `nvmlGpuInstanceDestroy`.
     fn destroy_gpu_instance(&mut self, index: u32, gi: u32) -> Result<(), MigError>;
-}
-
-/// Who holds a device: NVML's running processes, the kubelet's pod-resources allocations, the
-/// MPS daemon's clients ([`crate::DeviceHolders`] is the snapshot the CLI and the agent fill).
-/// An empty list: nobody.
-pub trait InUse {
-    /// The holders of MIG device(s) of GPU instance `gi`: a destroy of it is refused.
-    fn holders(&self, gpu: &GpuState, gi: &GpuInstance) -> Vec<Holder>;
-    /// The holders of the GPU itself (not of one of its MIG devices): a MIG mode change of it
-    /// is refused.
-    fn gpu_holders(&self, _gpu: &GpuState) -> Vec<Holder> {
-        Vec::new()
-    }
-}
-
-/// Nobody holds anything (NVML's own `IN_USE` still protects).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct NoHolders;
-
-impl InUse for NoHolders {
-    fn holders(&self, _: &GpuState, _: &GpuInstance) -> Vec<Holder> {
-        Vec::new()
-    }
 }
 
 /// How to apply.

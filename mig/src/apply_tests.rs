@@ -1,4 +1,5 @@
 use super::*;
+use crate::holders::NoHolders;
 use crate::spec::MigConfigFile;
 use crate::test_support::Fake;
 use crate::{assert_applied, create_instance, destroy_instance};

@@ -9,8 +9,30 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use crate::apply::InUse;
 use crate::state::{GpuInstance, GpuState};
+
+/// Who holds a device: NVML's running processes, the kubelet's pod-resources allocations, the
+/// MPS daemon's clients ([`crate::DeviceHolders`] is the snapshot the CLI and the agent fill).
+/// An empty list: nobody.
+pub trait InUse {
+    /// The holders of MIG device(s) of GPU instance `gi`: a destroy of it is refused.
+    fn holders(&self, gpu: &GpuState, gi: &GpuInstance) -> Vec<Holder>;
+    /// The holders of the GPU itself (not of one of its MIG devices): a MIG mode change of it
+    /// is refused.
+    fn gpu_holders(&self, _gpu: &GpuState) -> Vec<Holder> {
+        Vec::new()
+    }
+}
+
+/// Nobody holds anything (NVML's own `IN_USE` still protects).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoHolders;
+
+impl InUse for NoHolders {
+    fn holders(&self, _: &GpuState, _: &GpuInstance) -> Vec<Holder> {
+        Vec::new()
+    }
+}
 
 /// One holder of a device.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]

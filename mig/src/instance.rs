@@ -1,8 +1,9 @@
 //! Single MIG devices for the DRA driver's claims: create one where it fits, destroy one nobody
 //! holds.
 
-use crate::apply::{create_gi, describe_gi, destroy_gi, held_error, InUse, MigBackend};
+use crate::apply::{create_gi, describe_gi, destroy_gi, held_error, MigBackend};
 use crate::error::MigError;
+use crate::holders::InUse;
 use crate::plan::NewInstance;
 use crate::state::Placement;
 

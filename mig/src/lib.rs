@@ -59,14 +59,14 @@ mod select;
 mod spec;
 mod state;
 
-pub use apply::{
-    apply, ApplyOptions, GpuOutcome, GpuStatus, InUse, MigBackend, NoHolders, Outcome,
-};
+pub use apply::{apply, ApplyOptions, GpuOutcome, GpuStatus, MigBackend, Outcome};
 pub use assertion::assert_applied;
 pub use device_id::{filter_matches, DeviceId, DeviceIdError};
 pub use error::{MigError, NVML_ERROR_INSUFFICIENT_RESOURCES, NVML_ERROR_IN_USE};
 pub use export::export_yaml;
-pub use holders::{describe as describe_holders, device_id_uuid, DeviceHolders, Holder};
+pub use holders::{
+    describe as describe_holders, device_id_uuid, DeviceHolders, Holder, InUse, NoHolders,
+};
 pub use instance::{create_instance, destroy_instance, CreatedDevice};
 pub use nvml_backend::NvmlBackend;
 pub use pack::{pack, Item};
