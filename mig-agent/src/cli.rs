@@ -11,6 +11,7 @@ use std::time::Duration;
 use clap::Parser;
 
 use crate::agent::{Agent, Timing};
+use crate::holders::HolderSources;
 use crate::host::{Argv, NodeHost};
 use crate::layout::MigParted;
 use crate::node::KubeNode;
@@ -70,6 +71,18 @@ pub struct Args {
     /// An argument of --reboot (repeat; default: reboot)
     #[arg(long, value_name = "ARG")]
     pub reboot_arg: Vec<String>,
+    /// The kubelet's pod-resources socket: a MIG device the kubelet allocated to a running pod
+    /// is not destroyed (unless --drain); no socket there: no pod is checked
+    #[arg(
+        long,
+        value_name = "SOCKET",
+        default_value = "/var/lib/kubelet/pod-resources/kubelet.sock"
+    )]
+    pub pod_resources_socket: PathBuf,
+    /// Destroy MIG devices (and change MIG modes) even when processes, pods or MPS clients hold
+    /// them
+    #[arg(long, env = "DRAIN", default_value_t = false)]
+    pub drain: bool,
     /// Seconds the paused GPU clients get to stop
     #[arg(long, value_name = "SECS", default_value_t = 300)]
     pub client_timeout: u64,
@@ -119,6 +132,12 @@ impl Args {
             config_file: self.config_file.clone(),
             driver_root: self.driver_root.clone(),
             nvml_lib: self.nvml_lib.clone(),
+            holders: HolderSources {
+                pod_resources: Some(self.pod_resources_socket.clone()),
+                mps_status: Some(gpu_mps_daemon::layout::status_path(&self.mps_root)),
+                proc_root: self.host_proc.clone(),
+            },
+            drain: self.drain,
         };
         let reconciler = Reconciler {
             api: Box::new(api),

@@ -1,16 +1,19 @@
 //! The node's MIG layout, as the manager drives it: a preview (what a config would change, with
 //! nothing written) and the apply. [`MigParted`] is the real one: gpuhook-mig's parser, planner
 //! and apply over NVML loaded from the driver root (a fresh load per call, so a re-partition made
-//! by another process is seen); tests use fakes.
+//! by another process is seen); tests use fakes. A MIG device that a process, a pod or an MPS
+//! client holds is not destroyed unless the manager drains ([`crate::holders`]).
 
 use std::io::Read;
 use std::path::PathBuf;
 
 use gpuhook_mig::{
-    apply, assert_applied, entry_matches, ApplyOptions, GpuStatus, MigBackend, MigConfigFile,
-    MigConfigSpec, NoHolders, NvmlBackend, Outcome, MAX_CONFIG_BYTES,
+    apply, assert_applied, entry_matches, ApplyOptions, DeviceHolders, GpuStatus, MigBackend,
+    MigConfigFile, MigConfigSpec, NoHolders, NvmlBackend, Outcome, MAX_CONFIG_BYTES,
 };
 use gpuhook_node::{Nvml, NvmlLocation};
+
+use crate::holders::HolderSources;
 
 /// One GPU in a preview or an apply.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,6 +52,10 @@ pub struct MigParted {
     pub config_file: PathBuf,
     pub driver_root: PathBuf,
     pub nvml_lib: Option<PathBuf>,
+    /// Who holds the devices (NVML's processes always; pods and MPS clients where set).
+    pub holders: HolderSources,
+    /// Destroy held MIG devices anyway (and change held GPUs' modes).
+    pub drain: bool,
 }
 
 fn err(e: impl std::fmt::Display) -> LayoutError {
@@ -155,8 +162,16 @@ impl Layout for MigParted {
         let entries = self.entries(name)?;
         let mut backend = self.backend()?;
         let ids = uuids(&mut backend)?;
-        let outcome =
-            apply(&mut backend, &entries, &NoHolders, ApplyOptions::default()).map_err(err)?;
+        let holders = if self.drain {
+            DeviceHolders::default()
+        } else {
+            self.holders.collect(&backend).map_err(LayoutError)?
+        };
+        let opts = ApplyOptions {
+            drain: self.drain,
+            ..ApplyOptions::default()
+        };
+        let outcome = apply(&mut backend, &entries, &holders, opts).map_err(err)?;
         failures(&outcome)?;
         let pending = gpus_with(&outcome, &GpuStatus::PendingReset, &ids);
         if pending.is_empty() {

@@ -15,6 +15,7 @@
 
 pub mod agent;
 pub mod cli;
+pub mod holders;
 pub mod host;
 pub mod labels;
 pub mod layout;

@@ -7,6 +7,7 @@
 //! in use (an [`InUse`] holder, or NVML's `IN_USE`) is refused unless the caller drains.
 
 use crate::error::{MigError, NVML_ERROR_IN_USE};
+use crate::holders::{describe, fix_for, Holder, InUse};
 use crate::plan::{plan, GpuPlan, NewInstance};
 use crate::select::{select, Desired};
 use crate::spec::MigConfigSpec;
@@ -39,22 +40,6 @@ pub trait MigBackend {
     fn destroy_compute_instance(&mut self, index: u32, gi: u32, ci: u32) -> Result<(), MigError>;
     /// `nvmlGpuInstanceDestroy`.
     fn destroy_gpu_instance(&mut self, index: u32, gi: u32) -> Result<(), MigError>;
-}
-
-/// Who holds a MIG device besides what NVML reports (the device plugin's pod-resources
-/// allocations, MPS clients): filled by the Kubernetes agent. An empty list: nobody.
-pub trait InUse {
-    fn holders(&self, gpu: &GpuState, gi: &GpuInstance) -> Vec<String>;
-}
-
-/// Nobody holds anything (the CLI without an agent: NVML's own `IN_USE` still protects).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct NoHolders;
-
-impl InUse for NoHolders {
-    fn holders(&self, _: &GpuState, _: &GpuInstance) -> Vec<String> {
-        Vec::new()
-    }
 }
 
 /// How to apply.
@@ -231,12 +216,7 @@ fn carry_out(
     opts: ApplyOptions,
 ) -> Result<bool, MigError> {
     if !opts.drain {
-        for gi in &p.destroy {
-            let holders = in_use.holders(gpu, gi);
-            if !holders.is_empty() {
-                return Err(in_use_error(gpu, gi, holders.join(", "), DRAIN_FIX));
-            }
-        }
+        check_holders(gpu, p, in_use)?;
     }
     for gi in &p.destroy {
         destroy_gi(backend, gpu, gi)?;
@@ -252,27 +232,52 @@ fn carry_out(
     Ok(false)
 }
 
-/// What to do about an [`InUse`] holder (the driver itself does not stop the destroy).
-pub(crate) const DRAIN_FIX: &str = "stop them, or apply with --drain to destroy it anyway";
+/// Refuses a plan that destroys a held MIG device or changes the MIG mode of a held GPU.
+fn check_holders(gpu: &GpuState, p: &GpuPlan, in_use: &dyn InUse) -> Result<(), MigError> {
+    for gi in &p.destroy {
+        let holders = in_use.holders(gpu, gi);
+        if !holders.is_empty() {
+            return Err(held_error(gpu, describe_gi(gpu, gi), &holders));
+        }
+    }
+    if let Some(on) = p.set_mode {
+        let holders = in_use.gpu_holders(gpu);
+        if !holders.is_empty() {
+            let device = format!(
+                "the GPU itself (MIG mode change to {})",
+                if on { "enabled" } else { "disabled" }
+            );
+            return Err(held_error(gpu, device, &holders));
+        }
+    }
+    Ok(())
+}
+
+/// A device an [`InUse`] holder holds (the driver itself would not stop the destroy).
+pub(crate) fn held_error(gpu: &GpuState, device: String, holders: &[Holder]) -> MigError {
+    MigError::InUse {
+        index: gpu.index,
+        uuid: gpu.uuid.clone(),
+        device,
+        holders: describe(holders),
+        fix: fix_for(holders),
+    }
+}
+
 /// What to do about NVML's `IN_USE` (the driver refuses; `--drain` cannot override it).
 const PROCESS_FIX: &str = "stop the processes on it (nvidia-smi lists them) and apply again; the layout is kept until then";
 
-pub(crate) fn in_use_error(
-    gpu: &GpuState,
-    gi: &GpuInstance,
-    holders: String,
-    fix: &'static str,
-) -> MigError {
+fn nvml_in_use_error(gpu: &GpuState, gi: &GpuInstance) -> MigError {
     MigError::InUse {
         index: gpu.index,
         uuid: gpu.uuid.clone(),
         device: describe_gi(gpu, gi),
-        holders,
-        fix,
+        holders: "a running process (NVML_ERROR_IN_USE)".into(),
+        fix: PROCESS_FIX.into(),
     }
 }
 
-fn describe_gi(gpu: &GpuState, gi: &GpuInstance) -> String {
+pub(crate) fn describe_gi(gpu: &GpuState, gi: &GpuInstance) -> String {
     let name = gpu
         .profile_by_id(gi.profile_id)
         .map_or("?", |p| p.name.as_str());
@@ -289,12 +294,7 @@ pub(crate) fn destroy_gi(
     gi: &GpuInstance,
 ) -> Result<(), MigError> {
     let map = |e: MigError| match e {
-        MigError::Nvml { code, .. } if code == NVML_ERROR_IN_USE => in_use_error(
-            gpu,
-            gi,
-            "a running process (NVML_ERROR_IN_USE)".into(),
-            PROCESS_FIX,
-        ),
+        MigError::Nvml { code, .. } if code == NVML_ERROR_IN_USE => nvml_in_use_error(gpu, gi),
         other => other,
     };
     for ci in &gi.cis {

@@ -1,4 +1,5 @@
 use super::*;
+use crate::holders::NoHolders;
 use crate::spec::MigConfigFile;
 use crate::test_support::Fake;
 use crate::{assert_applied, create_instance, destroy_instance};
@@ -109,11 +110,16 @@ fn a_mode_change_on_one_gpu_leaves_the_other_gpus_instances() {
     );
 }
 
-struct Holder(u32);
-impl InUse for Holder {
-    fn holders(&self, _: &GpuState, gi: &GpuInstance) -> Vec<String> {
+struct PodOn(u32);
+impl InUse for PodOn {
+    fn holders(&self, _: &GpuState, gi: &GpuInstance) -> Vec<Holder> {
         if gi.id == self.0 {
-            vec!["pod default/train".into()]
+            vec![Holder::Pod {
+                namespace: "default".into(),
+                pod: "train".into(),
+                container: "main".into(),
+                resource: "nvidia.com/mig-3g.40gb".into(),
+            }]
         } else {
             Vec::new()
         }
@@ -126,12 +132,15 @@ fn devices_in_use_are_kept_unless_drained() {
     run(&mut f, SEED_003, "mixed-workload", ApplyOptions::default()).unwrap();
     let cfg = MigConfigFile::parse(SEED_003.as_bytes(), "f").unwrap();
     let entries = cfg.config("all-small").unwrap();
-    let out = apply(&mut f, entries, &Holder(2), ApplyOptions::default()).unwrap();
+    let out = apply(&mut f, entries, &PodOn(2), ApplyOptions::default()).unwrap();
     let GpuStatus::Failed(why) = &out.gpus[0].status else {
         panic!("{out:?}")
     };
     assert!(
-        why.contains("pod default/train") && why.contains("--drain"),
+        why.contains("pod default/train")
+            && why.contains("3g.40gb (GPU instance 2")
+            && why.contains("delete the pod")
+            && why.contains("--drain"),
         "{why}"
     );
     assert_eq!(placements(&f, 0).len(), 3, "nothing destroyed");
@@ -147,7 +156,7 @@ fn devices_in_use_are_kept_unless_drained() {
         drain: true,
         ..ApplyOptions::default()
     };
-    apply(&mut f, entries, &Holder(2), drain).unwrap();
+    apply(&mut f, entries, &PodOn(2), drain).unwrap();
     assert_eq!(placements(&f, 0).len(), 7);
 }
 
@@ -197,7 +206,7 @@ fn create_and_destroy_single_instances_for_claims() {
     assert!(d.uuid.is_some());
     let e = create_instance(&mut f, 0, "2g.12gb", Some(2)).unwrap_err();
     assert!(e.to_string().contains("do not fit"), "{e}");
-    destroy_instance(&mut f, 0, d.gpu_instance, &Holder(d.gpu_instance), false).unwrap_err();
+    destroy_instance(&mut f, 0, d.gpu_instance, &PodOn(d.gpu_instance), false).unwrap_err();
     destroy_instance(&mut f, 0, d.gpu_instance, &NoHolders, false).unwrap();
     assert!(f.gpus[0].state.instances.is_empty());
 }

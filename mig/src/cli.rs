@@ -12,9 +12,10 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::apply::{apply, ApplyOptions, GpuStatus, MigBackend, NoHolders};
+use crate::apply::{apply, ApplyOptions, GpuStatus, MigBackend};
 use crate::assertion::assert_applied;
 use crate::export::export_yaml;
+use crate::holders::DeviceHolders;
 use crate::nvml_backend::NvmlBackend;
 use crate::spec::{MigConfigFile, MAX_CONFIG_BYTES};
 
@@ -81,7 +82,7 @@ pub struct ApplyArgs {
     /// Print the plan, change nothing.
     #[arg(long)]
     pub dry_run: bool,
-    /// Destroy MIG devices even when processes hold them.
+    /// Destroy MIG devices (and change MIG modes) even when processes hold them.
     #[arg(long)]
     pub drain: bool,
 }
@@ -152,7 +153,13 @@ fn run_apply(cli: &Cli, a: &ApplyArgs) -> anyhow::Result<u8> {
         drain: a.drain,
         mode_only: a.config.mode_only,
     };
-    let out = apply(&mut b, entries, &NoHolders, opts)?;
+    // Who runs on each device now (NVML's processes); --drain destroys whatever holds them.
+    let holders = if a.drain || a.dry_run {
+        DeviceHolders::default()
+    } else {
+        b.device_processes()?
+    };
+    let out = apply(&mut b, entries, &holders, opts)?;
     let mut code = 0;
     for g in &out.gpus {
         if a.dry_run || cli.debug {

@@ -40,7 +40,7 @@ pub enum MigError {
         device: String,
         holders: String,
         /// What the admin can do.
-        fix: &'static str,
+        fix: String,
     },
     /// An NVML call failed.
     #[error("GPU {index}: {call} failed: {message}")]

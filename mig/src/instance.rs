@@ -1,8 +1,9 @@
 //! Single MIG devices for the DRA driver's claims: create one where it fits, destroy one nobody
 //! holds.
 
-use crate::apply::{create_gi, destroy_gi, in_use_error, InUse, MigBackend, DRAIN_FIX};
+use crate::apply::{create_gi, describe_gi, destroy_gi, held_error, MigBackend};
 use crate::error::MigError;
+use crate::holders::InUse;
 use crate::plan::NewInstance;
 use crate::state::Placement;
 
@@ -104,7 +105,7 @@ pub fn destroy_instance(
     if !drain {
         let holders = in_use.holders(&gpu, &inst);
         if !holders.is_empty() {
-            return Err(in_use_error(&gpu, &inst, holders.join(", "), DRAIN_FIX));
+            return Err(held_error(&gpu, describe_gi(&gpu, &inst), &holders));
         }
     }
     destroy_gi(backend, &gpu, &inst)

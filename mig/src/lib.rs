@@ -33,9 +33,11 @@
 //! - For the DRA driver: [`create_instance`]`(&mut backend, gpu, "1g.10gb", Some(start))` →
 //!   [`CreatedDevice`] (GPU/compute instance ids, placement, MIG UUID) and
 //!   [`destroy_instance`]`(&mut backend, gpu, gi, &in_use, drain)`.
-//! - [`InUse`]: who holds a MIG device besides NVML's running processes (the device plugin's
-//!   pod-resources allocations, MPS clients); the Kubernetes agent implements it, the CLI uses
-//!   [`NoHolders`]. NVML's own `IN_USE` refusal is always honoured.
+//! - [`InUse`]: who holds a MIG device or a GPU ([`Holder`]: NVML's running processes, the
+//!   kubelet's pod-resources allocations, the MPS daemon's clients), as a [`DeviceHolders`]
+//!   snapshot: the CLI fills it from NVML ([`NvmlBackend::device_processes`]), the Kubernetes
+//!   agent from all three. A held device is not destroyed (nor its GPU's mode changed) unless
+//!   the caller drains. NVML's own `IN_USE` refusal is always honoured.
 //!
 //! The `gpuhook-mig-parted` binary (also callable as `nvidia-mig-parted`) is a thin `main` over
 //! [`cli`].
@@ -46,8 +48,10 @@ pub mod cli;
 mod device_id;
 mod error;
 mod export;
+mod holders;
 mod instance;
 mod nvml_backend;
+mod nvml_holders;
 mod pack;
 mod plan;
 mod profile;
@@ -55,13 +59,14 @@ mod select;
 mod spec;
 mod state;
 
-pub use apply::{
-    apply, ApplyOptions, GpuOutcome, GpuStatus, InUse, MigBackend, NoHolders, Outcome,
-};
+pub use apply::{apply, ApplyOptions, GpuOutcome, GpuStatus, MigBackend, Outcome};
 pub use assertion::assert_applied;
 pub use device_id::{filter_matches, DeviceId, DeviceIdError};
 pub use error::{MigError, NVML_ERROR_INSUFFICIENT_RESOURCES, NVML_ERROR_IN_USE};
 pub use export::export_yaml;
+pub use holders::{
+    describe as describe_holders, device_id_uuid, DeviceHolders, Holder, InUse, NoHolders,
+};
 pub use instance::{create_instance, destroy_instance, CreatedDevice};
 pub use nvml_backend::NvmlBackend;
 pub use pack::{pack, Item};

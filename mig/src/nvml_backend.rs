@@ -14,7 +14,7 @@ pub struct NvmlBackend {
     nvml: Nvml,
 }
 
-fn nvml_err(index: u32, e: NodeError) -> MigError {
+pub(crate) fn nvml_err(index: u32, e: NodeError) -> MigError {
     match e {
         NodeError::Nvml {
             call,
@@ -34,6 +34,10 @@ fn nvml_err(index: u32, e: NodeError) -> MigError {
 impl NvmlBackend {
     pub fn new(nvml: Nvml) -> NvmlBackend {
         NvmlBackend { nvml }
+    }
+
+    pub(crate) fn nvml(&self) -> &Nvml {
+        &self.nvml
     }
 
     fn api(&self) -> Result<MigApi<'_>, MigError> {

@@ -10,8 +10,9 @@ use std::path::PathBuf;
 
 use gpuhook_sim::mig_catalog::{MigProduct, PRODUCTS};
 
-use crate::apply::{apply, ApplyOptions, GpuStatus, MigBackend, NoHolders};
+use crate::apply::{apply, ApplyOptions, GpuStatus, MigBackend};
 use crate::device_id::DeviceId;
+use crate::holders::NoHolders;
 use crate::profile::MigProfile;
 use crate::select::select;
 use crate::spec::MigConfigFile;

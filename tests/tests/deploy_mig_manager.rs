@@ -169,6 +169,18 @@ fn daemonset_args_parse_and_name_the_mounts() {
         Some("/usr/local/nvidia-gpuhook/bin/gpuhook")
     );
     assert_eq!(args.cdi_refresh_arg, ["cdi", "generate"]);
+    // Holders: the kubelet's pod-resources socket and gpu-mps-daemon's root at their host paths
+    // under the host root; a held device is kept unless DRAIN is set.
+    let under_host = |p: &str| std::path::Path::new(host).join(p.trim_start_matches('/'));
+    assert_eq!(
+        args.pod_resources_socket,
+        under_host(gpuhook_device_plugin::podresources::POD_RESOURCES_SOCKET)
+    );
+    assert_eq!(
+        args.mps_root,
+        under_host(gpu_mps_daemon::config::DEFAULT_MPS_ROOT)
+    );
+    assert!(!args.drain, "held devices are kept by default");
 }
 
 #[test]
@@ -188,4 +200,36 @@ fn the_device_plugin_leaves_while_the_manager_pauses_it() {
     );
     assert_eq!(expr["operator"], "NotIn");
     assert!(strs(&expr["values"]).contains(&PAUSED.to_string()));
+}
+
+/// gpu-mps-daemon's example DaemonSets leave a node while the manager pauses the label it pauses
+/// for the MPS daemon (as the device plugin's does), and stay off where it is "false".
+#[test]
+fn the_mps_daemon_leaves_while_the_manager_pauses_it() {
+    let path =
+        gpuhook_e2e::workspace_root().join("deploy/kubernetes/examples/l20-t4/gpu-mps-daemon.yaml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let docs: Vec<Value> = yaml_serde::Deserializer::from_str(&text)
+        .map(|d| Value::deserialize(d).unwrap())
+        .filter(|v| !v.is_null())
+        .collect();
+    let mps_label = CLIENTS
+        .iter()
+        .find(|c| c.processes.contains(&"gpu-mps-daemon"))
+        .expect("the manager pauses gpu-mps-daemon")
+        .label;
+    let daemonsets: Vec<&Value> = docs.iter().filter(|d| d["kind"] == "DaemonSet").collect();
+    assert_eq!(daemonsets.len(), 2);
+    for ds in daemonsets {
+        let terms = &ds["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]
+            ["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"];
+        let exprs = terms[0]["matchExpressions"].as_sequence().unwrap();
+        let expr = exprs
+            .iter()
+            .find(|e| e["key"] == mps_label)
+            .unwrap_or_else(|| panic!("{:?}: no affinity on {mps_label}", ds["metadata"]["name"]));
+        assert_eq!(expr["operator"], "NotIn");
+        let values = strs(&expr["values"]);
+        assert!(values.contains(&PAUSED.to_string()) && values.contains(&"false".to_string()));
+    }
 }

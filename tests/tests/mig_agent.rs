@@ -14,6 +14,8 @@
 
 #[path = "mig_agent/api.rs"]
 mod api;
+#[path = "mig_agent/holders.rs"]
+mod holders;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -23,6 +25,7 @@ use api::FakeApi;
 use gpuhook_e2e::{built, e2e_ready, mock_nvml_lib};
 use gpuhook_mig::{MigBackend, NvmlBackend};
 use gpuhook_mig_manager::agent::{Agent, Step, Timing};
+use gpuhook_mig_manager::holders::HolderSources;
 use gpuhook_mig_manager::host::{Argv, NodeHost};
 use gpuhook_mig_manager::labels::{CONFIG_LABEL, PAUSED, REASON_ANNOTATION, STATE_LABEL};
 use gpuhook_mig_manager::layout::MigParted;
@@ -64,6 +67,8 @@ struct Sim {
     config: PathBuf,
     spec: PathBuf,
     cache: PathBuf,
+    /// The kubelet's pod-resources socket (absent unless a test serves one).
+    pod_resources: PathBuf,
     /// Last: released after the directory is gone.
     _lock: std::sync::MutexGuard<'static, ()>,
 }
@@ -93,6 +98,7 @@ fn sim() -> Option<Sim> {
         config: dir.path().join("config.yaml"),
         spec: dir.path().join("cdi/nvidia.com-gpu.json"),
         cache: dir.path().join("inventory.json"),
+        pod_resources: dir.path().join("pod-resources/kubelet.sock"),
         root,
         _dir: dir,
         _lock: lock,
@@ -128,6 +134,11 @@ fn api(s: &Sim, config: &str, evicts: bool) -> FakeApi {
 }
 
 fn agent(s: &Sim, api: &FakeApi, client_timeout: Duration) -> Agent {
+    agent_with(s, api, client_timeout, false)
+}
+
+/// The agent; with `drain`, held MIG devices are destroyed anyway.
+fn agent_with(s: &Sim, api: &FakeApi, client_timeout: Duration, drain: bool) -> Agent {
     let client = gpuhook_kube::Client::loopback(&api.url).unwrap();
     let path = |p: &Path| p.to_str().unwrap().to_string();
     let cdi = Argv {
@@ -151,6 +162,12 @@ fn agent(s: &Sim, api: &FakeApi, client_timeout: Duration) -> Agent {
             config_file: s.config.clone(),
             driver_root: s.root.clone(),
             nvml_lib: None,
+            holders: HolderSources {
+                pod_resources: Some(s.pod_resources.clone()),
+                mps_status: Some(s.root.join("run/gpuhook/mps/status.json")),
+                proc_root: s.proc_root.clone(),
+            },
+            drain,
         }),
         host: Box::new(NodeHost {
             proc_root: s.proc_root.clone(),

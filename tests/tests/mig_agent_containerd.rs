@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use api::FakeApi;
 use gpuhook_mig_manager::agent::{Agent, Step, Timing};
+use gpuhook_mig_manager::holders::HolderSources;
 use gpuhook_mig_manager::host::{Argv, NodeHost};
 use gpuhook_mig_manager::labels::{State, CONFIG_LABEL};
 use gpuhook_mig_manager::layout::MigParted;
@@ -71,6 +72,8 @@ fn agent(rig: &Rig, api: &FakeApi) -> Agent {
             config_file: config,
             driver_root: rig.root.clone(),
             nvml_lib: None,
+            holders: HolderSources::default(),
+            drain: false,
         }),
         host: Box::new(NodeHost {
             proc_root: dir.join("no-proc"),

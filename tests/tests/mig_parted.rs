@@ -315,3 +315,83 @@ fn the_boot_unit_applies_before_containerd_and_the_kubelet_and_verifies() {
         "{stderr}"
     );
 }
+
+/// NVML's running processes are holders: a compute process scripted on one MIG device (the mock
+/// lists it on that MIG handle, as the driver does) keeps the layout, with the device, the pid
+/// and the fix named; once it ends the layout applies. `--drain` skips the check (the simulated
+/// driver, unlike a real one, does not refuse the destroy of a device with a scripted process:
+/// NVML's own `IN_USE` refusal is covered by `bad_input_and_held_gpus_change_nothing`).
+#[test]
+fn a_process_on_a_mig_device_keeps_it_until_it_ends_or_the_admin_drains() {
+    if !gpuhook_e2e::e2e_ready("mig_parted::process_holder", &[]) {
+        return;
+    }
+    let t = tmp("mig-proc");
+    let root = t.path().join("driver");
+    let p = node(&root);
+    let lib = lib_dir(&root, &p);
+    let cfg = t.path().join("config.yaml");
+    std::fs::write(&cfg, SEED_003).unwrap();
+    ok(&mig_parted(
+        &root,
+        &["apply", "-f", s(&cfg), "-c", "mixed-workload"],
+    ));
+    let before = layout(&lib, &p);
+    let st = mig_state::load(&lib, &p.gpus[0].uuid).unwrap().unwrap();
+    let held = st.instances.iter().find(|g| g.id == 3).unwrap().cis[0]
+        .uuid
+        .clone();
+    let procs = mig_state::state_dir(&lib).join(format!("processes-{held}"));
+    std::fs::write(&procs, "4242 compute 1024\n").unwrap();
+
+    let out = mig_parted(&root, &["apply", "-f", s(&cfg), "-c", "all-small"]);
+    let (_, err) = texts(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    for want in [
+        "2g.20gb (GPU instance 3",
+        held.as_str(),
+        "compute process pid 4242",
+        "end the process",
+        "--drain",
+    ] {
+        assert!(err.contains(want), "{want:?} not in: {err}");
+    }
+    assert_eq!(
+        layout(&lib, &p),
+        before,
+        "the held device and its GPU are kept"
+    );
+    // A process on GPU 1's devices (not changed by this config) holds nothing of GPU 0.
+    std::fs::remove_file(&procs).unwrap();
+    let other =
+        mig_state::state_dir(&lib).join(format!("processes-{}", p.gpus[1].mig_devices[0].uuid));
+    std::fs::write(&other, "77 compute 10\n").unwrap();
+    ok(&mig_parted(
+        &root,
+        &["apply", "-f", s(&cfg), "-c", "all-small"],
+    ));
+    assert_eq!(layout(&lib, &p).len(), 7);
+
+    std::fs::write(
+        mig_state::state_dir(&lib).join(format!("processes-{}", layout_uuid(&lib, &p))),
+        "4243 graphics 10\n",
+    )
+    .unwrap();
+    let out = mig_parted(&root, &["apply", "-f", s(&cfg), "-c", "mixed-workload"]);
+    assert!(
+        texts(&out).1.contains("graphics process pid 4243"),
+        "{:?}",
+        texts(&out)
+    );
+    ok(&mig_parted(
+        &root,
+        &["apply", "--drain", "-f", s(&cfg), "-c", "mixed-workload"],
+    ));
+    assert_eq!(layout(&lib, &p), before, "drained: mixed-workload again");
+}
+
+/// The MIG UUID of GPU 0's first device.
+fn layout_uuid(lib: &Path, p: &NodeProfile) -> String {
+    let st = mig_state::load(lib, &p.gpus[0].uuid).unwrap().unwrap();
+    st.instances[0].cis[0].uuid.clone()
+}

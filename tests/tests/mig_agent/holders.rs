@@ -1,0 +1,111 @@
+//! A pod the kubelet allocated a MIG device to (pod-resources `List`, served by a fake kubelet on
+//! the node's socket) keeps that device: the change fails with the device, the pod and the fix,
+//! the clients are restored and no GPU is touched; with `--drain` the layout is applied.
+
+use std::path::Path;
+
+use gpuhook_device_plugin::podresources::{
+    ContainerDevices, ContainerResources, ListPodResourcesRequest, ListPodResourcesResponse,
+    PodResources, PodResourcesLister, PodResourcesListerServer,
+};
+use tonic::{Request, Response, Status};
+
+use super::*;
+
+struct Lister(ListPodResourcesResponse);
+
+#[tonic::async_trait]
+impl PodResourcesLister for Lister {
+    async fn list(
+        &self,
+        _: Request<ListPodResourcesRequest>,
+    ) -> Result<Response<ListPodResourcesResponse>, Status> {
+        Ok(Response::new(self.0.clone()))
+    }
+}
+
+/// Serves `resp` as the kubelet's pod-resources API on `sock`, on its own thread.
+fn fake_kubelet(sock: &Path, resp: ListPodResourcesResponse) {
+    std::fs::create_dir_all(sock.parent().unwrap()).unwrap();
+    let path = sock.to_path_buf();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async move {
+            let listener = tokio::net::UnixListener::bind(&path).unwrap();
+            tx.send(()).unwrap();
+            tonic::transport::Server::builder()
+                .add_service(PodResourcesListerServer::new(Lister(resp)))
+                .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener))
+                .await
+                .unwrap();
+        });
+    });
+    rx.recv().unwrap();
+}
+
+/// The MIG UUID of GPU 0's 3g.40gb device (seed 003's mixed-workload, as the profile has it).
+fn uuid_3g(root: &Path) -> String {
+    let loc = NvmlLocation::locate(root, None).unwrap();
+    let mut b = NvmlBackend::new(Nvml::load(&loc).unwrap());
+    let gpu = b.gpu(0).unwrap();
+    let gi = gpu
+        .instances
+        .iter()
+        .find(|g| gpu.profile_by_id(g.profile_id).unwrap().name == "3g.40gb")
+        .expect("a 3g.40gb GPU instance");
+    gi.cis[0].uuid.clone().unwrap()
+}
+
+fn one_pod(device_id: &str) -> ListPodResourcesResponse {
+    ListPodResourcesResponse {
+        pod_resources: vec![PodResources {
+            name: "train-0".into(),
+            namespace: "ml".into(),
+            containers: vec![ContainerResources {
+                name: "trainer".into(),
+                devices: vec![ContainerDevices {
+                    resource_name: "nvidia.com/mig-3g.40gb".into(),
+                    device_ids: vec![device_id.to_string()],
+                    topology: None,
+                }],
+            }],
+        }],
+    }
+}
+
+#[test]
+fn a_pod_holding_a_mig_device_fails_the_change_until_drained() {
+    let Some(s) = sim() else { return };
+    let before = layouts(&s.root);
+    let held = uuid_3g(&s.root);
+    fake_kubelet(&s.pod_resources, one_pod(&held));
+    let api = api(&s, "all-small", true);
+    let mut a = agent(&s, &api, Duration::from_secs(10));
+    let err = ran(a.step()).unwrap_err();
+    for want in [
+        "3g.40gb",
+        held.as_str(),
+        "pod ml/train-0 (container trainer, nvidia.com/mig-3g.40gb)",
+        "delete the pod",
+        "--drain",
+    ] {
+        assert!(err.contains(want), "{want:?} not in: {err}");
+    }
+    assert_eq!(layouts(&s.root), before, "no GPU touched");
+    assert_eq!(api.label(STATE_LABEL).as_deref(), Some("failed"));
+    assert!(api
+        .annotation(REASON_ANNOTATION)
+        .unwrap()
+        .contains("pod ml/train-0"));
+    assert_eq!(
+        strs(&api.label_history(DP)),
+        [Some(PAUSED), Some("true")],
+        "the device plugin is restored"
+    );
+
+    let mut drained = agent_with(&s, &api, Duration::from_secs(10), true);
+    assert_eq!(ran(drained.step()), Ok("success".into()));
+    let small = layout(&[("1g.10gb", 7)]);
+    assert_eq!(layouts(&s.root), [small.clone(), small]);
+}
