@@ -264,7 +264,7 @@ fn a_hook_left_to_runc_is_a_decision_line_with_the_reason() {
 fn the_cli_and_the_wrapper_read_the_generators_setup_args_alike() {
     use clap::Parser;
     use gpuhook::cli::{Cli, Command, HookCommand};
-    use gpuhook_cdi::edits::{SetupHookArgs, SetupLink};
+    use gpuhook_cdi::edits::{SetupHookArgs, SetupLink, SetupMpsShare};
 
     let generated = SetupHookArgs {
         links: vec![SetupLink::parse("libcuda.so.1::/usr/lib64/libcuda.so").unwrap()],
@@ -274,6 +274,9 @@ fn the_cli_and_the_wrapper_read_the_generators_setup_args_alike() {
         cuda_compat_host_driver_version: Some("550.54.15".into()),
         application_profile: true,
         container_spec: None,
+        mps_shares: vec![
+            SetupMpsShare::parse("nvidia.com/gpu-mps=0::/run/gpuhook/mps/GPU-1/pipe").unwrap(),
+        ],
     };
     let mut argv = vec!["gpuhook".to_string(), "hook".into(), "setup".into()];
     argv.extend(generated.to_args());
