@@ -295,7 +295,7 @@ fn an_mps_share_joins_the_setup_hook_or_gets_its_own() {
         ]
     );
     let parsed = SetupHookArgs::from_args(&e.hooks[0].args[3..]).unwrap();
-    assert_eq!(parsed.mps_shares, [share.clone()]);
+    assert_eq!(parsed.mps_shares, std::slice::from_ref(&share));
 
     let mut bare = ContainerEdits::default();
     add_mps_share(&mut bare, &opts(), share).unwrap();

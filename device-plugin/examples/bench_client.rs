@@ -130,6 +130,29 @@ async fn allocate_all(
     println!("alloc_mean_ms={}", ms(mean));
 }
 
+/// [`allocate_all`] while `SCRAPERS` threads scrape `SCRAPE_ADDR` (none without `SCRAPERS`).
+async fn allocate_while_scraped(
+    client: &mut DevicePluginClient<tonic::transport::Channel>,
+    ids: &[String],
+    n: usize,
+) {
+    let scrapers: usize = std::env::var("SCRAPERS")
+        .ok()
+        .map_or(0, |v| v.parse().unwrap());
+    println!("scrapers={scrapers}");
+    let scraping = (scrapers > 0).then(|| {
+        let addr = std::env::var("SCRAPE_ADDR").expect("SCRAPE_ADDR with SCRAPERS");
+        // The scrapers are under way before the first timed Allocate.
+        let s = Scrapers::start(scrapers, &addr);
+        std::thread::sleep(Duration::from_millis(500));
+        s
+    });
+    allocate_all(client, ids, n).await;
+    if let Some(s) = scraping {
+        s.finish();
+    }
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -172,21 +195,7 @@ async fn main() {
     let first = lists.message().await.unwrap().unwrap();
     let ids: Vec<String> = first.devices.iter().map(|d| d.id.clone()).collect();
     println!("resource={} devices={}", reg.resource_name, ids.len());
-    let scrapers: usize = std::env::var("SCRAPERS")
-        .ok()
-        .map_or(0, |v| v.parse().unwrap());
-    println!("scrapers={scrapers}");
-    let scraping = (scrapers > 0).then(|| {
-        let addr = std::env::var("SCRAPE_ADDR").expect("SCRAPE_ADDR with SCRAPERS");
-        // The scrapers are under way before the first timed Allocate.
-        let s = Scrapers::start(scrapers, &addr);
-        std::thread::sleep(Duration::from_millis(500));
-        s
-    });
-    allocate_all(&mut client, &ids, n).await;
-    if let Some(s) = scraping {
-        s.finish();
-    }
+    allocate_while_scraped(&mut client, &ids, n).await;
 
     let gpu = ids[ids.len() / 2].split("::").next().unwrap().to_string();
     let mut f = std::fs::OpenOptions::new()

@@ -247,7 +247,7 @@ fn every_device_hook_carries_its_share_for_the_start_check() {
             name: format!("nvidia.com/gpu-mps={}", d.name),
             pipe_dir: p.mps_root.join(&uuid).join("pipe"),
         };
-        assert_eq!(args.mps_shares, [want.clone()], "{}", d.name);
+        assert_eq!(args.mps_shares, std::slice::from_ref(&want), "{}", d.name);
         let mount = d
             .container_edits
             .mounts
