@@ -69,9 +69,10 @@ def load(n):
             for kv in line.split():
                 k, _, v = kv.partition("=")
                 try:
-                    vals.setdefault(k, []).append(float(v))
+                    x = float(v)
                 except ValueError:
-                    pass
+                    continue
+                vals.setdefault(k, []).append(x)
     return {k: statistics.median(v) for k, v in vals.items()}
 base, load_ = load("0"), load(scrapers)
 print(f"gpuhook-device-plugin ({profile} build) on dgx-h100, time-slicing x48, median of {runs} runs, "
