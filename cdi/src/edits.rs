@@ -25,8 +25,8 @@ use crate::CdiError;
 #[path = "edits_setup.rs"]
 mod setup;
 pub use setup::{
-    SetupArgsError, SetupHookArgs, SetupLink, SetupLinkError, CONTAINER_SPEC_FLAG, FOLDER_FLAG,
-    LDCONFIG_FLAG, LINK_FLAG,
+    SetupArgsError, SetupHookArgs, SetupLink, SetupLinkError, SetupMpsShare, CONTAINER_SPEC_FLAG,
+    FOLDER_FLAG, LDCONFIG_FLAG, LINK_FLAG, MPS_SHARE_FLAG,
 };
 
 /// `args[0]` of every hook we generate.
@@ -184,6 +184,45 @@ fn hook(opts: &EditOptions, args: Vec<String>) -> Result<Hook, CdiError> {
         env: opts.hook_env.clone(),
         timeout: None,
     })
+}
+
+/// Adds the start check of MPS `share` to `edits`: `--mps-share` on their `gpuhook hook setup`
+/// hook (written with `opts`), or a setup hook of its own when they have none. The share's
+/// spec (gpu-mps-daemon's) so carries the check to runtimes that apply CDI themselves.
+pub fn add_mps_share(
+    edits: &mut ContainerEdits,
+    opts: &EditOptions,
+    share: SetupMpsShare,
+) -> Result<(), CdiError> {
+    opts.check()?;
+    let program = path_str(&opts.gpuhook_path)?;
+    let ours = edits.hooks.iter_mut().find(|h| {
+        h.hook_name == "createContainer"
+            && h.path == program
+            && h.args.get(1..3) == Some(&["hook".to_string(), SETUP_HOOK.to_string()][..])
+    });
+    let bad_args = |e: SetupArgsError| CdiError::InvalidOption {
+        option: "setup hook",
+        message: e.to_string(),
+    };
+    match ours {
+        Some(h) => {
+            let mut setup = SetupHookArgs::from_args(&h.args[3..]).map_err(bad_args)?;
+            setup.mps_shares.push(share);
+            h.args.truncate(3);
+            h.args.extend(setup.to_args());
+        }
+        None => {
+            let setup = SetupHookArgs {
+                mps_shares: vec![share],
+                ..SetupHookArgs::default()
+            };
+            let mut args = vec![SETUP_HOOK.to_string()];
+            args.extend(setup.to_args());
+            edits.hooks.push(hook(opts, args)?);
+        }
+    }
+    Ok(())
 }
 
 /// The one `gpuhook hook setup` createContainer hook: the SONAME links, the `params` override and

@@ -21,6 +21,9 @@ pub const FOLDER_FLAG: &str = "--folder";
 pub const LDCONFIG_FLAG: &str = "--ldconfig-path";
 /// `--container-spec FILE`: the container's config.json (not in generated specs).
 pub const CONTAINER_SPEC_FLAG: &str = "--container-spec";
+/// `--mps-share NAME::PIPE_DIR` (repeatable): an MPS share whose daemon the container's user must
+/// be able to use (gpu-mps-daemon's spec; checked before anything is changed).
+pub const MPS_SHARE_FLAG: &str = "--mps-share";
 
 /// Why a setup hook's arguments were refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -34,6 +37,9 @@ pub enum SetupArgsError {
     /// A `--link` value that is not `TARGET::LINK`.
     #[error(transparent)]
     Link(#[from] SetupLinkError),
+    /// A `--mps-share` value that is not `NAME::PIPE_DIR`.
+    #[error("--mps-share {value:?}: {reason}")]
+    MpsShare { value: String, reason: &'static str },
 }
 
 /// Why a `--link` value is not `TARGET::LINK`; the message names the rule the value breaks.
@@ -91,7 +97,52 @@ impl SetupLink {
     }
 }
 
-/// What `gpuhook hook setup` does: links, the `params` override, the CUDA compat folder, the
+/// One MPS share of the setup hook: the CDI name the container asked for and the host path of
+/// its daemon's pipe directory (what the start check of the share reads).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct SetupMpsShare {
+    /// Qualified CDI device name (`nvidia.com/gpu-mps=0`).
+    pub name: String,
+    /// Absolute host path, without `..`.
+    pub pipe_dir: PathBuf,
+}
+
+impl SetupMpsShare {
+    /// Parses `NAME::PIPE_DIR`. A CDI name has no `/` after its `=`, so the first `::/` is
+    /// the separator.
+    pub fn parse(s: &str) -> Result<Self, SetupArgsError> {
+        let bad = |reason| SetupArgsError::MpsShare {
+            value: s.to_string(),
+            reason,
+        };
+        let (name, rest) = s
+            .split_once("::/")
+            .ok_or_else(|| bad("expected NAME::PIPE_DIR with an absolute PIPE_DIR"))?;
+        if s.contains('\0') {
+            return Err(bad("contains a NUL byte"));
+        }
+        if !name.contains('/') || !name.contains('=') {
+            return Err(bad(
+                "NAME must be a qualified CDI name (vendor/class=device)",
+            ));
+        }
+        let pipe_dir = format!("/{rest}");
+        if pipe_dir.split('/').any(|c| c == "..") {
+            return Err(bad("PIPE_DIR must not contain '..'"));
+        }
+        Ok(SetupMpsShare {
+            name: name.to_string(),
+            pipe_dir: pipe_dir.into(),
+        })
+    }
+
+    /// `NAME::PIPE_DIR`; `None` when the path is not UTF-8.
+    pub fn encode(&self) -> Option<String> {
+        Some(format!("{}::{}", self.name, self.pipe_dir.to_str()?))
+    }
+}
+
+/// What `gpuhook hook setup` does: the MPS shares' start check (before any change), links, the `params` override, the CUDA compat folder, the
 /// application profile, then the `ld.so.cache` of `folders`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SetupHookArgs {
@@ -102,6 +153,7 @@ pub struct SetupHookArgs {
     pub cuda_compat_host_driver_version: Option<String>,
     pub application_profile: bool,
     pub container_spec: Option<PathBuf>,
+    pub mps_shares: Vec<SetupMpsShare>,
 }
 
 impl SetupHookArgs {
@@ -112,6 +164,7 @@ impl SetupHookArgs {
             && !self.disable_device_node_modification
             && self.cuda_compat_host_driver_version.is_none()
             && !self.application_profile
+            && self.mps_shares.is_empty()
     }
 
     /// The flags, after `gpuhook hook setup`: links, ldconfig, folders, then the switches.
@@ -144,6 +197,11 @@ impl SetupHookArgs {
         if let Some(c) = self.container_spec.as_ref().and_then(path) {
             args.extend([CONTAINER_SPEC_FLAG.to_string(), c]);
         }
+        for m in &self.mps_shares {
+            if let Some(v) = m.encode() {
+                args.extend([MPS_SHARE_FLAG.to_string(), v]);
+            }
+        }
         args
     }
 
@@ -170,6 +228,7 @@ impl SetupHookArgs {
                 LDCONFIG_FLAG => out.ldconfig = Some(value()?.into()),
                 CUDA_COMPAT_FLAG => out.cuda_compat_host_driver_version = Some(value()?),
                 CONTAINER_SPEC_FLAG => out.container_spec = Some(value()?.into()),
+                MPS_SHARE_FLAG => out.mps_shares.push(SetupMpsShare::parse(&value()?)?),
                 DISABLE_DEVICE_NODE_MODIFICATION_FLAG | APPLICATION_PROFILE_FLAG
                     if inline.is_some() =>
                 {

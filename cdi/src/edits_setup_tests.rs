@@ -12,6 +12,10 @@ fn full() -> SetupHookArgs {
         cuda_compat_host_driver_version: Some("550.54.15".into()),
         application_profile: true,
         container_spec: Some("/run/b/config.json".into()),
+        mps_shares: vec![SetupMpsShare {
+            name: "nvidia.com/gpu-mps=0-half".into(),
+            pipe_dir: "/run/gpuhook/mps/GPU-1/pipe".into(),
+        }],
     }
 }
 
@@ -51,6 +55,8 @@ fn the_encoding_is_the_clis_flags_in_a_fixed_order() {
             "--application-profile",
             "--container-spec",
             "/run/b/config.json",
+            "--mps-share",
+            "nvidia.com/gpu-mps=0-half::/run/gpuhook/mps/GPU-1/pipe",
         ]
     );
     assert!(SetupHookArgs::default().is_empty());
@@ -105,4 +111,30 @@ fn bad_arguments_are_refused_with_the_flag_named() {
         "LINK \"/a/../etc/x\" must not contain '..'"
     );
     assert_eq!(err(&["--link", "t\0::/x"]), "contains a NUL byte");
+}
+
+#[test]
+fn mps_shares_are_a_cdi_name_and_an_absolute_pipe_directory() {
+    let a = SetupHookArgs::from_args(&[
+        "--mps-share=example.com/gpu-mps=a:b::/p/x::y",
+        "--mps-share",
+        "nvidia.com/gpu-mps=GPU-1::/run/m/GPU-1/pipe",
+    ])
+    .unwrap();
+    assert_eq!(a.mps_shares[0].name, "example.com/gpu-mps=a:b");
+    assert_eq!(a.mps_shares[0].pipe_dir, PathBuf::from("/p/x::y"));
+    assert_eq!(a.mps_shares[1].pipe_dir, PathBuf::from("/run/m/GPU-1/pipe"));
+    assert!(!a.is_empty());
+    let err = |v: &str| SetupMpsShare::parse(v).unwrap_err().to_string();
+    assert!(err("nvidia.com/gpu-mps=0::rel/pipe").contains("absolute PIPE_DIR"));
+    assert!(err("/run/pipe").contains("NAME::PIPE_DIR"));
+    assert!(err("gpu-mps::/run/pipe").contains("qualified CDI name"));
+    assert!(err("nvidia.com/gpu-mps=0::/run/../etc").contains("'..'"));
+    assert!(err("nvidia.com/gpu-mps=0::/run\0").contains("NUL"));
+    assert_eq!(
+        SetupHookArgs::from_args(&["--mps-share"])
+            .unwrap_err()
+            .to_string(),
+        "--mps-share needs a value"
+    );
 }

@@ -272,3 +272,45 @@ fn nvidia_steps_and_disabled_hooks() {
         "off unless asked"
     );
 }
+
+/// gpu-mps-daemon's devices: the share rides on the edits' own setup hook (one process per
+/// start), or gets a setup hook of its own when the edits have none.
+#[test]
+fn an_mps_share_joins_the_setup_hook_or_gets_its_own() {
+    let share = SetupMpsShare {
+        name: "nvidia.com/gpu-mps=0".into(),
+        pipe_dir: "/run/gpuhook/mps/GPU-1/pipe".into(),
+    };
+    let devs = [DeviceRef::Gpu { index: 0 }];
+    let mut e = edits_for(&inventory(), &devs, &caps(&[Utility]), &opts()).unwrap();
+    let before = e.hooks[0].args.clone();
+    add_mps_share(&mut e, &opts(), share.clone()).unwrap();
+    assert_eq!(e.hooks.len(), 1);
+    assert_eq!(e.hooks[0].args[..before.len()], before[..]);
+    assert_eq!(
+        e.hooks[0].args[before.len()..],
+        [
+            "--mps-share",
+            "nvidia.com/gpu-mps=0::/run/gpuhook/mps/GPU-1/pipe"
+        ]
+    );
+    let parsed = SetupHookArgs::from_args(&e.hooks[0].args[3..]).unwrap();
+    assert_eq!(parsed.mps_shares, std::slice::from_ref(&share));
+
+    let mut bare = ContainerEdits::default();
+    add_mps_share(&mut bare, &opts(), share).unwrap();
+    let h = &bare.hooks[0];
+    assert_eq!(h.hook_name, "createContainer");
+    assert_eq!(h.path, "/usr/local/bin/gpuhook");
+    assert_eq!(h.env, opts().hook_env);
+    assert_eq!(
+        h.args,
+        [
+            "gpuhook",
+            "hook",
+            "setup",
+            "--mps-share",
+            "nvidia.com/gpu-mps=0::/run/gpuhook/mps/GPU-1/pipe"
+        ]
+    );
+}

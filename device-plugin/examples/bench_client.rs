@@ -8,11 +8,17 @@
 //! - `xid_to_unhealthy_ms`: from appending a critical Xid to the mock NVML's events file to the
 //!   ListAndWatch update that shows the GPU Unhealthy;
 //! - `vm_hwm_kb`, `vm_rss_kb`: the plugin's peak and current RSS (`/proc/<pid>/status`).
+//! - with `SCRAPERS=N SCRAPE_ADDR=HOST:PORT` (the plugin's `--metrics-listen`): N threads loop
+//!   `GET /metrics` (a new connection each) during the Allocates, as the scrapers of issue #22
+//!   did; `scrapers`, `scrapes_ok` (complete 200 answers) and `scrapes_failed` are printed.
 //!
 //! Usage: `bench_client PLUGIN_DIR EVENTS_FILE ALLOCS -- PLUGIN_COMMAND...`
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a benchmark: a panic is a failed run
 
+use std::io::{Read, Write};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gpuhook_device_plugin::api::{
@@ -49,6 +55,55 @@ fn proc_status_kb(pid: u32, key: &str) -> String {
     line.split_whitespace().nth(1).unwrap().to_string()
 }
 
+/// Scraper threads looping `GET /metrics` on `addr` until `stop`; counts (ok, failed).
+struct Scrapers {
+    stop: Arc<AtomicBool>,
+    counts: Arc<[AtomicU64; 2]>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Scrapers {
+    fn start(n: usize, addr: &str) -> Scrapers {
+        let stop = Arc::new(AtomicBool::new(false));
+        let counts: Arc<[AtomicU64; 2]> = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
+        let threads = (0..n)
+            .map(|_| {
+                let (stop, counts, addr) = (stop.clone(), counts.clone(), addr.to_string());
+                std::thread::spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        let ok = scrape(&addr).unwrap_or(false);
+                        counts[usize::from(!ok)].fetch_add(1, Ordering::Relaxed);
+                    }
+                })
+            })
+            .collect();
+        Scrapers {
+            stop,
+            counts,
+            threads,
+        }
+    }
+
+    fn finish(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads {
+            t.join().unwrap();
+        }
+        println!("scrapes_ok={}", self.counts[0].load(Ordering::Relaxed));
+        println!("scrapes_failed={}", self.counts[1].load(Ordering::Relaxed));
+    }
+}
+
+/// One `GET /metrics` on a new connection; whether a complete 200 answer came back.
+fn scrape(addr: &str) -> std::io::Result<bool> {
+    let mut s = std::net::TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(Duration::from_secs(30)))?;
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n")?;
+    let mut body = Vec::new();
+    s.read_to_end(&mut body)?;
+    Ok(body.starts_with(b"HTTP/1.1 200") || body.starts_with(b"HTTP/1.0 200"))
+}
+
 async fn allocate_all(
     client: &mut DevicePluginClient<tonic::transport::Channel>,
     ids: &[String],
@@ -73,6 +128,29 @@ async fn allocate_all(
     println!("alloc_p50_ms={}", ms(percentile(&lat, 50)));
     println!("alloc_p99_ms={}", ms(percentile(&lat, 99)));
     println!("alloc_mean_ms={}", ms(mean));
+}
+
+/// [`allocate_all`] while `SCRAPERS` threads scrape `SCRAPE_ADDR` (none without `SCRAPERS`).
+async fn allocate_while_scraped(
+    client: &mut DevicePluginClient<tonic::transport::Channel>,
+    ids: &[String],
+    n: usize,
+) {
+    let scrapers: usize = std::env::var("SCRAPERS")
+        .ok()
+        .map_or(0, |v| v.parse().unwrap());
+    println!("scrapers={scrapers}");
+    let scraping = (scrapers > 0).then(|| {
+        let addr = std::env::var("SCRAPE_ADDR").expect("SCRAPE_ADDR with SCRAPERS");
+        // The scrapers are under way before the first timed Allocate.
+        let s = Scrapers::start(scrapers, &addr);
+        std::thread::sleep(Duration::from_millis(500));
+        s
+    });
+    allocate_all(client, ids, n).await;
+    if let Some(s) = scraping {
+        s.finish();
+    }
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -117,7 +195,7 @@ async fn main() {
     let first = lists.message().await.unwrap().unwrap();
     let ids: Vec<String> = first.devices.iter().map(|d| d.id.clone()).collect();
     println!("resource={} devices={}", reg.resource_name, ids.len());
-    allocate_all(&mut client, &ids, n).await;
+    allocate_while_scraped(&mut client, &ids, n).await;
 
     let gpu = ids[ids.len() / 2].split("::").next().unwrap().to_string();
     let mut f = std::fs::OpenOptions::new()

@@ -13,7 +13,11 @@
 //! Each device carries the GPU's own device and driver edits ([`gpuhook_cdi::edits_for`] with
 //! the `compute` and `utility` capabilities, the same edits as `nvidia.com/gpu=<index>`), then
 //! `CUDA_MPS_PIPE_DIRECTORY=<containerPipeDirectory>`, `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`,
-//! `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=<M>M` and the mounts. A container uses ONE device of this
+//! `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=<M>M` and the mounts, and its setup hook carries
+//! `--mps-share <name>::<host pipe directory>`: `gpuhook hook setup` refuses the start when the
+//! container's user cannot use the share (`gpuhook_request::check_mps_access`, the check the
+//! runtime wrapper and the prestart hook run), so a runtime that applies this spec itself checks
+//! too. A container uses ONE device of this
 //! kind (one pipe directory per container).
 //!
 //! Host paths in the spec are the runtime's view: `mpsRoot` must be the same path on the host
@@ -29,7 +33,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use gpuhook_cdi::edits::IPC_MOUNT_OPTIONS;
+use gpuhook_cdi::edits::{add_mps_share, SetupMpsShare, IPC_MOUNT_OPTIONS};
 use gpuhook_cdi::{
     default_file_name, edits_for, minimum_version, validate_spec, write_spec, CdiError,
     ContainerEdits, Device, EditOptions, Format, Mount, Spec, WriteOutcome,
@@ -110,10 +114,18 @@ pub fn gpu_devices(plan: &Plan, g: &GpuPlan, inv: &Inventory) -> Result<Vec<Devi
             ..Default::default()
         });
         for name in device_names(g, share) {
+            // The start check runs in the share's own hook: a CDI-aware runtime (podman,
+            // containerd 1.7+) applies this spec without the wrapper or the prestart hook.
+            let mut container_edits = edits.clone();
+            let share = SetupMpsShare {
+                name: format!("{CDI_KIND}={name}"),
+                pipe_dir: layout.pipe.clone(),
+            };
+            add_mps_share(&mut container_edits, &opts, share)?;
             out.push(Device {
                 name,
                 annotations: BTreeMap::new(),
-                container_edits: edits.clone(),
+                container_edits,
             });
         }
     }

@@ -215,3 +215,48 @@ fn host_driver_root_gives_the_hosts_paths() {
         None
     );
 }
+
+/// Every device's setup hook names its share and the host pipe directory, so `gpuhook hook setup`
+/// runs the start check where the runtime applies the spec itself; the reader that the runtime
+/// wrapper and the prestart hook use finds the same pipe directory.
+#[test]
+fn every_device_hook_carries_its_share_for_the_start_check() {
+    let p = plan("  shares: [{name: half, fraction: 0.5}]\n");
+    let spec = build_spec(&p, &inventory(), None).unwrap().unwrap();
+    assert!(!spec.devices.is_empty());
+    for d in &spec.devices {
+        let setup: Vec<_> = d
+            .container_edits
+            .hooks
+            .iter()
+            .filter(|h| h.args.get(1..3) == Some(&["hook".to_string(), "setup".to_string()][..]))
+            .collect();
+        assert_eq!(setup.len(), 1, "{}: one setup hook", d.name);
+        let args = gpuhook_cdi::edits::SetupHookArgs::from_args(&setup[0].args[3..]).unwrap();
+        let uuid = p
+            .gpus
+            .iter()
+            .find(|g| {
+                d.name.starts_with(&g.uuid)
+                    || d.name.split('-').next() == Some(&g.index.to_string())
+            })
+            .unwrap()
+            .uuid
+            .clone();
+        let want = gpuhook_cdi::edits::SetupMpsShare {
+            name: format!("nvidia.com/gpu-mps={}", d.name),
+            pipe_dir: p.mps_root.join(&uuid).join("pipe"),
+        };
+        assert_eq!(args.mps_shares, std::slice::from_ref(&want), "{}", d.name);
+        let mount = d
+            .container_edits
+            .mounts
+            .iter()
+            .find(|m| m.host_path == want.pipe_dir.to_str().unwrap());
+        assert!(
+            mount.is_some(),
+            "{}: the hook's pipe directory is mounted",
+            d.name
+        );
+    }
+}

@@ -130,6 +130,16 @@ pub struct MpsShare {
     pub pipe_dir: PathBuf,
 }
 
+/// The share a `gpuhook hook setup --mps-share` names (gpu-mps-daemon's spec writes it).
+impl From<&gpuhook_cdi::edits::SetupMpsShare> for MpsShare {
+    fn from(s: &gpuhook_cdi::edits::SetupMpsShare) -> Self {
+        MpsShare {
+            name: s.name.clone(),
+            pipe_dir: s.pipe_dir.clone(),
+        }
+    }
+}
+
 /// The host pipe directory of each `nvidia.com/gpu-mps` name of `names` in `registry` (the
 /// kind gpu-mps-daemon publishes): the mount whose container path is
 /// the device's `CUDA_MPS_PIPE_DIRECTORY` (CUDA's default without one). Names without one are

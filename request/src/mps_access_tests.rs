@@ -13,7 +13,7 @@ fn layout(root: &Path, ready: Option<Value>) -> MpsShare {
         std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
     std::fs::set_permissions(&pipe, std::fs::Permissions::from_mode(0o777)).unwrap();
-    std::fs::write(pipe.join("control"), "").unwrap();
+    drop(std::os::unix::net::UnixListener::bind(pipe.join("control")).unwrap());
     std::fs::set_permissions(pipe.join("control"), std::fs::Permissions::from_mode(0o777)).unwrap();
     if let Some(r) = ready {
         std::fs::write(root.join("mps/GPU-1/ready"), r.to_string()).unwrap();
@@ -172,3 +172,24 @@ fn the_process_user_is_mapped_to_the_host() {
 }
 
 use std::os::unix::fs::MetadataExt;
+
+/// The pipe directory is the container's to write in: a `control` it replaced with a symlink (to
+/// a socket the user could use) or a file is not the daemon's socket, so nothing is followed.
+#[test]
+fn a_control_socket_replaced_in_the_pipe_directory_is_refused() {
+    let t = tempfile::tempdir().unwrap();
+    let share = ready_share(t.path(), None);
+    let socket = share.pipe_dir.join("control");
+    let elsewhere = t.path().join("other.sock");
+    std::fs::rename(&socket, &elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &socket).unwrap();
+    let err = check_mps_access(std::slice::from_ref(&share), &user(1000)).unwrap_err();
+    assert!(
+        matches!(&err, MpsAccessError::NotReady { reason, .. } if reason.contains("not a socket")),
+        "{err}"
+    );
+    std::fs::remove_file(&socket).unwrap();
+    std::fs::write(&socket, "").unwrap();
+    let err = check_mps_access(std::slice::from_ref(&share), &user(0)).unwrap_err();
+    assert!(err.to_string().contains("not a socket"), "{err}");
+}

@@ -1,4 +1,4 @@
-//! The four start checks of [`crate::mps_access`] for one container (file reads only).
+//! The start checks of [`crate::mps_access`] for one container (file reads only).
 
 use std::path::{Path, PathBuf};
 
@@ -23,6 +23,7 @@ pub fn check_mps_access(shares: &[MpsShare], user: &ProcessUser) -> Result<(), M
                 });
             }
         }
+        control_socket(share)?;
         if user.uid != 0 {
             reachable(share, user)?;
         }
@@ -93,6 +94,23 @@ fn reachable(share: &MpsShare, user: &ProcessUser) -> Result<(), MpsAccessError>
                 group: meta.gid(),
             });
         }
+    }
+    Ok(())
+}
+
+/// `<pipe>/control` is a socket, not followed: the container can write in the pipe directory, so
+/// a link or file it put there is not the daemon's socket (and no link of its is followed).
+fn control_socket(share: &MpsShare) -> Result<(), MpsAccessError> {
+    use std::os::unix::fs::FileTypeExt;
+    let socket = share.pipe_dir.join("control");
+    let not_ready = |reason: String| MpsAccessError::NotReady {
+        name: share.name.clone(),
+        reason,
+    };
+    let meta = std::fs::symlink_metadata(&socket)
+        .map_err(|e| not_ready(format!("{}: {e}", socket.display())))?;
+    if !meta.file_type().is_socket() {
+        return Err(not_ready(format!("{} is not a socket", socket.display())));
     }
     Ok(())
 }

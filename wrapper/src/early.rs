@@ -53,6 +53,9 @@ enum KeepHook {
     NoRoot,
     #[error("bad process.user")]
     BadUser,
+    /// The hook's MPS check fails: the hook stays and refuses the start with the message.
+    #[error("an MPS share of the hook: {0}")]
+    Mps(#[from] gpuhook_request::MpsAccessError),
     #[error("a mount without destination")]
     NoDestination,
     #[error("a bind mount without an absolute source")]
@@ -134,6 +137,14 @@ impl<'a> EarlySetupTakeover<'a> {
         if setup.container_spec.is_some() {
             return Err(KeepHook::OwnSpec);
         }
+        // The hook's `--mps-share` check, here instead (the same function): taken over only
+        // when it passes; otherwise the hook runs and refuses the start itself.
+        let shares: Vec<gpuhook_request::MpsShare> = setup
+            .mps_shares
+            .iter()
+            .map(gpuhook_request::MpsShare::from)
+            .collect();
+        gpuhook_request::check_mps_access(&shares, &gpuhook_request::ProcessUser::of(spec))?;
         check_namespaces(spec)?;
         let root = spec
             .pointer("/root/path")

@@ -264,7 +264,7 @@ fn a_hook_left_to_runc_is_a_decision_line_with_the_reason() {
 fn the_cli_and_the_wrapper_read_the_generators_setup_args_alike() {
     use clap::Parser;
     use gpuhook::cli::{Cli, Command, HookCommand};
-    use gpuhook_cdi::edits::{SetupHookArgs, SetupLink};
+    use gpuhook_cdi::edits::{SetupHookArgs, SetupLink, SetupMpsShare};
 
     let generated = SetupHookArgs {
         links: vec![SetupLink::parse("libcuda.so.1::/usr/lib64/libcuda.so").unwrap()],
@@ -274,6 +274,9 @@ fn the_cli_and_the_wrapper_read_the_generators_setup_args_alike() {
         cuda_compat_host_driver_version: Some("550.54.15".into()),
         application_profile: true,
         container_spec: None,
+        mps_shares: vec![
+            SetupMpsShare::parse("nvidia.com/gpu-mps=0::/run/gpuhook/mps/GPU-1/pipe").unwrap(),
+        ],
     };
     let mut argv = vec!["gpuhook".to_string(), "hook".into(), "setup".into()];
     argv.extend(generated.to_args());
@@ -283,4 +286,39 @@ fn the_cli_and_the_wrapper_read_the_generators_setup_args_alike() {
     };
     assert_eq!(SetupHookArgs::from(&args), generated);
     assert_eq!(SetupHookArgs::from_args(&argv[3..]).unwrap(), generated);
+}
+
+/// The hook of an MPS share (`--mps-share`, gpu-mps-daemon's spec) is taken over only when the
+/// share's start check passes for the container's user; otherwise the hook stays and refuses
+/// the start itself.
+#[test]
+fn an_mps_share_hook_is_taken_over_only_when_its_check_passes() {
+    use std::os::unix::fs::PermissionsExt;
+    let f = Fixture::new();
+    let mode = |p: &Path, m: u32| std::fs::set_permissions(p, std::fs::Permissions::from_mode(m));
+    let gpu = f.tmp.path().join("mps/GPU-1");
+    let pipe = gpu.join("pipe");
+    std::fs::create_dir_all(&pipe).unwrap();
+    for d in [f.tmp.path(), &f.tmp.path().join("mps"), &gpu] {
+        mode(d, 0o755).unwrap();
+    }
+    mode(&pipe, 0o777).unwrap();
+    drop(std::os::unix::net::UnixListener::bind(pipe.join("control")).unwrap());
+    mode(&pipe.join("control"), 0o777).unwrap();
+    let share = format!("nvidia.com/gpu-mps=0::{}", pipe.display());
+    let hook = f.setup_hook(&["--mps-share", &share]);
+    let spec = f.spec(json!({"createContainer": [hook]}));
+    // No ready file: the daemon is not ready, the hook stays (and refuses the start).
+    let err = f.plan_error(&spec);
+    assert!(
+        err.contains("an MPS share of the hook") && err.contains("not ready"),
+        "{err}"
+    );
+    let ready = json!({"uuid": "GPU-1", "pipeDirectory": pipe});
+    std::fs::write(gpu.join("ready"), ready.to_string()).unwrap();
+    assert_eq!(f.plan_error(&spec), "taken over");
+    // `clientUser` another uid than the container's (1000): the hook stays.
+    let ready = json!({"uuid": "GPU-1", "pipeDirectory": pipe, "clientUser": 2000});
+    std::fs::write(gpu.join("ready"), ready.to_string()).unwrap();
+    assert!(f.plan_error(&spec).contains("admits only uid 2000"));
 }

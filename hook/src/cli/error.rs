@@ -40,6 +40,14 @@ pub enum CliError {
     EncodeReport { error: serde_json::Error },
     #[error("{n} check(s) failed; each finding above says how to fix it")]
     ChecksFailed { n: usize },
+    /// The container's user cannot use an MPS share it gets (the message says why and the fix).
+    #[error(transparent)]
+    Mps(#[from] gpuhook_request::MpsAccessError),
+    #[error("container spec {}: {error}", path.display())]
+    ParseContainerSpec {
+        path: PathBuf,
+        error: serde_json::Error,
+    },
     #[error("cannot read container spec {}: {error}", path.display())]
     ReadContainerSpec {
         path: PathBuf,

@@ -14,7 +14,7 @@
 use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
-use gpuhook_cdi::edits::{SetupHookArgs, SetupLink, SetupLinkError};
+use gpuhook_cdi::edits::{SetupHookArgs, SetupLink, SetupLinkError, SetupMpsShare};
 use gpuhook_inject::hooks::PARAMS_PATH;
 use gpuhook_inject::{BundleConfig, OciState};
 use gpuhook_node::join_under;
@@ -154,6 +154,10 @@ pub struct SetupArgs {
     /// Read the container's config.json from FILE instead of the bundle in the OCI state on stdin
     #[arg(long, value_name = "FILE")]
     pub container_spec: Option<PathBuf>,
+    /// An MPS share (CDI name and host pipe directory) the container's user must be able to use;
+    /// checked before anything is changed (repeatable)
+    #[arg(long = "mps-share", value_name = "NAME::PIPE_DIR", value_parser = SetupMpsShare::parse)]
+    pub mps_shares: Vec<SetupMpsShare>,
 }
 
 /// The CLI's flags as the one typed argument set the generator wrote them from.
@@ -167,6 +171,7 @@ impl From<&SetupArgs> for SetupHookArgs {
             cuda_compat_host_driver_version: a.cuda_compat_host_driver_version.clone(),
             application_profile: a.application_profile,
             container_spec: a.container_spec.clone(),
+            mps_shares: a.mps_shares.clone(),
         }
     }
 }
@@ -181,23 +186,51 @@ pub struct DisableDeviceNodeModificationArgs {
 /// The container's bundle config: from `--container-spec FILE`, else from the bundle named by
 /// the OCI state on stdin (what a runtime gives a createContainer hook).
 fn bundle_config(container_spec: Option<&Path>) -> Result<BundleConfig, CliError> {
-    match container_spec {
+    let (bundle, _, bytes) = read_bundle(container_spec)?;
+    Ok(BundleConfig::parse(&bundle, &bytes)?)
+}
+
+/// The bundle directory, the path and the bytes of the container's `config.json` (written by the
+/// runtime, not by the container).
+fn read_bundle(container_spec: Option<&Path>) -> Result<(PathBuf, PathBuf, Vec<u8>), CliError> {
+    let (bundle, file) = match container_spec {
         Some(file) => {
-            let bytes = std::fs::read(file).map_err(|error| CliError::ReadContainerSpec {
-                path: file.to_path_buf(),
-                error,
-            })?;
             let bundle = file
                 .parent()
                 .filter(|d| !d.as_os_str().is_empty())
                 .unwrap_or(Path::new("."));
-            Ok(BundleConfig::parse(bundle, &bytes)?)
+            (bundle.to_path_buf(), file.to_path_buf())
         }
         None => {
             let state = OciState::from_reader(std::io::stdin().lock())?;
-            Ok(BundleConfig::load(&state.bundle)?)
+            let file = state.bundle.join("config.json");
+            (state.bundle, file)
         }
+    };
+    let bytes = std::fs::read(&file).map_err(|error| CliError::ReadContainerSpec {
+        path: file.clone(),
+        error,
+    })?;
+    Ok((bundle, file, bytes))
+}
+
+/// The start check of the MPS shares (`gpuhook_request::check_mps_access`, the one the runtime
+/// wrapper and the prestart hook run) for the user of `config.json`, mapped to the host. Only
+/// host paths from the spec's flags are read, none inside the container's root.
+fn check_mps_shares(shares: &[SetupMpsShare], file: &Path, bytes: &[u8]) -> Result<(), CliError> {
+    if shares.is_empty() {
+        return Ok(());
     }
+    let oci: serde_json::Value =
+        serde_json::from_slice(bytes).map_err(|error| CliError::ParseContainerSpec {
+            path: file.to_path_buf(),
+            error,
+        })?;
+    let user = gpuhook_request::ProcessUser::of(&oci);
+    let shares: Vec<gpuhook_request::MpsShare> =
+        shares.iter().map(gpuhook_request::MpsShare::from).collect();
+    gpuhook_request::check_mps_access(&shares, &user)?;
+    Ok(())
 }
 
 pub(super) fn run(command: &HookCommand, config: &Config) -> Result<(), CliError> {
@@ -205,7 +238,10 @@ pub(super) fn run(command: &HookCommand, config: &Config) -> Result<(), CliError
         HookCommand::InstallOciHook(args) => super::oci_hook::run(args),
         HookCommand::Setup(args) => {
             let args = SetupHookArgs::from(args);
-            let bundle = bundle_config(args.container_spec.as_deref())?;
+            let (dir, file, bytes) = read_bundle(args.container_spec.as_deref())?;
+            // Before the first change: a client that cannot use its share runs without limits.
+            check_mps_shares(&args.mps_shares, &file, &bytes)?;
+            let bundle = BundleConfig::parse(&dir, &bytes)?;
             let ldconfig = ldconfig_path(config, args.ldconfig.as_deref());
             // Bad folders or a bad ldconfig fail before the first link is made.
             if !args.folders.is_empty() {

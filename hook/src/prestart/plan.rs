@@ -228,6 +228,10 @@ impl Plan {
                 gpuhook_cdi::edits::APPLICATION_PROFILE_FLAG,
             ),
             (a.container_spec.is_some(), CONTAINER_SPEC_FLAG),
+            (
+                !setup && !a.mps_shares.is_empty(),
+                gpuhook_cdi::edits::MPS_SHARE_FLAG,
+            ),
         ];
         if let Some((_, flag)) = unexpected.iter().find(|(bad, _)| *bad) {
             return Err(PlanError::UnexpectedFlag {
@@ -243,6 +247,8 @@ impl Plan {
             self.ldcache_folders
                 .push(container_path(&f.to_string_lossy())?);
         }
+        // `--mps-share`: the prestart hook checks the shares it injects before planning
+        // (`mps_edits`: the same check, on the same pipe directories, from the registry).
         // The node's ldconfig comes from our config, not from the edits.
         if a.disable_device_node_modification {
             self.params = Some(inv.host_path(Path::new(PARAMS_PATH)));

@@ -192,3 +192,44 @@ fn a_bad_hook_argument_is_printed_once() {
         "{text}"
     );
 }
+
+/// gpu-mps-daemon's setup hook carries `--mps-share`: the plan accepts it on `setup` (the
+/// prestart hook checks the shares it injects before planning, `mps_edits`) and plans exactly
+/// what it plans without it; a one-step hook with it is refused.
+#[test]
+fn an_mps_share_on_the_setup_hook_is_accepted_and_adds_nothing() {
+    let inv = inventory();
+    let edits = edits_for(
+        &inv,
+        &[DeviceRef::Gpu { index: 0 }],
+        &caps(&[Capability::Compute]),
+        &EditOptions::new("/usr/bin/gpuhook"),
+    )
+    .unwrap();
+    let mut with_share = edits.clone();
+    let share = gpuhook_cdi::edits::SetupMpsShare {
+        name: "nvidia.com/gpu-mps=0".into(),
+        pipe_dir: "/run/gpuhook/mps/GPU-1/pipe".into(),
+    };
+    gpuhook_cdi::edits::add_mps_share(
+        &mut with_share,
+        &EditOptions::new("/usr/bin/gpuhook"),
+        share,
+    )
+    .unwrap();
+    assert_ne!(with_share.hooks, edits.hooks);
+    assert_eq!(
+        Plan::from_edits(&inv, &with_share).unwrap(),
+        Plan::from_edits(&inv, &edits).unwrap()
+    );
+    let mut one_step = edits;
+    one_step.hooks[0].args = vec![
+        "gpuhook".into(),
+        "hook".into(),
+        "update-ldcache".into(),
+        "--mps-share".into(),
+        "nvidia.com/gpu-mps=0::/run/p".into(),
+    ];
+    let e = Plan::from_edits(&inv, &one_step).unwrap_err().to_string();
+    assert_eq!(e, "update-ldcache: unexpected \"--mps-share\"");
+}
