@@ -4,8 +4,8 @@
 //! change, so a crash at any step is rolled back at the next call (dra-facts §5).
 
 use std::collections::HashMap;
-use std::sync::RwLock;
 use std::path::PathBuf;
+use std::sync::RwLock;
 use std::sync::{Arc, Mutex};
 
 use gpuhook_node::Inventory;

@@ -55,8 +55,10 @@ impl Layout {
             };
             match devices.iter().find(|d| d.name == old.name) {
                 Some(d) if d.uuid == old.uuid => {}
-                Some(d) => tracing::error!(device = %old.name, old_uuid = %old.uuid, new_uuid = %d.uuid, %claim,
-                    "a MIG re-partition replaced a device prepared for a claim; the new device is published under its name"),
+                Some(d) => {
+                    tracing::error!(device = %old.name, old_uuid = %old.uuid, new_uuid = %d.uuid, %claim,
+                    "a MIG re-partition replaced a device prepared for a claim; the new device is published under its name")
+                }
                 None => {
                     tracing::error!(device = %old.name, uuid = %old.uuid, %claim,
                         "a MIG re-partition removed a device prepared for a claim; it stays published, tainted, until the claim is unprepared");

@@ -23,8 +23,15 @@ fn held(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
 /// The test inventory with GPU 1's MIG devices removed (a re-partition emptied it).
 fn emptied() -> (Arc<Inventory>, Vec<NodeDevice>) {
     let mut inv = inventory();
-    let gone: Vec<String> = inv.gpus[1].mig_devices.iter().map(|m| m.uuid.clone()).collect();
-    assert!(!gone.is_empty(), "the test inventory has MIG devices on GPU 1");
+    let gone: Vec<String> = inv.gpus[1]
+        .mig_devices
+        .iter()
+        .map(|m| m.uuid.clone())
+        .collect();
+    assert!(
+        !gone.is_empty(),
+        "the test inventory has MIG devices on GPU 1"
+    );
     inv.gpus[1].mig_devices.clear();
     let devs = catalogue(&inv, Path::new("/nonexistent"));
     (Arc::new(inv), devs)

@@ -66,7 +66,10 @@ pub fn step(driver: &Driver, r: &Rescan, last: Stamp) -> Stamp {
     match load(&r.from) {
         Ok(inv) => {
             let devices = catalogue(&inv, &r.sys_root);
-            tracing::info!(devices = devices.len(), "node devices re-read after a change of the MIG capability directories");
+            tracing::info!(
+                devices = devices.len(),
+                "node devices re-read after a change of the MIG capability directories"
+            );
             driver.relayout(Arc::new(inv), devices);
             // The GPU set may have changed: stamp what the new inventory names.
             current_stamp(driver, &r.from)

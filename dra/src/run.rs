@@ -224,10 +224,13 @@ impl Running {
     /// MIG devices.
     pub fn follow_repartitions(&mut self, r: crate::rescan::Rescan) {
         if self.driver.partitioned() {
-            tracing::info!("partitionable MIG devices: re-partitions by other tools are not followed");
+            tracing::info!(
+                "partitionable MIG devices: re-partitions by other tools are not followed"
+            );
             return;
         }
-        self.tasks.push(crate::rescan::spawn(self.driver.clone(), r));
+        self.tasks
+            .push(crate::rescan::spawn(self.driver.clone(), r));
     }
 
     /// Stops serving; prepared claims stay prepared (checkpointed).

@@ -7,13 +7,16 @@ use std::sync::Arc;
 use gpuhook_node::Inventory;
 
 use super::Driver;
-use crate::layout::Layout;
 use crate::devices::NodeDevice;
+use crate::layout::Layout;
 
 impl Driver {
     /// The node's current layout (a snapshot: a re-partition replaces it, not this copy).
     pub fn layout(&self) -> Layout {
-        self.layout.read().unwrap_or_else(|p| p.into_inner()).clone()
+        self.layout
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// The node's devices now.
@@ -31,7 +34,9 @@ impl Driver {
         cp.claims()
             .flat_map(|(_, e)| {
                 let claim = format!("{}/{}", e.namespace, e.name);
-                e.devices.iter().map(move |d| (d.device.clone(), claim.clone()))
+                e.devices
+                    .iter()
+                    .map(move |d| (d.device.clone(), claim.clone()))
             })
             .collect()
     }
