@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::RwLock;
 use std::sync::{Arc, Mutex};
 
 use gpuhook_node::Inventory;
@@ -17,6 +18,7 @@ use crate::devices::NodeDevice;
 use crate::dynmig::{self, MigRecord, Partitioner};
 use crate::error::DraError;
 use crate::kube::Cluster;
+use crate::layout::Layout;
 use crate::mps::{self, MpsDaemon, MpsOptions};
 use crate::plan::{self, ClaimPlan};
 use crate::timeslice::TimeSlicer;
@@ -38,8 +40,9 @@ pub struct DriverOptions {
 #[derive(Debug)]
 pub struct Driver {
     opts: DriverOptions,
-    inventory: Arc<Inventory>,
-    devices: Vec<NodeDevice>,
+    layout: RwLock<Layout>,
+    /// Signalled when what to publish changed (a re-partition, a retired device unprepared).
+    changed: tokio::sync::Notify,
     cluster: Arc<dyn Cluster>,
     slicer: Arc<dyn TimeSlicer>,
     checkpoint: Mutex<Checkpoint>,
@@ -82,8 +85,8 @@ impl Driver {
     ) -> Self {
         Driver {
             opts,
-            inventory,
-            devices,
+            layout: RwLock::new(Layout::new(inventory, devices)),
+            changed: tokio::sync::Notify::new(),
             cluster,
             slicer,
             checkpoint: Mutex::new(checkpoint),
@@ -99,16 +102,8 @@ impl Driver {
         self
     }
 
-    pub fn devices(&self) -> &[NodeDevice] {
-        &self.devices
-    }
-
     pub fn options(&self) -> &DriverOptions {
         &self.opts
-    }
-
-    pub fn inventory(&self) -> &Inventory {
-        &self.inventory
     }
 
     fn lock_of(&self, uid: &str) -> Arc<tokio::sync::Mutex<()>> {
@@ -152,11 +147,12 @@ impl Driver {
                 message: e.to_string(),
             })??;
         let rc = parse_claim(value, &claim.namespace, &claim.name, &claim.uid)?;
+        let layout = self.layout();
         let plan = plan::plan(
             &rc,
             &self.opts.driver,
             &self.opts.node,
-            &self.devices,
+            &layout.devices,
             self.opts.allowed,
         )?;
         let made_at_prepare = |d: &&plan::Planned<'_>| d.device.slot.is_some();
@@ -259,7 +255,7 @@ impl Driver {
         }
         let (inv, made) = match made {
             Some((inv, made)) => (Arc::new(inv), made),
-            None => (self.inventory.clone(), Vec::new()),
+            None => (self.inventory(), Vec::new()),
         };
         let devs: Vec<&NodeDevice> = plan
             .devices
@@ -372,6 +368,10 @@ impl Driver {
         if let Some(e) = self.entry(uid) {
             self.undo(uid, &e).await?;
             self.record(uid, None)?;
+            let retired = self.layout().retired;
+            if e.devices.iter().any(|d| retired.contains(&d.device)) {
+                self.changed.notify_one();
+            }
         }
         self.locks
             .lock()
@@ -391,6 +391,8 @@ impl Driver {
         }
     }
 }
+
+mod relayout;
 
 #[cfg(test)]
 #[path = "driver_tests.rs"]

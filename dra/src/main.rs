@@ -83,6 +83,31 @@ struct Cli {
     /// nvidia-smi (time-slice intervals); default <driver root>/usr/bin/nvidia-smi.
     #[arg(long)]
     nvidia_smi: Option<PathBuf>,
+    /// How often the MIG capability directories (or the --inventory file) are checked for a
+    /// re-partition, in ms; the slices follow it without a restart. 0: not checked.
+    #[arg(long, default_value_t = 1000)]
+    mig_poll_ms: u64,
+}
+
+/// The re-partition watch of `cli` (`None`: off).
+fn rescan(cli: &Cli) -> Option<gpuhook_dra::rescan::Rescan> {
+    use gpuhook_device_plugin::source::InventoryFrom;
+    if cli.mig_poll_ms == 0 {
+        return None;
+    }
+    let from = match &cli.inventory {
+        Some(p) => InventoryFrom::File(p.clone()),
+        None => {
+            let mut opts = DiscoverOptions::for_root(&cli.driver_root);
+            opts.nvml_lib = cli.nvml_lib.clone();
+            InventoryFrom::Discover(opts)
+        }
+    };
+    Some(gpuhook_dra::rescan::Rescan {
+        from,
+        sys_root: cli.driver_root.clone(),
+        poll: Duration::from_millis(cli.mig_poll_ms),
+    })
 }
 
 fn capabilities(names: &[String]) -> Result<BTreeSet<Capability>> {
@@ -207,7 +232,10 @@ async fn main() -> Result<()> {
         }),
         timeout: Duration::from_secs(10),
     });
-    let running = start(opts, run, inv, cluster, slicer)?;
+    let mut running = start(opts, run, inv, cluster, slicer)?;
+    if let Some(r) = rescan(&cli) {
+        running.follow_repartitions(r);
+    }
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
         _ = term.recv() => {}

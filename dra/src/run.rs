@@ -16,6 +16,7 @@ use crate::dynmig::Partitioner;
 use crate::error::DraError;
 use crate::health_service::{HealthService, Unhealthy};
 use crate::kube::Cluster;
+use crate::layout::REMOVED_WHILE_PREPARED;
 use crate::publish::publish;
 use crate::server::{Servers, Sockets};
 use crate::slices::UnhealthyPolicy;
@@ -81,14 +82,19 @@ fn spawn_publisher(
     let (driver, policy, every) = (driver.clone(), run.unhealthy, run.republish);
     tokio::spawn(async move {
         loop {
-            let state = rx.borrow_and_update().clone();
+            let mut state = rx.borrow_and_update().clone();
             let (c, d) = (cluster.clone(), driver.clone());
             let _ = tokio::task::spawn_blocking(move || {
-                publish_now(&c, d.options(), d.devices(), &state, policy)
+                let (devices, retired) = d.published();
+                for uuid in retired {
+                    state.insert(uuid, REMOVED_WHILE_PREPARED.into());
+                }
+                publish_now(&c, d.options(), &devices, &state, policy)
             })
             .await;
             tokio::select! {
                 changed = rx.changed() => if changed.is_err() { return },
+                () = driver.changed() => {}
                 _ = tokio::time::sleep(every) => {}
             }
         }
@@ -192,7 +198,7 @@ pub fn start(
     let mut tasks = Vec::new();
     let mut monitor = None;
     if let Some(nvml) = &run.nvml {
-        if let Some((m, t)) = start_monitor(driver.inventory(), nvml, tx.clone()) {
+        if let Some((m, t)) = start_monitor(&driver.inventory(), nvml, tx.clone()) {
             monitor = Some(m);
             tasks.push(t);
         }
@@ -202,7 +208,7 @@ pub fn start(
     }
     let health = run
         .health_service
-        .then(|| HealthService::new(&driver.options().node, driver.devices(), rx.clone()));
+        .then(|| HealthService::new(&driver.options().node, &driver.devices(), rx.clone()));
     let servers = Servers::start(driver.clone(), health, &run.sockets)?;
     Ok(Running {
         driver,
@@ -214,6 +220,19 @@ pub fn start(
 }
 
 impl Running {
+    /// Follows MIG re-partitions of static MIG devices (`rescan.rs`); not with partitionable
+    /// MIG devices.
+    pub fn follow_repartitions(&mut self, r: crate::rescan::Rescan) {
+        if self.driver.partitioned() {
+            tracing::info!(
+                "partitionable MIG devices: re-partitions by other tools are not followed"
+            );
+            return;
+        }
+        self.tasks
+            .push(crate::rescan::spawn(self.driver.clone(), r));
+    }
+
     /// Stops serving; prepared claims stay prepared (checkpointed).
     pub async fn stop(self) {
         self.servers.stop().await;

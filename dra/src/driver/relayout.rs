@@ -1,0 +1,68 @@
+//! The driver's side of a MIG re-partition: which devices prepared claims hold, the new
+//! layout (`crate::layout`), and waking the publisher.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use gpuhook_node::Inventory;
+
+use super::Driver;
+use crate::devices::NodeDevice;
+use crate::layout::Layout;
+
+impl Driver {
+    /// The node's current layout (a snapshot: a re-partition replaces it, not this copy).
+    pub fn layout(&self) -> Layout {
+        self.layout
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The node's devices now.
+    pub fn devices(&self) -> Arc<Vec<NodeDevice>> {
+        self.layout().devices
+    }
+
+    pub fn inventory(&self) -> Arc<Inventory> {
+        self.layout().inventory
+    }
+
+    /// Device name → the claim (`namespace/name`) of every device a claim in the checkpoint holds.
+    pub fn held(&self) -> BTreeMap<String, String> {
+        let cp = self.checkpoint.lock().unwrap_or_else(|p| p.into_inner());
+        cp.claims()
+            .flat_map(|(_, e)| {
+                let claim = format!("{}/{}", e.namespace, e.name);
+                e.devices
+                    .iter()
+                    .map(move |d| (d.device.clone(), claim.clone()))
+            })
+            .collect()
+    }
+
+    /// Takes the node as re-read after a MIG re-partition (`inventory`, `devices`): devices held
+    /// by prepared claims are kept (see `layout.rs`); the publisher is woken.
+    pub fn relayout(&self, inventory: Arc<Inventory>, devices: Vec<NodeDevice>) {
+        let held = self.held();
+        let mut l = self.layout.write().unwrap_or_else(|p| p.into_inner());
+        *l = l.next(inventory, devices, &held);
+        drop(l);
+        self.changed.notify_one();
+    }
+
+    /// What to publish now: devices, and the UUIDs of retired ones to taint.
+    pub fn published(&self) -> (Vec<NodeDevice>, Vec<String>) {
+        self.layout().published(&self.held())
+    }
+
+    /// Wakes when what to publish changed.
+    pub async fn changed(&self) {
+        self.changed.notified().await
+    }
+
+    /// Whether the plugin makes MIG devices itself (partitionable MIG devices).
+    pub fn partitioned(&self) -> bool {
+        self.partitioner.is_some()
+    }
+}

@@ -1,0 +1,226 @@
+//! A DRA claim's CDI devices through containerd 1.6's CRI plugin and gpuhook-runtime.
+//!
+//! `gpuhook-dra-plugin` runs as a process on a simulated 2-GPU node against the validating fake
+//! API server (`dra/tests/common/apiserver.rs`); the fake kubelet (`dra/tests/common/kubelet.rs`)
+//! registers it and calls `NodePrepareResources` over v1 for a claim of `gpu-<minor of GPU 0>`.
+//! Then a pod sandbox and a container are created through CRI with the returned CDI IDs:
+//!
+//! 1. the way a 1.31+ kubelet passes them: only in `ContainerConfig.CDI_devices` (field 17;
+//!    `kuberuntime_container.go:generateContainerConfig` → `makeCDIDevices`; the DRA manager's
+//!    `GetResources` returns no annotations since 1.31, "As of Kubernetes 1.31, CDI device IDs
+//!    are not passed via annotations anymore"). containerd 1.6 does not know the field and
+//!    drops it: the container gets **none** of the claim's devices. This is the fact the test
+//!    pins (dra/README.md, "How the kubelet hands CDI IDs to the runtime");
+//! 2. the way kubelets 1.26–1.30 passed them (`pkg/kubelet/cm/dra/cdi.go:generateCDIAnnotations`:
+//!    one container annotation `cdi.k8s.io/<driver>_<claim UID>` = the IDs joined by `,`), which
+//!    containerd 1.6 hands through to the OCI spec (`container_annotations`, set by `gpuhook
+//!    runtime configure`) and gpuhook-runtime resolves from the spec dirs: the container gets
+//!    exactly the claim's GPU node and the claim spec's env, and no other GPU.
+//!
+//! Then `NodeUnprepareResources` removes the claim's spec.
+//!
+//! Run under `flock /tmp/gpuhook-e2e.lock`. Needs root, containerd, ctr, runc, static busybox and
+//! `cargo build -p gpuhook-dra --bins` (plus what the device-plugin CRI tests need); with
+//! GPUHOOK_REQUIRE_E2E=1 a missing tool fails the test instead of skipping it.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test crate: a panic is a test failure
+
+mod cdi_support;
+mod device_plugin_cri_support;
+#[path = "../../dra/tests/common/apiserver.rs"]
+mod dra_apiserver;
+#[path = "../../dra/tests/common/kubelet.rs"]
+mod dra_kubelet;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use device_plugin_cri_support::kubelet::{container_config, RunOptions};
+use device_plugin_cri_support::rig::{ready, tmp, Bench};
+use device_plugin_cri_support::{seen, Seen, REPORT};
+use dra_apiserver::ApiServer;
+use gpuhook_dra::api::{self, v1::DRAPluginClient};
+use serde_json::Value;
+
+const NODE: &str = "node-a";
+const DRIVER: &str = "gpu.nvidia.com";
+const CLAIM_UID: &str = "5f0c8a52-3c1e-4b7a-9d43-6e2a1f7b9c10";
+
+/// `gpuhook-dra-plugin` as the DaemonSet runs it (private dirs, the fake API server); killed on drop.
+struct DraPlugin {
+    child: Child,
+    log: PathBuf,
+}
+
+impl DraPlugin {
+    fn start(dir: &Path, root: &Path, cdi: &Path, api: &ApiServer) -> DraPlugin {
+        let log = dir.join("dra-plugin.log");
+        let err = std::fs::File::create(&log).unwrap();
+        let child = Command::new(gpuhook_e2e::built("gpuhook-dra-plugin"))
+            .args(["--node-name", NODE, "--sharing", "none", "--no-health"])
+            .args(["--mig-poll-ms", "0", "--kube-api-url", &api.url])
+            .arg("--driver-root")
+            .arg(root)
+            .arg("--cdi-root")
+            .arg(cdi)
+            .arg("--gpuhook-path")
+            .arg(gpuhook_e2e::built("gpuhook"))
+            .arg("--registry-dir")
+            .arg(dir.join("plugins_registry"))
+            .arg("--plugin-dir")
+            .arg(dir.join("plugin"))
+            .env("RUST_LOG", "info,gpuhook_dra=debug")
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::null())
+            .stderr(err)
+            .spawn()
+            .unwrap();
+        DraPlugin { child, log }
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for DraPlugin {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The NVIDIA_/CUDA_ env of the claim's spec (common and device edits), as the container
+/// should see it.
+fn spec_env(spec: &Value) -> BTreeMap<String, String> {
+    let mut edits = vec![&spec["containerEdits"]];
+    edits.extend(
+        spec["devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| &d["containerEdits"]),
+    );
+    edits
+        .iter()
+        .filter_map(|e| e["env"].as_array())
+        .flatten()
+        .filter_map(|v| v.as_str()?.split_once('='))
+        .filter(|(k, _)| k.starts_with("NVIDIA_") || k.starts_with("CUDA_"))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+async fn run(bench: &mut Bench, pod: &str, opts: RunOptions) -> Seen {
+    let ran = bench
+        .cri
+        .run(pod, container_config("gpu", REPORT, opts))
+        .await;
+    assert_eq!(
+        ran.exit_code,
+        0,
+        "container failed:\n{}\ngpuhook log:\n{}",
+        ran.log,
+        std::fs::read_to_string(&bench.node.gpuhook_log).unwrap_or_default()
+    );
+    seen(&ran.log)
+}
+
+async fn prepare(
+    dir: &Path,
+    plugin: &DraPlugin,
+) -> (DRAPluginClient<tonic::transport::Channel>, Vec<String>) {
+    let reg = dra_kubelet::register(&dir.join("plugins_registry"), DRIVER).await;
+    assert_eq!(reg.version, api::DRA_V1);
+    let mut client = DRAPluginClient::new(reg.channel);
+    let claim = dra_kubelet::claim("ns", "gpu-claim", CLAIM_UID);
+    let resp = client
+        .node_prepare_resources(api::NodePrepareResourcesRequest {
+            claims: vec![claim],
+        })
+        .await
+        .unwrap_or_else(|e| panic!("NodePrepareResources: {e}\n{}", plugin.log_text()))
+        .into_inner();
+    let r = &resp.claims[CLAIM_UID];
+    assert!(r.error.is_empty(), "{}\n{}", r.error, plugin.log_text());
+    let ids: Vec<String> = r
+        .devices
+        .iter()
+        .flat_map(|d| d.cdi_device_ids.clone())
+        .collect();
+    (client, ids)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claim_cdi_ids_through_containerd_1_6_cri() {
+    if !ready("dra_cri") {
+        return;
+    }
+    let t = tmp("dra");
+    let dir = t.path();
+    let claim_cdi = dir.join("dra-cdi");
+    let mut bench = Bench::start(dir, "rhel-a100", &[&claim_cdi]).await;
+    assert_eq!(bench.node.profile.gpus.len(), 2);
+    let api = ApiServer::start(NODE);
+    let device = format!("gpu-{}", bench.node.profile.gpus[0].minor);
+    api.add_claim(gpuhook_dra::testkit::claim(
+        "ns",
+        "gpu-claim",
+        CLAIM_UID,
+        NODE,
+        &[("gpu", &device)],
+        vec![],
+    ));
+    let plugin = DraPlugin::start(dir, &bench.node.root, &claim_cdi, &api);
+    let (mut client, ids) = prepare(dir, &plugin).await;
+    assert_eq!(
+        ids,
+        [format!("k8s.gpu.nvidia.com/claim={CLAIM_UID}-{device}")]
+    );
+    let spec_path = claim_cdi.join(format!("k8s.gpu.nvidia.com-claim_{CLAIM_UID}.json"));
+    let spec: Value = serde_json::from_slice(&std::fs::read(&spec_path).unwrap()).unwrap();
+
+    // 1. CDI_devices only (a 1.31+ kubelet): containerd 1.6 drops the field; nothing arrives.
+    let saw = run(
+        &mut bench,
+        "kubelet-cdi-devices",
+        RunOptions {
+            cdi_devices: ids.clone(),
+            ..Default::default()
+        },
+    )
+    .await;
+    assert!(
+        saw.gpu_nodes().is_empty(),
+        "containerd 1.6 passed CDI_devices on: {saw:?}"
+    );
+    assert!(!saw.env.contains_key("NVIDIA_VISIBLE_DEVICES"), "{saw:?}");
+
+    // 2. The same IDs as the 1.26–1.30 kubelet's container annotation: exactly the claim's GPU.
+    let key = format!("cdi.k8s.io/{DRIVER}_{CLAIM_UID}");
+    let saw = run(
+        &mut bench,
+        "kubelet-annotation",
+        RunOptions {
+            annotations: vec![(key, ids.join(","))],
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(saw.gpu_nodes(), bench.only_gpus(&[0]), "{saw:?}");
+    let want = spec_env(&spec);
+    assert!(!want.is_empty(), "the claim spec sets env: {spec}");
+    assert_eq!(saw.env, want, "{saw:?}");
+
+    // NodeUnprepareResources removes the claim's spec.
+    let resp = client
+        .node_unprepare_resources(api::NodeUnprepareResourcesRequest {
+            claims: vec![dra_kubelet::claim("ns", "gpu-claim", CLAIM_UID)],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(resp.claims[CLAIM_UID].error.is_empty(), "{resp:?}");
+    assert!(!spec_path.exists(), "the claim's spec is removed");
+    assert!(api.state.lock().unwrap().refused.is_empty());
+}
