@@ -2,13 +2,16 @@
 # Builds the release binaries that nodes run, linked against glibc 2.17 so that they start on
 # RHEL 7/8, Ubuntu 18.04/20.04 and Amazon Linux 2 hosts as well as on new ones, then checks the
 # floor with scripts/check-glibc.sh. One build serves everything: the binaries in $DIST, the
-# container image (deploy/image) and, with --deb, the Debian packages (cargo-deb --no-build).
+# container image (deploy/image) and, with --deb, the Debian packages (scripts/build-deb.py, from
+# the crates' [package.metadata.deb]).
 #
 #   scripts/build-release.sh [--deb] [--image TAG]
 #
 # Needs cargo-zigbuild and zig (`pip install ziglang cargo-zigbuild`; installed when missing) and,
-# for --deb, cargo-deb (`cargo install --locked cargo-deb`). The binaries stay dynamically linked
-# against glibc: gpuhook dlopens NVML at run time, which a static (musl) binary cannot do.
+# for --deb, python3 (3.11+) and dpkg-deb; not cargo-deb, whose build from source cost every
+# cold CI run minutes (`cargo deb --no-build --no-strip` makes the same packages). The binaries
+# stay dynamically linked against glibc: gpuhook dlopens NVML at run time, which a static (musl)
+# binary cannot do.
 # CARGO_TARGET_DIR is honoured (default: target/); the binaries land in
 # $CARGO_TARGET_DIR/x86_64-unknown-linux-gnu/release and are copied to $DIST (default
 # $CARGO_TARGET_DIR/dist).
@@ -21,7 +24,7 @@ while [ $# -gt 0 ]; do
     case "$1" in
         --deb) deb=true ;;
         --image) image="${2:?--image needs a tag, e.g. gpuhook-installer:dev}"; shift ;;
-        -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "build-release: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
@@ -58,13 +61,7 @@ if [ -n "$image" ]; then
 fi
 
 if $deb; then
-    if ! command -v cargo-deb >/dev/null 2>&1; then
-        echo "build-release: installing cargo-deb from crates.io" >&2
-        cargo install --locked cargo-deb
-    fi
-    for p in gpuhook gpu-mps-daemon; do
-        CARGO_TARGET_DIR="$target_dir" cargo deb --no-build --no-strip --target "$triple" \
-            -p "$p" --output "$dist"
-    done
+    scripts/build-deb.py --release-dir "$target_dir/$triple/release" --output "$dist" \
+        hook/Cargo.toml mps-daemon/Cargo.toml
     ls -l "$dist"/*.deb
 fi

@@ -10,7 +10,9 @@
 # (target/fuzz/corpus/<target>). A crash, a failed property (a panic), a hang (-timeout) or a
 # memory blow-up (-rss_limit_mb) stops that target: the reproducer is left in
 # fuzz/artifacts/<target>/ and the script exits 1 once every target has run.
-# Env: FUZZ_JOBS (default 1) parallel workers per target; FUZZ_NICE (default 10);
+# Env: FUZZ_JOBS (default 1) parallel workers per target; FUZZ_PARALLEL (default 1) targets run
+#      at once (each is one single-threaded process, so CI runs `nproc` of them: the same inputs,
+#      in half the time on 2 cores); FUZZ_NICE (default 10);
 #      FUZZ_SEED and FUZZ_RUNS make a run repeatable: with a fixed seed and a run count that ends
 #      before SECONDS, libFuzzer (one process) tries the same inputs on every machine, so CI
 #      (which sets both) fails only on an input a developer's run of the same command also finds,
@@ -61,13 +63,10 @@ repeat=
 if [ -n "${FUZZ_SEED:-}" ]; then repeat="-seed=$FUZZ_SEED"; fi
 if [ -n "${FUZZ_RUNS:-}" ]; then repeat="$repeat -runs=$FUZZ_RUNS"; fi
 
-failed=()
-for t in $targets; do
-    seeds=fuzz/corpus/$t
-    work=$CARGO_TARGET_DIR/corpus/$t
-    artifacts=fuzz/artifacts/$t
+# Runs target $1; its report goes to $work.report, printed once it is over (runs may overlap).
+fuzz_one() {
+    local t=$1 seeds=fuzz/corpus/$1 work=$CARGO_TARGET_DIR/corpus/$1 artifacts=fuzz/artifacts/$1
     mkdir -p "$work" "$artifacts"
-    echo "fuzz.sh: $t for ${seconds} s"
     # -max_total_time stops libFuzzer by itself; `timeout` is the backstop should it not.
     # New inputs go to $work (first corpus dir); the seeds are only read.
     if ! timeout --kill-after=30 $((seconds + 120)) nice -n "${FUZZ_NICE:-10}" \
@@ -75,16 +74,51 @@ for t in $targets; do
         -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
         $jobs $repeat -print_final_stats=1 \
         -artifact_prefix="$artifacts/" >"$work.log" 2>&1; then
-        failed+=("$t")
-        echo "fuzz.sh: $t FAILED; reproducer(s):" >&2
-        ls -1 "$artifacts" >&2 || true
-        grep -E -m 10 -A2 'panicked at|ERROR: libFuzzer' "$work.log" | grep -v '^stack backtrace' >&2 || true
-        echo "fuzz.sh: full log: $work.log; replay: $CARGO_TARGET_DIR/$host/release/$t <file>" >&2
-    else
-        grep -E '^stat::(number_of_executed_units|new_units_added)' "$work.log" | tr '\n' ' '
-        echo
+        {
+            echo "fuzz.sh: $t FAILED; reproducer(s):"
+            ls -1 "$artifacts" || true
+            grep -E -m 10 -A2 'panicked at|ERROR: libFuzzer' "$work.log" | grep -v '^stack backtrace' || true
+            echo "fuzz.sh: full log: $work.log; replay: $CARGO_TARGET_DIR/$host/release/$t <file>"
+        } >"$work.report" 2>&1
+        return 1
     fi
+    {
+        echo -n "fuzz.sh: $t: "
+        grep -E '^stat::(number_of_executed_units|new_units_added)' "$work.log" | tr '\n' ' '  || true
+        echo
+        # FUZZ_RUNS cut short by the time limit: not the inputs a developer's run tries.
+        local ran
+        ran=$(sed -n 's/^stat::number_of_executed_units: *//p' "$work.log")
+        if [ -n "${FUZZ_RUNS:-}" ] && [ "${ran:-0}" -lt "$FUZZ_RUNS" ]; then
+            echo "fuzz.sh: warning: $t ran ${ran:-0} of $FUZZ_RUNS inputs in ${seconds} s (a slow machine?)"
+        fi
+    } >"$work.report"
+}
+
+parallel=${FUZZ_PARALLEL:-1}
+case $parallel in '' | *[!0-9]* | 0) echo "fuzz.sh: FUZZ_PARALLEL must be a positive number, got '$parallel'" >&2; exit 2 ;; esac
+echo "fuzz.sh: each target for at most ${seconds} s, $parallel at a time"
+failed=()
+declare -A running=()
+# Waits for one run to end; reports it.
+reap() {
+    local pid rc=0 t
+    wait -n -p pid "${!running[@]}" || rc=$?
+    t=${running[$pid]}
+    unset "running[$pid]"
+    if [ "$rc" -ne 0 ]; then
+        failed+=("$t")
+        cat "$CARGO_TARGET_DIR/corpus/$t.report" >&2 || echo "fuzz.sh: $t failed (exit $rc)" >&2
+    else
+        cat "$CARGO_TARGET_DIR/corpus/$t.report"
+    fi
+}
+for t in $targets; do
+    while [ ${#running[@]} -ge "$parallel" ]; do reap; done
+    fuzz_one "$t" &
+    running[$!]=$t
 done
+while [ ${#running[@]} -gt 0 ]; do reap; done
 echo "fuzz.sh: done in $(($(date +%s) - start)) s"
 if [ ${#failed[@]} -gt 0 ]; then
     echo "fuzz.sh: ${#failed[@]} target(s) failed: ${failed[*]}" >&2

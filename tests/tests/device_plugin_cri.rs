@@ -219,13 +219,15 @@ async fn unhealthy_gpu_is_no_longer_allocated() {
     // Xid 48 (double-bit ECC) is critical: not in NVIDIA's default-ignored 13, 31, 43, 45, 68, 109.
     std::fs::write(&events, format!("xid {bad} 48\n")).unwrap();
     let marked = gpu
-        .wait_list(Duration::from_secs(5), |d| {
+        .wait_list(Duration::from_secs(60), |d| {
             d.get(&bad).map(String::as_str) == Some("Unhealthy")
         })
         .await;
+    // (A hang guard, not a latency goal: scripts/bench-device-plugin.sh measures Xid to
+    // ListAndWatch; a loaded CI machine must not fail this on a slow second.)
     assert!(
         marked,
-        "{bad} not marked Unhealthy within 5 s: {:?}\n{}",
+        "{bad} not marked Unhealthy within 60 s: {:?}\n{}",
         gpu.devices,
         rig.plugin.log_text()
     );

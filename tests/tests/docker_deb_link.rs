@@ -1,5 +1,5 @@
 //! The .deb's `nvidia-container-runtime-hook` link (hook/debian/postinst, prerm; packaged by
-//! cargo-deb's `maintainer-scripts`): `docker run --gpus` runs that name from dockerd's PATH, so
+//! `maintainer-scripts` in hook/Cargo.toml): `docker run --gpus` runs that name from dockerd's PATH, so
 //! the package links it to `gpuhook` — only where nothing is (NVIDIA's hook, from
 //! nvidia-container-toolkit, is never replaced), and removes only its own link. The scripts run
 //! here under `DPKG_ROOT` (dpkg's install root for maintainer scripts) in a temp dir; when the

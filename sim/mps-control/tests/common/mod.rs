@@ -185,14 +185,25 @@ impl Drop for SimClient {
     }
 }
 
+/// Whether any thread of process `pid` is still running. Not the leader's state alone: when a
+/// multi-threaded daemon exits (`quit` and `sim_crash` end it from a connection thread), its
+/// leader shows `Z` in `/proc/PID/stat` as soon as it has exited itself, while the other threads
+/// may still be exiting and holding the process's descriptors, the instance lock among them, so
+/// a `-d` started then was refused as "already running" on a loaded machine. A thread closes its
+/// descriptors before it turns zombie (or is reaped), so once every task is `Z`, `X` or gone, the
+/// lock is free.
 pub fn pid_alive(pid: i32) -> bool {
-    // A zombie still has a /proc entry; look at its state.
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| {
-            let state = s.rsplit(')').next().unwrap_or("").trim_start();
-            !state.starts_with('Z') && !state.starts_with('X')
-        })
-        .unwrap_or(false)
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.filter_map(Result::ok).any(|task| {
+        std::fs::read_to_string(task.path().join("stat"))
+            .map(|s| {
+                let state = s.rsplit(')').next().unwrap_or("").trim_start();
+                !state.starts_with('Z') && !state.starts_with('X')
+            })
+            .unwrap_or(false)
+    })
 }
 
 /// Polls `cond` until it holds (hang guard: panics after PATIENCE).
