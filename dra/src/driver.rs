@@ -111,6 +111,18 @@ impl Driver {
         &self.inventory
     }
 
+    pub fn cluster(&self) -> Arc<dyn Cluster> {
+        self.cluster.clone()
+    }
+
+    /// The checkpointed claims holding MIG devices this plugin made (see `sweep.rs`).
+    pub fn claims_with_mig(&self) -> Vec<(String, ClaimEntry)> {
+        let cp = self.checkpoint.lock().unwrap_or_else(|p| p.into_inner());
+        let mut v: Vec<_> = cp.claims().map(|(u, e)| (u.clone(), e.clone())).collect();
+        v.retain(|(_, e)| !e.mig.is_empty());
+        v
+    }
+
     fn lock_of(&self, uid: &str) -> Arc<tokio::sync::Mutex<()>> {
         let mut locks = self.locks.lock().unwrap_or_else(|p| p.into_inner());
         locks.entry(uid.to_string()).or_default().clone()

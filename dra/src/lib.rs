@@ -36,6 +36,7 @@ pub mod server;
 pub mod service;
 pub mod slices;
 pub mod slot;
+pub mod sweep;
 pub mod testkit;
 pub mod timeslice;
 
