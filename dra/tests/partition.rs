@@ -112,12 +112,31 @@ fn mig_claim(api: &ApiServer, uid: &str, device: &str) -> ClaimRef {
 /// NVIDIA's H100 80GB table (the A100 80GB's is the same): (profile, id, starts) with sizes 1, 2, 2, 4, 4, 8.
 const GUIDE: &[(&str, u32, &[u32])] = &[
     ("1g10gb", 19, &[0, 1, 2, 3, 4, 5, 6]),
+    ("1g10gbme", 20, &[0, 1, 2, 3, 4, 5, 6]),
     ("1g20gb", 15, &[0, 2, 4, 6]),
     ("2g20gb", 14, &[0, 2, 4]),
     ("3g40gb", 9, &[0, 4]),
     ("4g40gb", 5, &[0]),
     ("7g80gb", 0, &[0]),
 ];
+
+/// The counters of a GPU's set: its memory slices, compute slices and NVIDIA's capacities.
+fn counter_names() -> BTreeSet<String> {
+    let mut want: BTreeSet<String> = (0..8).map(|i| format!("memory-slice-{i}")).collect();
+    for n in [
+        "compute-slices",
+        "multiprocessors",
+        "copy-engines",
+        "decoders",
+        "encoders",
+        "jpeg-engines",
+        "ofa-engines",
+        "memory",
+    ] {
+        want.insert(n.into());
+    }
+    want
+}
 
 fn check_slices(api: &ApiServer) {
     check_gpu_slices(api, &[0]);
@@ -134,10 +153,14 @@ fn check_gpu_slices(api: &ApiServer, minors: &[u32]) {
     assert_eq!(sets.len(), minors.len(), "{slices:?}");
     assert_eq!(sets[0]["name"], "gpu-0-counter-set");
     let counters = sets[0]["counters"].as_object().unwrap();
-    let mut want: BTreeSet<String> = (0..8).map(|i| format!("memory-slice-{i}")).collect();
-    want.insert("compute-slices".into());
-    assert_eq!(counters.keys().cloned().collect::<BTreeSet<_>>(), want);
+    assert_eq!(
+        counters.keys().cloned().collect::<BTreeSet<_>>(),
+        counter_names()
+    );
     assert_eq!(counters["compute-slices"]["value"], "7");
+    // NVIDIA's rule: the GPU's counter is the largest of any profile (the 7g's SMs, the one OFA).
+    assert_eq!(counters["multiprocessors"]["value"], "112");
+    assert_eq!(counters["ofa-engines"]["value"], "1");
     let devices: Vec<&Value> = slices
         .iter()
         .filter_map(|s| s["spec"]["devices"].as_array())
@@ -162,7 +185,9 @@ fn check_gpu_slices(api: &ApiServer, minors: &[u32]) {
     let c = &d["consumesCounters"][0];
     assert_eq!(c["counterSet"], "gpu-0-counter-set");
     let keys: BTreeSet<&String> = c["counters"].as_object().unwrap().keys().collect();
-    assert_eq!(keys.len(), 3, "{c}");
+    assert_eq!(keys.len(), 3 + 7, "{c}");
+    assert_eq!(c["counters"]["multiprocessors"]["value"], "16");
+    assert_eq!(d["capacity"]["copyEngines"]["value"], "1");
     assert_eq!(c["counters"]["memory-slice-2"]["value"], "1");
     assert_eq!(c["counters"]["memory-slice-3"]["value"], "1");
     assert_eq!(c["counters"]["compute-slices"]["value"], "1");
@@ -277,11 +302,11 @@ async fn a_restart_between_create_and_checkpoint_converges() {
     p.stop().await;
 }
 
-/// An A100 node whose GPUs already hold MIG devices made outside the driver: both GPUs are
-/// published with the same table; a placement one of those devices holds fails alone and the
-/// device is left alone.
+/// An A100 node whose GPUs already hold MIG devices made outside the driver (GPU 0: 3g.40gb +
+/// 2x 2g.20gb, GPU 1: 7x 1g.10gb): their slices are taken from the counter sets and no placement
+/// overlapping them is offered; a claim naming one fails alone and the devices are left alone.
 #[tokio::test]
-async fn a100_placement_held_by_another_device_is_refused_and_kept() {
+async fn a100_devices_made_by_others_are_subtracted_and_kept() {
     let dir = tempfile::tempdir().unwrap();
     let Some(root) = sim_node(dir.path(), "a100-mig-mixed") else {
         return;
@@ -289,15 +314,96 @@ async fn a100_placement_held_by_another_device_is_refused_and_kept() {
     let api = ApiServer::start(NODE);
     let p = start(dir.path(), &api, &root);
     wait_for("slices", || api.slices().len() == 2).await;
-    check_gpu_slices(&api, &[0, 1]);
+    let (sets, names) = published(&api);
+    assert_eq!(sets.len(), 2);
+    // GPU 1: slices 0..7 held, slice 7 free but no placement fits it alone on a 1g.10gb grid
+    // (1g.20gb at 6 overlaps slice 6): nothing offered but the full GPU, which no longer fits.
+    assert_eq!(sets[1]["counters"]["memory-slice-0"]["value"], "0");
+    assert_eq!(sets[1]["counters"]["memory-slice-7"]["value"], "1");
+    assert_eq!(sets[1]["counters"]["compute-slices"]["value"], "0");
+    assert_eq!(sets[0]["counters"]["compute-slices"]["value"], "0");
+    assert_eq!(
+        names,
+        BTreeSet::from(["gpu-0".to_string(), "gpu-1".to_string()])
+    );
+    assert!(api.state.lock().unwrap().refused.is_empty());
     let before = instances_of(&root, 1);
     assert_eq!(before.len(), 7, "seven 1g.10gb on GPU 1");
     let c = mig_claim(&api, "uid-a", "gpu-1-mig-1g10gb-19-3");
     let err = p.driver.prepare(&c).await.unwrap_err().to_string();
-    assert!(err.contains("already taken"), "{err}");
+    assert!(err.contains("gpu-1-mig-1g10gb-19-3"), "{err}");
     p.driver.unprepare("uid-a").await.unwrap();
     assert_eq!(instances_of(&root, 1), before);
     assert!(specs(dir.path()).is_empty());
+    p.stop().await;
+}
+
+/// The counter sets (GPU order) and device names of the published slices.
+fn published(api: &ApiServer) -> (Vec<Value>, BTreeSet<String>) {
+    let slices = api.slices();
+    let sets = slices
+        .iter()
+        .filter_map(|s| s["spec"]["sharedCounters"].as_array())
+        .flatten()
+        .cloned()
+        .collect();
+    let names = slices
+        .iter()
+        .filter_map(|s| s["spec"]["devices"].as_array())
+        .flatten()
+        .map(|d| d["name"].as_str().unwrap().to_string())
+        .collect();
+    (sets, names)
+}
+
+/// A claim deleted while the plugin was down has its MIG device destroyed at the next start;
+/// a prepared claim that still exists keeps its device (still offered: its claim holds it), and
+/// a MIG device an admin made meanwhile is never destroyed and its placements are not offered.
+#[tokio::test]
+async fn claims_gone_while_down_are_swept_and_others_devices_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(root) = sim_node(dir.path(), "h100-mig-empty") else {
+        return;
+    };
+    let api = ApiServer::start(NODE);
+    let p = start(dir.path(), &api, &root);
+    let gone = mig_claim(&api, "uid-g", "gpu-0-mig-2g20gb-14-0");
+    let kept = mig_claim(&api, "uid-k", "gpu-0-mig-1g10gb-19-4");
+    p.driver.prepare(&gone).await.unwrap();
+    p.driver.prepare(&kept).await.unwrap();
+    p.stop().await;
+    api.state
+        .lock()
+        .unwrap()
+        .claims
+        .remove(&("ns".to_string(), "uid-g".to_string()));
+    let admin = gpuhook_dra::run::partitioner(&DiscoverOptions::for_root(&root)).unwrap();
+    admin
+        .with(|b| gpuhook_mig::create_instance(b, 0, "1g.10gb", Some(6)))
+        .unwrap();
+    assert_eq!(instances(&root), [(14, 0), (19, 4), (19, 6)]);
+    api.state.lock().unwrap().slices.clear();
+
+    let p = start(dir.path(), &api, &root);
+    let root2 = root.clone();
+    wait_for("the gone claim's device destroyed", move || {
+        instances(&root2) == [(19, 4), (19, 6)]
+    })
+    .await;
+    wait_for("slices", || api.slices().len() == 2).await;
+    let (sets, names) = published(&api);
+    assert_eq!(sets[0]["counters"]["memory-slice-6"]["value"], "0");
+    assert_eq!(sets[0]["counters"]["memory-slice-4"]["value"], "1");
+    assert!(
+        names.contains("gpu-0-mig-1g10gb-19-4"),
+        "the kept claim's own"
+    );
+    assert!(names.contains("gpu-0-mig-2g20gb-14-0"), "free again");
+    for n in ["gpu-0-mig-1g10gb-19-6", "gpu-0-mig-1g20gb-15-6"] {
+        assert!(!names.contains(n), "{n} overlaps the admin's device");
+    }
+    p.driver.unprepare("uid-k").await.unwrap();
+    assert_eq!(instances(&root), [(19, 6)], "the admin's device is kept");
     p.stop().await;
 }
 
