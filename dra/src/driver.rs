@@ -17,7 +17,8 @@ use crate::devices::NodeDevice;
 use crate::dynmig::{self, MigRecord, Partitioner};
 use crate::error::DraError;
 use crate::kube::Cluster;
-use crate::mps::{self, MpsOptions};
+use crate::mps::MpsOptions;
+use crate::mps_daemons;
 use crate::plan::{self, ClaimPlan};
 use crate::timeslice::TimeSlicer;
 
@@ -44,7 +45,7 @@ pub struct Driver {
     slicer: Arc<dyn TimeSlicer>,
     checkpoint: Mutex<Checkpoint>,
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
-    daemons: mps::Daemons,
+    daemons: mps_daemons::Daemons,
     partitioner: Option<Arc<Partitioner>>,
 }
 
@@ -88,7 +89,7 @@ impl Driver {
             slicer,
             checkpoint: Mutex::new(checkpoint),
             locks: Mutex::new(HashMap::new()),
-            daemons: mps::Daemons::default(),
+            daemons: mps_daemons::Daemons::default(),
             partitioner: None,
         }
     }
@@ -182,7 +183,7 @@ impl Driver {
         let mps_dir = plan
             .mps
             .as_ref()
-            .map(|m| mps::dir_of(&self.opts.mps.root, &claim.uid, m));
+            .map(|m| mps_daemons::dir_of(&self.opts.mps.root, &claim.uid, m));
         let mut entry = ClaimEntry {
             state: ClaimState::PrepareStarted,
             namespace: claim.namespace.clone(),

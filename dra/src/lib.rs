@@ -24,6 +24,7 @@ pub mod error;
 pub mod health_service;
 pub mod kube;
 pub mod mps;
+pub mod mps_daemons;
 pub mod mps_share;
 pub mod partition;
 pub mod plan;

@@ -205,7 +205,12 @@ fn with_instance(mut st: GpuState, id: u32, profile_id: u32, start: u32, size: u
 fn mig_devices_made_by_others_are_subtracted() {
     // A 3g.40gb at slices 4..8 made by the MIG manager.
     let st = with_instance(with_engines(h100_state()), 1, 9, 4, 4);
-    let devs = catalogue(&inventory(), &[st.clone()], Path::new("/x"), &[]);
+    let devs = catalogue(
+        &inventory(),
+        std::slice::from_ref(&st),
+        Path::new("/x"),
+        &[],
+    );
     let names: Vec<&str> = devs.iter().map(|d| d.name.as_str()).collect();
     assert!(names.contains(&"gpu-1-mig-1g10gb-19-0"));
     assert!(names.contains(&"gpu-1-mig-3g40gb-9-0"));

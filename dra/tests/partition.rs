@@ -10,6 +10,8 @@
 
 #[path = "common/apiserver.rs"]
 mod apiserver;
+#[path = "common/partition.rs"]
+mod part;
 #[path = "common/plugin.rs"]
 mod plugin;
 
@@ -18,74 +20,11 @@ use std::path::{Path, PathBuf};
 
 use apiserver::ApiServer;
 use gpuhook_dra::driver::ClaimRef;
-use gpuhook_dra::run::Running;
 use gpuhook_dra::testkit::claim;
 use gpuhook_node::DiscoverOptions;
-use plugin::{plugin_node, specs, wait_for, NODE};
+use part::{instances, mig_claim, sim_node, start};
+use plugin::{specs, wait_for, NODE};
 use serde_json::Value;
-
-/// Builds `profile` under `dir/node`; `None` skips.
-fn sim_node(dir: &Path, profile: &str) -> Option<PathBuf> {
-    let tool =
-        PathBuf::from(env!("CARGO_BIN_EXE_gpuhook-dra-plugin")).with_file_name("gpuhook-sim");
-    let mock = tool.with_file_name("libgpuhook_mock_nvml.so");
-    let why = if !nix_root() {
-        "needs root"
-    } else if !tool.is_file() || !mock.is_file() {
-        "cargo build -p gpuhook-sim --bins -p gpuhook-mock-nvml first"
-    } else {
-        let root = dir.join("node");
-        let out = std::process::Command::new(&tool)
-            .args(["build", profile])
-            .arg(&root)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        return Some(root);
-    };
-    assert!(
-        std::env::var_os("GPUHOOK_REQUIRE_E2E").is_none_or(|v| v != "1"),
-        "partition test cannot run: {why}"
-    );
-    eprintln!("skipped: {why}");
-    None
-}
-
-fn nix_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .unwrap_or_default()
-        .lines()
-        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
-}
-
-fn start(dir: &Path, api: &ApiServer, root: &Path) -> Running {
-    let d = DiscoverOptions::for_root(root);
-    let inv = gpuhook_node::discover(&d).unwrap().inventory;
-    plugin_node(dir, api, Path::new("/bin/false"), None, inv, Some(d))
-}
-
-/// GPU 0's GPU instances as (profile id, placement start), read through the MIG manager's NVML.
-/// (The size is left out: the mock's `nvmlGpuInstanceGetInfo` reports the compute slices as the
-/// placement size, 3 for a 3g.40gb where NVIDIA reports 4.)
-fn instances(root: &Path) -> Vec<(u32, u32)> {
-    instances_of(root, 0)
-}
-
-fn instances_of(root: &Path, gpu: u32) -> Vec<(u32, u32)> {
-    let p = gpuhook_dra::run::partitioner(&DiscoverOptions::for_root(root)).unwrap();
-    let g = p.with(|b| b.gpu(gpu)).unwrap();
-    let mut v: Vec<_> = g
-        .instances
-        .iter()
-        .map(|i| (i.profile_id, i.placement.start))
-        .collect();
-    v.sort();
-    v
-}
 
 /// The mock NVML's switch that makes GPU 0 busy (`<lib dir>/gpuhook-sim-state/in-use-<uuid>`).
 fn in_use_switch(root: &Path) -> PathBuf {
@@ -98,15 +37,6 @@ fn in_use_switch(root: &Path) -> PathBuf {
         .unwrap()
         .join("gpuhook-sim-state")
         .join(format!("in-use-{}", inv.gpus[0].uuid))
-}
-
-fn mig_claim(api: &ApiServer, uid: &str, device: &str) -> ClaimRef {
-    api.add_claim(claim("ns", uid, uid, NODE, &[("mig", device)], vec![]));
-    ClaimRef {
-        namespace: "ns".into(),
-        name: uid.into(),
-        uid: uid.into(),
-    }
 }
 
 /// NVIDIA's H100 80GB table (the A100 80GB's is the same): (profile, id, starts) with sizes 1, 2, 2, 4, 4, 8.
@@ -299,111 +229,6 @@ async fn a_restart_between_create_and_checkpoint_converges() {
     assert_eq!(instances(&root), [(14, 2)], "rolled back and made once");
     p.driver.unprepare("uid-c").await.unwrap();
     assert!(instances(&root).is_empty());
-    p.stop().await;
-}
-
-/// An A100 node whose GPUs already hold MIG devices made outside the driver (GPU 0: 3g.40gb +
-/// 2x 2g.20gb, GPU 1: 7x 1g.10gb): their slices are taken from the counter sets and no placement
-/// overlapping them is offered; a claim naming one fails alone and the devices are left alone.
-#[tokio::test]
-async fn a100_devices_made_by_others_are_subtracted_and_kept() {
-    let dir = tempfile::tempdir().unwrap();
-    let Some(root) = sim_node(dir.path(), "a100-mig-mixed") else {
-        return;
-    };
-    let api = ApiServer::start(NODE);
-    let p = start(dir.path(), &api, &root);
-    wait_for("slices", || api.slices().len() == 2).await;
-    let (sets, names) = published(&api);
-    assert_eq!(sets.len(), 2);
-    // GPU 1: slices 0..7 held, slice 7 free but no placement fits it alone on a 1g.10gb grid
-    // (1g.20gb at 6 overlaps slice 6): nothing offered but the full GPU, which no longer fits.
-    assert_eq!(sets[1]["counters"]["memory-slice-0"]["value"], "0");
-    assert_eq!(sets[1]["counters"]["memory-slice-7"]["value"], "1");
-    assert_eq!(sets[1]["counters"]["compute-slices"]["value"], "0");
-    assert_eq!(sets[0]["counters"]["compute-slices"]["value"], "0");
-    assert_eq!(
-        names,
-        BTreeSet::from(["gpu-0".to_string(), "gpu-1".to_string()])
-    );
-    assert!(api.state.lock().unwrap().refused.is_empty());
-    let before = instances_of(&root, 1);
-    assert_eq!(before.len(), 7, "seven 1g.10gb on GPU 1");
-    let c = mig_claim(&api, "uid-a", "gpu-1-mig-1g10gb-19-3");
-    let err = p.driver.prepare(&c).await.unwrap_err().to_string();
-    assert!(err.contains("gpu-1-mig-1g10gb-19-3"), "{err}");
-    p.driver.unprepare("uid-a").await.unwrap();
-    assert_eq!(instances_of(&root, 1), before);
-    assert!(specs(dir.path()).is_empty());
-    p.stop().await;
-}
-
-/// The counter sets (GPU order) and device names of the published slices.
-fn published(api: &ApiServer) -> (Vec<Value>, BTreeSet<String>) {
-    let slices = api.slices();
-    let sets = slices
-        .iter()
-        .filter_map(|s| s["spec"]["sharedCounters"].as_array())
-        .flatten()
-        .cloned()
-        .collect();
-    let names = slices
-        .iter()
-        .filter_map(|s| s["spec"]["devices"].as_array())
-        .flatten()
-        .map(|d| d["name"].as_str().unwrap().to_string())
-        .collect();
-    (sets, names)
-}
-
-/// A claim deleted while the plugin was down has its MIG device destroyed at the next start;
-/// a prepared claim that still exists keeps its device (still offered: its claim holds it), and
-/// a MIG device an admin made meanwhile is never destroyed and its placements are not offered.
-#[tokio::test]
-async fn claims_gone_while_down_are_swept_and_others_devices_kept() {
-    let dir = tempfile::tempdir().unwrap();
-    let Some(root) = sim_node(dir.path(), "h100-mig-empty") else {
-        return;
-    };
-    let api = ApiServer::start(NODE);
-    let p = start(dir.path(), &api, &root);
-    let gone = mig_claim(&api, "uid-g", "gpu-0-mig-2g20gb-14-0");
-    let kept = mig_claim(&api, "uid-k", "gpu-0-mig-1g10gb-19-4");
-    p.driver.prepare(&gone).await.unwrap();
-    p.driver.prepare(&kept).await.unwrap();
-    p.stop().await;
-    api.state
-        .lock()
-        .unwrap()
-        .claims
-        .remove(&("ns".to_string(), "uid-g".to_string()));
-    let admin = gpuhook_dra::run::partitioner(&DiscoverOptions::for_root(&root)).unwrap();
-    admin
-        .with(|b| gpuhook_mig::create_instance(b, 0, "1g.10gb", Some(6)))
-        .unwrap();
-    assert_eq!(instances(&root), [(14, 0), (19, 4), (19, 6)]);
-    api.state.lock().unwrap().slices.clear();
-
-    let p = start(dir.path(), &api, &root);
-    let root2 = root.clone();
-    wait_for("the gone claim's device destroyed", move || {
-        instances(&root2) == [(19, 4), (19, 6)]
-    })
-    .await;
-    wait_for("slices", || api.slices().len() == 2).await;
-    let (sets, names) = published(&api);
-    assert_eq!(sets[0]["counters"]["memory-slice-6"]["value"], "0");
-    assert_eq!(sets[0]["counters"]["memory-slice-4"]["value"], "1");
-    assert!(
-        names.contains("gpu-0-mig-1g10gb-19-4"),
-        "the kept claim's own"
-    );
-    assert!(names.contains("gpu-0-mig-2g20gb-14-0"), "free again");
-    for n in ["gpu-0-mig-1g10gb-19-6", "gpu-0-mig-1g20gb-15-6"] {
-        assert!(!names.contains(n), "{n} overlaps the admin's device");
-    }
-    p.driver.unprepare("uid-k").await.unwrap();
-    assert_eq!(instances(&root), [(19, 6)], "the admin's device is kept");
     p.stop().await;
 }
 
