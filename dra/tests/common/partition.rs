@@ -22,7 +22,7 @@ pub fn sim_node(dir: &Path, profile: &str) -> Option<PathBuf> {
     let why = if !nix_root() {
         "needs root"
     } else if !tool.is_file() || !mock.is_file() {
-        "cargo build -p gpuhook-sim --bins -p gpuhook-mock-nvml first"
+        "cargo build -p gpuhook-sim --bins, then cargo build -p gpuhook-mock-nvml (--bins skips the cdylib)"
     } else {
         let root = dir.join("node");
         let out = std::process::Command::new(&tool)
