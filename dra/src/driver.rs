@@ -19,7 +19,8 @@ use crate::dynmig::{self, MigRecord, Partitioner};
 use crate::error::DraError;
 use crate::kube::Cluster;
 use crate::layout::Layout;
-use crate::mps::{self, MpsDaemon, MpsOptions};
+use crate::mps::MpsOptions;
+use crate::mps_daemons;
 use crate::plan::{self, ClaimPlan};
 use crate::timeslice::TimeSlicer;
 
@@ -47,7 +48,7 @@ pub struct Driver {
     slicer: Arc<dyn TimeSlicer>,
     checkpoint: Mutex<Checkpoint>,
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
-    daemons: tokio::sync::Mutex<HashMap<String, MpsDaemon>>,
+    daemons: mps_daemons::Daemons,
     partitioner: Option<Arc<Partitioner>>,
 }
 
@@ -91,7 +92,7 @@ impl Driver {
             slicer,
             checkpoint: Mutex::new(checkpoint),
             locks: Mutex::new(HashMap::new()),
-            daemons: tokio::sync::Mutex::new(HashMap::new()),
+            daemons: mps_daemons::Daemons::default(),
             partitioner: None,
         }
     }
@@ -104,6 +105,18 @@ impl Driver {
 
     pub fn options(&self) -> &DriverOptions {
         &self.opts
+    }
+
+    pub fn cluster(&self) -> Arc<dyn Cluster> {
+        self.cluster.clone()
+    }
+
+    /// The checkpointed claims holding MIG devices this plugin made (see `sweep.rs`).
+    pub fn claims_with_mig(&self) -> Vec<(String, ClaimEntry)> {
+        let cp = self.checkpoint.lock().unwrap_or_else(|p| p.into_inner());
+        let mut v: Vec<_> = cp.claims().map(|(u, e)| (u.clone(), e.clone())).collect();
+        v.retain(|(_, e)| !e.mig.is_empty());
+        v
     }
 
     fn lock_of(&self, uid: &str) -> Arc<tokio::sync::Mutex<()>> {
@@ -166,7 +179,7 @@ impl Driver {
         let mps_dir = plan
             .mps
             .as_ref()
-            .map(|_| mps::claim_layout(&self.opts.mps.root, &claim.uid).dir);
+            .map(|m| mps_daemons::dir_of(&self.opts.mps.root, &claim.uid, m));
         let mut entry = ClaimEntry {
             state: ClaimState::PrepareStarted,
             namespace: claim.namespace.clone(),
@@ -242,16 +255,13 @@ impl Driver {
                 message,
             })?;
         }
-        let mut pipe = None;
+        let mut mps_edits = None;
         if let Some(want) = &plan.mps {
-            let d = MpsDaemon::start(&self.opts.mps, &claim.uid, want)
-                .await
-                .map_err(|message| DraError::Mps {
-                    claim: key.clone(),
-                    message,
-                })?;
-            pipe = Some(d.layout.pipe.clone());
-            self.daemons.lock().await.insert(claim.uid.clone(), d);
+            let started = self.daemons.start(&self.opts.mps, &claim.uid, want).await;
+            mps_edits = Some(started.map_err(|message| DraError::Mps {
+                claim: key.clone(),
+                message,
+            })?);
         }
         let (inv, made) = match made {
             Some((inv, made)) => (Arc::new(inv), made),
@@ -270,11 +280,10 @@ impl Driver {
             claim: key.clone(),
             source,
         };
-        let spec = self
-            .opts
-            .cdi
-            .spec(&inv, &claim.uid, &devs, pipe.as_deref())
-            .map_err(cdi_err)?;
+        let pipe = mps_edits.as_ref().map(|m| m.pipe.as_path());
+        let mut spec = (self.opts.cdi.spec(&inv, &claim.uid, &devs, pipe)).map_err(cdi_err)?;
+        let env = mps_edits.map(|m| m.env).unwrap_or_default();
+        spec.container_edits.env.extend(env);
         self.opts.cdi.write(&claim.uid, &spec).map_err(cdi_err)?;
         Ok(())
     }
@@ -330,12 +339,8 @@ impl Driver {
 
     /// Undoes whatever of claim `uid` exists: its MPS daemon, its CDI spec, its MIG devices.
     async fn undo(&self, uid: &str, entry: &ClaimEntry) -> Result<(), DraError> {
-        let grace = self.opts.mps.command_timeout;
-        if let Some(d) = self.daemons.lock().await.remove(uid) {
-            d.stop(grace).await;
-        } else if entry.mps_dir.is_some() {
-            mps::stop_stale(&self.opts.mps.root, uid, grace).await;
-        }
+        let dir = entry.mps_dir.as_deref();
+        self.daemons.stop(&self.opts.mps, uid, dir).await;
         if !entry.mig.is_empty() {
             let p = self.partitioner.clone();
             for r in &entry.mig {
@@ -384,11 +389,7 @@ impl Driver {
     /// lead their own process groups); the checkpoint and each daemon's identity record let the
     /// next run stop them at unprepare.
     pub async fn shutdown(&self) {
-        let mut daemons = self.daemons.lock().await;
-        for (uid, d) in daemons.drain() {
-            tracing::info!(claim = %uid, "leaving the claim's MPS daemon to the next run");
-            std::mem::forget(d);
-        }
+        self.daemons.shutdown().await;
     }
 }
 

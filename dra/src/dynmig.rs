@@ -145,6 +145,28 @@ impl Partitioner {
     }
 }
 
+/// (GPU index, GPU-instance id) of every instance in `states` that a checkpointed claim's record
+/// names: by id, or, for a record written before NVML answered, by its profile and placement
+/// (free under the lock when recorded, so the instance there is the one asked for). Everything
+/// else on the GPU was made by someone else and is never destroyed by this plugin.
+pub fn owned<'a>(
+    claims: impl Iterator<Item = &'a crate::checkpoint::ClaimEntry>,
+    states: &[gpuhook_mig::GpuState],
+) -> Vec<(u32, u32)> {
+    let mut out = Vec::new();
+    for r in claims.flat_map(|e| e.mig.iter()) {
+        let Some(s) = states.iter().find(|s| s.index == r.gpu) else {
+            continue;
+        };
+        let found = s.instances.iter().find(|g| match r.gpu_instance {
+            Some(id) => g.id == id,
+            None => r.creating && g.profile_id == r.profile_id && g.placement.start == r.start,
+        });
+        out.extend(found.map(|g| (r.gpu, g.id)));
+    }
+    out
+}
+
 /// A record per planned partitionable MIG device, nothing created yet.
 pub fn records<'a>(devices: impl Iterator<Item = &'a NodeDevice>) -> Vec<MigRecord> {
     devices

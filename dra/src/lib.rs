@@ -7,7 +7,10 @@
 //!   DRAPlugin v1 and v1beta1, [`health_service`]).
 //! - [`driver`]: prepare/unprepare, per-claim locks, [`checkpoint`], [`plan`] (what a claim gets,
 //!   decided before any change), [`cdi_claim`] (one CDI spec per claim), [`mps`] (one MPS control
-//!   daemon per claim, limits before the first client), [`timeslice`].
+//!   daemon per claim, limits before the first client; [`mps_share`]: one per GPU for its
+//!   consumable-capacity shares; both held by [`mps_daemons`]), [`timeslice`].
+//! - [`partition`]/[`slot`]/[`dynmig`]/[`sweep`]: partitionable MIG devices (KEP-4815), made at
+//!   prepare, destroyed at unprepare or at start when their claim is gone.
 //! - [`devices`]/[`slices`]/[`publish`]: this node's ResourceSlices.
 //! - [`kube`]: the API-server calls, behind the [`kube::Cluster`] trait.
 //! - [`claim`]/[`config`]/[`quantity`]: the ResourceClaim and NVIDIA's opaque config.
@@ -25,6 +28,8 @@ pub mod health_service;
 pub mod kube;
 pub mod layout;
 pub mod mps;
+pub mod mps_daemons;
+pub mod mps_share;
 pub mod partition;
 pub mod plan;
 pub mod publish;
@@ -37,6 +42,7 @@ pub mod server;
 pub mod service;
 pub mod slices;
 pub mod slot;
+pub mod sweep;
 pub mod testkit;
 pub mod timeslice;
 

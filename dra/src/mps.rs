@@ -30,12 +30,24 @@ pub struct MpsOptions {
 }
 
 /// What one claim's daemon enforces, per device in `CUDA_VISIBLE_DEVICES` order.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ClaimMps {
     pub uuids: Vec<String>,
     pub active_thread_percentage: u32,
     /// Pinned-memory limit of each device (same order as `uuids`), in MiB.
     pub pinned_limits_mib: Vec<Option<u64>>,
+    /// A consumable-capacity share (KEP-5075): served by its GPU's one control daemon, shared
+    /// with the GPU's other shares (`mps_share.rs`), not by a daemon of its own.
+    #[serde(default)]
+    pub shared: bool,
+}
+
+/// What a claim's containers get for MPS: the pipe dir to mount and the client environment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MpsEdits {
+    pub pipe: PathBuf,
+    pub env: Vec<String>,
 }
 
 /// A running claim daemon.
@@ -51,7 +63,7 @@ pub fn claim_layout(root: &Path, uid: &str) -> GpuLayout {
     GpuLayout::new(root, uid)
 }
 
-fn env(opts: &MpsOptions, layout: &GpuLayout, want: &ClaimMps) -> ControlEnv {
+pub(crate) fn env(opts: &MpsOptions, layout: &GpuLayout, want: &ClaimMps) -> ControlEnv {
     let plan = GpuPlan {
         index: 0,
         uuid: want.uuids.join(","),
@@ -83,7 +95,7 @@ fn env(opts: &MpsOptions, layout: &GpuLayout, want: &ClaimMps) -> ControlEnv {
 }
 
 /// Reads the daemon's defaults back; a description of the difference, if any.
-async fn check(env: &ControlEnv, want: &ClaimMps, to: Duration) -> Result<(), String> {
+pub(crate) async fn check(env: &ControlEnv, want: &ClaimMps, to: Duration) -> Result<(), String> {
     let mut cmd = vec!["get_default_active_thread_percentage".to_string()];
     let limited: Vec<(usize, u64)> = want
         .pinned_limits_mib
@@ -121,7 +133,17 @@ impl MpsDaemon {
     /// Starts claim `uid`'s daemon and returns once its limits read back as `want`. On error
     /// nothing is left running and the claim's dirs are removed.
     pub async fn start(opts: &MpsOptions, uid: &str, want: &ClaimMps) -> Result<Self, String> {
-        let layout = claim_layout(&opts.root, uid);
+        Self::start_at(opts, claim_layout(&opts.root, uid), uid, want).await
+    }
+
+    /// Starts a daemon at `layout` (`name` for the log) and returns once its limits read back
+    /// as `want`. On error nothing is left running and the dirs it made are removed.
+    pub async fn start_at(
+        opts: &MpsOptions,
+        layout: GpuLayout,
+        name: &str,
+        want: &ClaimMps,
+    ) -> Result<Self, String> {
         let sock = layout.control_socket();
         if sock.as_os_str().len() > MAX_SOCKET_PATH {
             return Err(format!(
@@ -150,8 +172,13 @@ impl MpsDaemon {
             daemon.stop(opts.command_timeout).await;
             return Err(format!("limits not in force: {e}"));
         }
-        tracing::info!(claim = uid, devices = %want.uuids.join(","), threads = want.active_thread_percentage, "MPS control daemon ready");
+        tracing::info!(daemon = name, devices = %want.uuids.join(","), threads = want.active_thread_percentage, "MPS control daemon ready");
         Ok(daemon)
+    }
+
+    /// Whether the daemon still runs.
+    pub fn running(&mut self) -> bool {
+        self.proc.exited().is_none()
     }
 
     /// Stops the daemon and removes the claim's dirs.

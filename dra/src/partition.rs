@@ -6,18 +6,22 @@
 //! compute slices and the memory slices of its placement. The scheduler so never hands out two
 //! overlapping placements; the plugin creates the chosen one at prepare (`dynmig.rs`).
 //!
+//! With NVML's profile info, the set also counts NVIDIA's capacities (`multiprocessors`,
+//! `copy-engines`, `decoders`, `encoders`, `jpeg-engines`, `ofa-engines`, `memory`: the largest
+//! of every profile, as NVIDIA's `inspectMigProfilesAndPlacements`), every placement consumes its
+//! profile's, and the profiles with media extensions (`+me`, `+gfx`, `-me`) are published too.
+//! MIG devices made by someone else are subtracted (see [`catalogue`]).
+//!
 //! Device names are NVIDIA's static-MIG form `gpu-<minor>-mig-<profile>-<GI profile id>-<start>`.
-//! Differences from NVIDIA: no SM/engine counters (the MIG manager's state has no engine counts),
-//! so profiles with media extensions (`+me`, `+gfx`, `-me`) are not published.
 
 use std::path::Path;
 
-use gpuhook_mig::{GpuState, Placement};
+use gpuhook_mig::{GiProfileInfo, GpuState, Placement};
 use gpuhook_node::{DeviceRef, Inventory};
 use serde_json::{json, Value};
 
 use crate::devices::{sanitize, NodeDevice};
-use crate::slot::{MigSlot, Slot};
+use crate::slot::{Engines, MigSlot, Slot, Taken};
 
 /// `gpu-<minor>-counter-set`.
 pub fn counter_set_name(minor: u32) -> String {
@@ -54,9 +58,18 @@ fn mig_device(base: &NodeDevice, g: &gpuhook_node::Gpu, slot: Slot, mem_mib: u64
 }
 
 /// The devices of `inv` with every MIG-mode GPU (as `states`, from the MIG manager's backend)
-/// replaced by its partitionable form: the full GPU and every placement of every plain profile.
-/// Other GPUs are as in [`crate::devices::catalogue`].
-pub fn catalogue(inv: &Inventory, states: &[GpuState], sys_root: &Path) -> Vec<NodeDevice> {
+/// replaced by its partitionable form: the full GPU and every placement of every profile (media
+/// profiles only when NVML gave their engine counts). MIG devices that exist and are not in
+/// `owned` ((GPU index, GPU-instance id) of those this plugin made for prepared claims) were made
+/// by someone else (the MIG manager, an admin): their placements and every one overlapping them
+/// are not offered and their counters are taken from the GPU's set. Other GPUs are as in
+/// [`crate::devices::catalogue`].
+pub fn catalogue(
+    inv: &Inventory,
+    states: &[GpuState],
+    sys_root: &Path,
+    owned: &[(u32, u32)],
+) -> Vec<NodeDevice> {
     let mut whole = inv.clone();
     for g in &mut whole.gpus {
         g.mig_enabled = false;
@@ -68,45 +81,100 @@ pub fn catalogue(inv: &Inventory, states: &[GpuState], sys_root: &Path) -> Vec<N
         let state = states
             .iter()
             .find(|s| s.uuid == g.uuid && s.mig.enabled() && !s.profiles.is_empty());
-        let Some(state) = state else {
-            out.extend(crate::devices::catalogue(&single(inv, g), sys_root));
+        match state {
+            Some(state) => out.extend(gpu_devices(g, full, state, owned)),
+            None => out.extend(crate::devices::catalogue(&single(inv, g), sys_root)),
+        }
+    }
+    out
+}
+
+/// A profile's engines, when NVML gave them.
+fn engines_of(p: &GiProfileInfo) -> Option<Engines> {
+    p.engines.as_ref().map(|e| Engines::of(e, p.memory_mib))
+}
+
+/// What the instances of `state` not in `owned` hold, and their placements.
+fn foreign(state: &GpuState, owned: &[(u32, u32)]) -> (Taken, Vec<Placement>) {
+    let mut t = Taken::default();
+    let mut at = Vec::new();
+    for gi in &state.instances {
+        if owned.contains(&(state.index, gi.id)) {
             continue;
-        };
-        let set = counter_set_name(g.minor);
-        let mem_slices = state
-            .profiles
+        }
+        at.push(gi.placement);
+        t.memory_slices
+            .extend(gi.placement.start..gi.placement.end());
+        if let Some(p) = state.profile_by_id(gi.profile_id) {
+            t.compute_slices += p.slices;
+            t.engines = add(t.engines, engines_of(p).unwrap_or_default());
+        }
+    }
+    (t, at)
+}
+
+fn add(a: Engines, b: Engines) -> Engines {
+    Engines {
+        multiprocessors: a.multiprocessors + b.multiprocessors,
+        copy_engines: a.copy_engines + b.copy_engines,
+        decoders: a.decoders + b.decoders,
+        encoders: a.encoders + b.encoders,
+        jpeg_engines: a.jpeg_engines + b.jpeg_engines,
+        ofa_engines: a.ofa_engines + b.ofa_engines,
+        memory_bytes: a.memory_bytes + b.memory_bytes,
+    }
+}
+
+/// The full GPU and the placements of one MIG-mode GPU.
+fn gpu_devices(
+    g: &gpuhook_node::Gpu,
+    mut full: NodeDevice,
+    state: &GpuState,
+    owned: &[(u32, u32)],
+) -> Vec<NodeDevice> {
+    let set = counter_set_name(g.minor);
+    let mem_slices = state
+        .profiles
+        .iter()
+        .flat_map(|p| p.placements.iter().map(Placement::end))
+        .max()
+        .unwrap_or(0);
+    let known: Option<Vec<Engines>> = state.profiles.iter().map(engines_of).collect();
+    let gpu_engines = known.and_then(|v| v.into_iter().reduce(Engines::max));
+    let (taken, busy) = foreign(state, owned);
+    full.slot = Some(Slot {
+        gpu_index: state.index,
+        counter_set: set.clone(),
+        memory_slices: 0..mem_slices,
+        compute_slices: state.compute_slices,
+        engines: gpu_engines,
+        mig: None,
+        taken: (!busy.is_empty()).then(|| Box::new(taken)),
+    });
+    let mut out = vec![full.clone()];
+    let publishable = |p: &&GiProfileInfo| {
+        !p.name.contains(['+', '-']) || (gpu_engines.is_some() && p.engines.is_some())
+    };
+    for p in state.profiles.iter().filter(publishable) {
+        for pl in p
+            .placements
             .iter()
-            .flat_map(|p| p.placements.iter().map(Placement::end))
-            .max()
-            .unwrap_or(0);
-        let mut f = full.clone();
-        f.slot = Some(Slot {
-            gpu_index: state.index,
-            counter_set: set.clone(),
-            memory_slices: 0..mem_slices,
-            compute_slices: state.compute_slices,
-            mig: None,
-        });
-        out.push(f);
-        for p in state
-            .profiles
-            .iter()
-            .filter(|p| !p.name.contains(['+', '-']))
+            .filter(|pl| !busy.iter().any(|b| b.overlaps(pl)))
         {
-            for pl in &p.placements {
-                let slot = Slot {
-                    gpu_index: state.index,
-                    counter_set: set.clone(),
-                    memory_slices: pl.start..pl.end(),
-                    compute_slices: p.slices,
-                    mig: Some(MigSlot {
-                        profile: p.name.clone(),
-                        profile_id: p.id,
-                        placement: *pl,
-                    }),
-                };
-                out.push(mig_device(&full, g, slot, p.memory_mib));
-            }
+            let slot = Slot {
+                gpu_index: state.index,
+                counter_set: set.clone(),
+                memory_slices: pl.start..pl.end(),
+                compute_slices: p.slices,
+                engines: gpu_engines.and(engines_of(p)),
+                mig: Some(MigSlot {
+                    profile: p.name.clone(),
+                    profile_id: p.id,
+                    placement: *pl,
+                }),
+                taken: None,
+            };
+            out.push(mig_device(&full, g, slot, p.memory_mib));
         }
     }
     out
@@ -124,7 +192,7 @@ pub fn counter_sets(devices: &[NodeDevice]) -> Vec<Value> {
     devices
         .iter()
         .filter_map(|d| d.slot.as_ref().filter(|s| s.mig.is_none()))
-        .map(|s| json!({ "name": s.counter_set, "counters": s.counters() }))
+        .map(|s| json!({ "name": s.counter_set, "counters": s.set_counters() }))
         .collect()
 }
 

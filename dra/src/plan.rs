@@ -86,6 +86,7 @@ pub fn mps_limits(settings: &MpsSettings, devs: &[&NodeDevice]) -> Result<ClaimM
         uuids: devs.iter().map(|d| d.uuid.clone()).collect(),
         active_thread_percentage: settings.active_thread_percentage.unwrap_or(100),
         pinned_limits_mib: limits,
+        shared: false,
     })
 }
 
@@ -109,6 +110,27 @@ fn share_mps(r: &AllocationResult, allowed: Allowed) -> Option<Sharing> {
         default_pinned_limit: mem,
         per_device_pinned_limit: BTreeMap::new(),
     }))
+}
+
+/// Whether the claim's MPS devices are consumable-capacity shares, served by their GPU's one
+/// shared control daemon: all of them or none, and of one GPU (a client reaches one daemon).
+fn shared_mps(devices: &[Planned<'_>], m: &ClaimMps) -> Result<bool, ConfigError> {
+    let mps = || devices.iter().filter(|p| m.uuids.contains(&p.device.uuid));
+    let shares = mps().filter(|p| p.result.share_id.is_some()).count();
+    let err = |message: &str| ConfigError::Limit {
+        key: "sharing".into(),
+        message: message.into(),
+    };
+    match shares {
+        0 => Ok(false),
+        n if n != mps().count() => Err(err(
+            "MPS devices of one claim are either all consumable-capacity shares or none: split the claim",
+        )),
+        _ if m.uuids.len() != 1 => Err(err(
+            "MPS shares of one claim must be of one GPU (a client reaches one MPS control daemon): one claim per GPU",
+        )),
+        _ => Ok(true),
+    }
 }
 
 /// Plans `claim` for `driver` on the node whose pool is `pool`.
@@ -167,7 +189,9 @@ pub fn plan<'a>(
         });
     }
     if let Some((s, devs)) = mps {
-        out.mps = Some(mps_limits(&s, &devs).map_err(cfg_err)?);
+        let mut m = mps_limits(&s, &devs).map_err(cfg_err)?;
+        m.shared = shared_mps(&out.devices, &m).map_err(cfg_err)?;
+        out.mps = Some(m);
     }
     Ok(out)
 }

@@ -177,7 +177,8 @@ pub fn start(
                 value: d.driver_root.display().to_string(),
                 why: e.to_string(),
             })?;
-            let devs = crate::partition::catalogue(&inventory, &states, &run.sys_root);
+            let owned = crate::dynmig::owned(checkpoint.claims().map(|c| c.1), &states);
+            let devs = crate::partition::catalogue(&inventory, &states, &run.sys_root, &owned);
             (devs, Some(Arc::new(p)))
         }
     };
@@ -194,6 +195,9 @@ pub fn start(
         driver = driver.with_partitioner(p);
     }
     let driver = Arc::new(driver);
+    if run.partitionable.is_some() {
+        tokio::spawn(crate::sweep::sweep(driver.clone()));
+    }
     let (tx, rx) = watch::channel(BTreeMap::new());
     let mut tasks = Vec::new();
     let mut monitor = None;

@@ -164,6 +164,7 @@ pub fn device_json(d: &NodeDevice, unhealthy: Option<&str>, shared: bool) -> Val
     if let Some(slot) = &d.slot {
         v["consumesCounters"] =
             json!([{ "counterSet": slot.counter_set, "counters": slot.counters() }]);
+        slot.add_capacity(&mut v["capacity"]);
     } else if shared && !d.is_mig() {
         consumable(d, &mut v);
     }

@@ -10,6 +10,8 @@
 
 #[path = "common/apiserver.rs"]
 mod apiserver;
+#[path = "common/partition.rs"]
+mod part;
 #[path = "common/plugin.rs"]
 mod plugin;
 
@@ -18,74 +20,11 @@ use std::path::{Path, PathBuf};
 
 use apiserver::ApiServer;
 use gpuhook_dra::driver::ClaimRef;
-use gpuhook_dra::run::Running;
 use gpuhook_dra::testkit::claim;
 use gpuhook_node::DiscoverOptions;
-use plugin::{plugin_node, specs, wait_for, NODE};
+use part::{instances, mig_claim, sim_node, start};
+use plugin::{specs, wait_for, NODE};
 use serde_json::Value;
-
-/// Builds `profile` under `dir/node`; `None` skips.
-fn sim_node(dir: &Path, profile: &str) -> Option<PathBuf> {
-    let tool =
-        PathBuf::from(env!("CARGO_BIN_EXE_gpuhook-dra-plugin")).with_file_name("gpuhook-sim");
-    let mock = tool.with_file_name("libgpuhook_mock_nvml.so");
-    let why = if !nix_root() {
-        "needs root"
-    } else if !tool.is_file() || !mock.is_file() {
-        "cargo build -p gpuhook-sim --bins -p gpuhook-mock-nvml first"
-    } else {
-        let root = dir.join("node");
-        let out = std::process::Command::new(&tool)
-            .args(["build", profile])
-            .arg(&root)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        return Some(root);
-    };
-    assert!(
-        std::env::var_os("GPUHOOK_REQUIRE_E2E").is_none_or(|v| v != "1"),
-        "partition test cannot run: {why}"
-    );
-    eprintln!("skipped: {why}");
-    None
-}
-
-fn nix_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .unwrap_or_default()
-        .lines()
-        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
-}
-
-fn start(dir: &Path, api: &ApiServer, root: &Path) -> Running {
-    let d = DiscoverOptions::for_root(root);
-    let inv = gpuhook_node::discover(&d).unwrap().inventory;
-    plugin_node(dir, api, Path::new("/bin/false"), None, inv, Some(d))
-}
-
-/// GPU 0's GPU instances as (profile id, placement start), read through the MIG manager's NVML.
-/// (The size is left out: the mock's `nvmlGpuInstanceGetInfo` reports the compute slices as the
-/// placement size, 3 for a 3g.40gb where NVIDIA reports 4.)
-fn instances(root: &Path) -> Vec<(u32, u32)> {
-    instances_of(root, 0)
-}
-
-fn instances_of(root: &Path, gpu: u32) -> Vec<(u32, u32)> {
-    let p = gpuhook_dra::run::partitioner(&DiscoverOptions::for_root(root)).unwrap();
-    let g = p.with(|b| b.gpu(gpu)).unwrap();
-    let mut v: Vec<_> = g
-        .instances
-        .iter()
-        .map(|i| (i.profile_id, i.placement.start))
-        .collect();
-    v.sort();
-    v
-}
 
 /// The mock NVML's switch that makes GPU 0 busy (`<lib dir>/gpuhook-sim-state/in-use-<uuid>`).
 fn in_use_switch(root: &Path) -> PathBuf {
@@ -100,24 +39,34 @@ fn in_use_switch(root: &Path) -> PathBuf {
         .join(format!("in-use-{}", inv.gpus[0].uuid))
 }
 
-fn mig_claim(api: &ApiServer, uid: &str, device: &str) -> ClaimRef {
-    api.add_claim(claim("ns", uid, uid, NODE, &[("mig", device)], vec![]));
-    ClaimRef {
-        namespace: "ns".into(),
-        name: uid.into(),
-        uid: uid.into(),
-    }
-}
-
 /// NVIDIA's H100 80GB table (the A100 80GB's is the same): (profile, id, starts) with sizes 1, 2, 2, 4, 4, 8.
 const GUIDE: &[(&str, u32, &[u32])] = &[
     ("1g10gb", 19, &[0, 1, 2, 3, 4, 5, 6]),
+    ("1g10gbme", 20, &[0, 1, 2, 3, 4, 5, 6]),
     ("1g20gb", 15, &[0, 2, 4, 6]),
     ("2g20gb", 14, &[0, 2, 4]),
     ("3g40gb", 9, &[0, 4]),
     ("4g40gb", 5, &[0]),
     ("7g80gb", 0, &[0]),
 ];
+
+/// The counters of a GPU's set: its memory slices, compute slices and NVIDIA's capacities.
+fn counter_names() -> BTreeSet<String> {
+    let mut want: BTreeSet<String> = (0..8).map(|i| format!("memory-slice-{i}")).collect();
+    for n in [
+        "compute-slices",
+        "multiprocessors",
+        "copy-engines",
+        "decoders",
+        "encoders",
+        "jpeg-engines",
+        "ofa-engines",
+        "memory",
+    ] {
+        want.insert(n.into());
+    }
+    want
+}
 
 fn check_slices(api: &ApiServer) {
     check_gpu_slices(api, &[0]);
@@ -134,10 +83,14 @@ fn check_gpu_slices(api: &ApiServer, minors: &[u32]) {
     assert_eq!(sets.len(), minors.len(), "{slices:?}");
     assert_eq!(sets[0]["name"], "gpu-0-counter-set");
     let counters = sets[0]["counters"].as_object().unwrap();
-    let mut want: BTreeSet<String> = (0..8).map(|i| format!("memory-slice-{i}")).collect();
-    want.insert("compute-slices".into());
-    assert_eq!(counters.keys().cloned().collect::<BTreeSet<_>>(), want);
+    assert_eq!(
+        counters.keys().cloned().collect::<BTreeSet<_>>(),
+        counter_names()
+    );
     assert_eq!(counters["compute-slices"]["value"], "7");
+    // NVIDIA's rule: the GPU's counter is the largest of any profile (the 7g's SMs, the one OFA).
+    assert_eq!(counters["multiprocessors"]["value"], "112");
+    assert_eq!(counters["ofa-engines"]["value"], "1");
     let devices: Vec<&Value> = slices
         .iter()
         .filter_map(|s| s["spec"]["devices"].as_array())
@@ -162,7 +115,9 @@ fn check_gpu_slices(api: &ApiServer, minors: &[u32]) {
     let c = &d["consumesCounters"][0];
     assert_eq!(c["counterSet"], "gpu-0-counter-set");
     let keys: BTreeSet<&String> = c["counters"].as_object().unwrap().keys().collect();
-    assert_eq!(keys.len(), 3, "{c}");
+    assert_eq!(keys.len(), 3 + 7, "{c}");
+    assert_eq!(c["counters"]["multiprocessors"]["value"], "16");
+    assert_eq!(d["capacity"]["copyEngines"]["value"], "1");
     assert_eq!(c["counters"]["memory-slice-2"]["value"], "1");
     assert_eq!(c["counters"]["memory-slice-3"]["value"], "1");
     assert_eq!(c["counters"]["compute-slices"]["value"], "1");
@@ -274,30 +229,6 @@ async fn a_restart_between_create_and_checkpoint_converges() {
     assert_eq!(instances(&root), [(14, 2)], "rolled back and made once");
     p.driver.unprepare("uid-c").await.unwrap();
     assert!(instances(&root).is_empty());
-    p.stop().await;
-}
-
-/// An A100 node whose GPUs already hold MIG devices made outside the driver: both GPUs are
-/// published with the same table; a placement one of those devices holds fails alone and the
-/// device is left alone.
-#[tokio::test]
-async fn a100_placement_held_by_another_device_is_refused_and_kept() {
-    let dir = tempfile::tempdir().unwrap();
-    let Some(root) = sim_node(dir.path(), "a100-mig-mixed") else {
-        return;
-    };
-    let api = ApiServer::start(NODE);
-    let p = start(dir.path(), &api, &root);
-    wait_for("slices", || api.slices().len() == 2).await;
-    check_gpu_slices(&api, &[0, 1]);
-    let before = instances_of(&root, 1);
-    assert_eq!(before.len(), 7, "seven 1g.10gb on GPU 1");
-    let c = mig_claim(&api, "uid-a", "gpu-1-mig-1g10gb-19-3");
-    let err = p.driver.prepare(&c).await.unwrap_err().to_string();
-    assert!(err.contains("already taken"), "{err}");
-    p.driver.unprepare("uid-a").await.unwrap();
-    assert_eq!(instances_of(&root, 1), before);
-    assert!(specs(dir.path()).is_empty());
     p.stop().await;
 }
 

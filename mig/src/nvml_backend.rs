@@ -101,6 +101,7 @@ impl NvmlBackend {
                 slices: p.slices,
                 instance_count: p.instance_count,
                 memory_mib: p.memory_mib,
+                engines: Some(p.engines),
                 placements: p
                     .placements
                     .into_iter()

@@ -57,6 +57,8 @@ pub struct GiProfileInfo {
     pub memory_mib: u64,
     /// Where an instance may go (`nvmlDeviceGetGpuInstancePossiblePlacements_v2`).
     pub placements: Vec<Placement>,
+    /// Its engine counts from NVML's profile info (`None`: not read, e.g. a test backend).
+    pub engines: Option<gpuhook_node::nvml::MigEngines>,
 }
 
 /// A compute instance of a GPU instance.

@@ -34,6 +34,7 @@ pub fn profiles_of(product: &MigProduct) -> Vec<GiProfileInfo> {
             slices: p.slices,
             instance_count: p.instance_count,
             memory_mib: p.memory_mib,
+            engines: None,
             placements: p
                 .starts
                 .iter()

@@ -59,6 +59,27 @@ pub fn plugin_node(
     inv: gpuhook_node::Inventory,
     partitionable: Option<gpuhook_node::DiscoverOptions>,
 ) -> Running {
+    plugin_allowed(
+        dir,
+        api,
+        control_binary,
+        nvml,
+        inv,
+        partitionable,
+        Allowed::default(),
+    )
+}
+
+/// [`plugin_node`] with the sharing strategies `allowed`.
+pub fn plugin_allowed(
+    dir: &Path,
+    api: &ApiServer,
+    control_binary: &Path,
+    nvml: Option<(PathBuf, Option<PathBuf>)>,
+    inv: gpuhook_node::Inventory,
+    partitionable: Option<gpuhook_node::DiscoverOptions>,
+    allowed: Allowed,
+) -> Running {
     let opts = DriverOptions {
         driver: "gpu.nvidia.com".into(),
         node: NODE.into(),
@@ -75,7 +96,7 @@ pub fn plugin_node(
             start_timeout: Duration::from_secs(2),
             command_timeout: Duration::from_secs(2),
         },
-        allowed: Allowed::default(),
+        allowed,
     };
     let run = RunOptions {
         sockets: Sockets {

@@ -24,6 +24,21 @@ pub struct MigGiProfile {
     pub memory_mib: u64,
     /// Possible placements `(start, size)`.
     pub placements: Vec<(u32, u32)>,
+    /// Its engines (`nvmlGpuInstanceProfileInfo_v2_t`'s counts).
+    pub engines: MigEngines,
+}
+
+/// What a GPU instance profile holds besides memory, as NVML's profile info counts it (the
+/// capacities NVIDIA's DRA driver publishes for a MIG device: `multiprocessors`, `copyEngines`,
+/// `decoders`, `encoders`, `jpegEngines`, `ofaEngines`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MigEngines {
+    pub multiprocessors: u32,
+    pub copy_engines: u32,
+    pub decoders: u32,
+    pub encoders: u32,
+    pub jpeg_engines: u32,
+    pub ofa_engines: u32,
 }
 
 /// One GPU instance.
@@ -138,6 +153,14 @@ impl MigApi<'_> {
                 instance_count: info.instance_count,
                 memory_mib: info.memory_size_mb,
                 placements,
+                engines: MigEngines {
+                    multiprocessors: info.multiprocessor_count,
+                    copy_engines: info.copy_engine_count,
+                    decoders: info.decoder_count,
+                    encoders: info.encoder_count,
+                    jpeg_engines: info.jpeg_count,
+                    ofa_engines: info.ofa_count,
+                },
             });
         }
         Ok(out)

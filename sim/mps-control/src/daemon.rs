@@ -24,6 +24,7 @@ use anyhow::{anyhow, Context, Result};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -71,6 +72,10 @@ pub fn run(paths: &Paths, background: bool) -> Result<i32> {
         std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
     }
     let lock = lock_instance(paths)?;
+    let registry = std::env::var_os(crate::gpus::REGISTRY_ENV).filter(|v| !v.is_empty());
+    let visible = std::env::var("CUDA_VISIBLE_DEVICES").ok();
+    let euid = nix::unistd::geteuid().as_raw();
+    let _gpus = crate::gpus::claim(registry.as_ref().map(Path::new), euid, visible.as_deref())?;
     let _ = std::fs::remove_file(paths.socket());
     let listener = UnixListener::bind(paths.socket())
         .with_context(|| format!("binding {}", paths.socket().display()))?;

@@ -15,7 +15,9 @@
 //! * `--sim-server --uid U`: the server processes the daemon spawns (argv[0]
 //!   `nvidia-cuda-mps-server`);
 //! * commands `sim_get_client_limits <pid>`, `sim_get_pending_list`, `sim_crash`, `sim_wedge`;
-//! * `GPUHOOK_SIM_MPS_FAULT=wedge-after:N|crash-after:N|ignore-uuid-limits|ignore-env-limits`.
+//! * `GPUHOOK_SIM_MPS_FAULT=wedge-after:N|crash-after:N|ignore-uuid-limits|ignore-env-limits`;
+//! * `GPUHOOK_SIM_MPS_GPU_REGISTRY=<dir>`: one simulated node's record of which (user, GPU) a
+//!   control daemon serves, so a second daemon of a GPU and user is refused (`gpus`).
 //!
 //! The wire protocol on the `control` socket is the simulator's own (see `daemon`): only the
 //! binary talks it, so callers depend on the CLI and the reply texts, as with the real one.
@@ -25,6 +27,7 @@ mod commands;
 mod config;
 mod daemon;
 mod error;
+mod gpus;
 mod limits;
 mod log;
 mod state;

@@ -1,0 +1,212 @@
+//! Consumable-capacity MPS shares (KEP-5075) of one GPU against the nvidia-cuda-mps-control
+//! simulator, run as a node where one control daemon serves a GPU for a user
+//! (`GPUHOOK_SIM_MPS_GPU_REGISTRY`): both shares are served by one daemon, started with the
+//! first share and stopped with the last; each share's client gets its own limits (from the
+//! claim's CDI environment), a client without them at most the largest share's.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "common/apiserver.rs"]
+mod apiserver;
+#[path = "common/kubelet.rs"]
+mod kubelet;
+#[path = "common/plugin.rs"]
+mod plugin;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use apiserver::ApiServer;
+use gpuhook_dra::api::{self, v1::DRAPluginClient};
+use gpuhook_dra::config::Allowed;
+use gpuhook_dra::testkit::{claim, inventory};
+use plugin::{plugin_allowed, NODE};
+use serde_json::json;
+
+/// The simulator behind a wrapper that makes its node's one-daemon-per-GPU rule real; `None`
+/// skips (`cargo build -p gpuhook-sim-mps-control`), except under GPUHOOK_REQUIRE_E2E=1.
+fn sim(dir: &Path) -> Option<(PathBuf, PathBuf)> {
+    let p = PathBuf::from(env!("CARGO_BIN_EXE_gpuhook-dra-plugin"))
+        .with_file_name("sim-nvidia-cuda-mps-control");
+    if !p.exists() {
+        assert!(
+            std::env::var_os("GPUHOOK_REQUIRE_E2E").is_none_or(|v| v != "1"),
+            "{} is missing: cargo build -p gpuhook-sim-mps-control",
+            p.display()
+        );
+        eprintln!("skipped: {} is missing", p.display());
+        return None;
+    }
+    let wrapper = dir.join("nvidia-cuda-mps-control");
+    let script = format!(
+        "#!/bin/sh\nexport GPUHOOK_SIM_MPS_GPU_REGISTRY={}\nexec {} \"$@\"\n",
+        dir.join("node-gpus").display(),
+        p.display()
+    );
+    gpuhook_fs::testing::write_executable(&wrapper, &script).unwrap();
+    Some((wrapper, p))
+}
+
+/// A share of gpu-0 as the scheduler allocates it: shareID and consumed capacity.
+fn share(api: &ApiServer, name: &str, uid: &str, pct: u32, mem: &str) -> api::Claim {
+    let mut c = claim("ns", name, uid, NODE, &[("share", "gpu-0")], vec![]);
+    let r = &mut c["status"]["allocation"]["devices"]["results"][0];
+    r["shareID"] = json!(format!("share-{uid}"));
+    r["consumedCapacity"] = json!({"threadPercentage": pct.to_string(), "memory": mem});
+    api.add_claim(c);
+    kubelet::claim("ns", name, uid)
+}
+
+/// A CUDA client of a claim's container: the pipe dir and the environment its CDI spec gives.
+fn client_sees(sim: &Path, pipe: &Path, env: &[String]) -> String {
+    let mut cmd = Command::new(sim);
+    cmd.env_clear().env("CUDA_MPS_PIPE_DIRECTORY", pipe);
+    for kv in env.iter().filter(|kv| kv.starts_with("CUDA_MPS_")) {
+        let (k, v) = kv.split_once('=').unwrap();
+        if k != "CUDA_MPS_PIPE_DIRECTORY" {
+            cmd.env(k, v);
+        }
+    }
+    let out = cmd
+        .args(["--sim-client", "--uid", "0", "--hold", "0"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn spec_env(dir: &Path, uid: &str) -> Vec<String> {
+    let p = dir.join(format!("cdi/k8s.gpu.nvidia.com-claim_{uid}.json"));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap();
+    serde_json::from_value(v["containerEdits"]["env"].clone()).unwrap()
+}
+
+fn daemon_pid(dir: &Path) -> i32 {
+    let rec = std::fs::read_to_string(dir.join("control-daemon.id")).unwrap();
+    rec.split_whitespace().next().unwrap().parse().unwrap()
+}
+
+fn alive(pid: i32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .unwrap_or_default()
+            .contains(") Z ")
+}
+
+async fn call(ch: &tonic::transport::Channel, c: &api::Claim, prepare: bool) -> String {
+    let mut v1 = DRAPluginClient::new(ch.clone());
+    let claims = vec![c.clone()];
+    if prepare {
+        let r = v1
+            .node_prepare_resources(api::NodePrepareResourcesRequest { claims })
+            .await
+            .unwrap()
+            .into_inner();
+        r.claims[&c.uid].error.clone()
+    } else {
+        let r = v1
+            .node_unprepare_resources(api::NodeUnprepareResourcesRequest { claims })
+            .await
+            .unwrap()
+            .into_inner();
+        r.claims[&c.uid].error.clone()
+    }
+}
+
+#[tokio::test]
+async fn shares_of_one_gpu_share_one_control_daemon_with_their_own_limits() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some((wrapper, sim)) = sim(dir.path()) else {
+        return;
+    };
+    let api = ApiServer::start(NODE);
+    let a = share(&api, "a", "uid-a", 30, "8Gi");
+    let b = share(&api, "b", "uid-b", 50, "4Gi");
+    let on = Allowed {
+        consumable_mps: true,
+        ..Allowed::default()
+    };
+    let p = plugin_allowed(dir.path(), &api, &wrapper, None, inventory(), None, on);
+    let k = kubelet::register(&dir.path().join("plugins_registry"), "gpu.nvidia.com").await;
+    assert_eq!(call(&k.channel, &a, true).await, "");
+    assert_eq!(
+        call(&k.channel, &b, true).await,
+        "",
+        "the second share joins"
+    );
+    let gpu_dir = std::fs::read_dir(dir.path().join("plugin/mps/gpu"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect::<Vec<_>>();
+    assert_eq!(gpu_dir.len(), 1, "one daemon dir for gpu-0: {gpu_dir:?}");
+    let (gpu_dir, pipe) = (&gpu_dir[0], gpu_dir[0].join("pipe"));
+    assert!(!dir.path().join("plugin/mps/uid-a").exists());
+    let pid = daemon_pid(gpu_dir);
+    let (env_a, env_b) = (spec_env(dir.path(), "uid-a"), spec_env(dir.path(), "uid-b"));
+    let seen = client_sees(&sim, &pipe, &env_a);
+    assert!(
+        seen.contains("active_thread_percentage=30.0 pinned_mem_limit=0=8192M"),
+        "{seen}"
+    );
+    let seen = client_sees(&sim, &pipe, &env_b);
+    assert!(
+        seen.contains("active_thread_percentage=50.0 pinned_mem_limit=0=4096M"),
+        "{seen}"
+    );
+    // A client that drops its environment gets the ceiling: the largest share, not the GPU.
+    let seen = client_sees(&sim, &pipe, &[]);
+    assert!(
+        seen.contains("active_thread_percentage=50.0 pinned_mem_limit=0=8192M"),
+        "{seen}"
+    );
+    assert_eq!(call(&k.channel, &a, false).await, "");
+    assert!(alive(pid), "the daemon stays for the GPU's last share");
+    let seen = client_sees(&sim, &pipe, &[]);
+    assert!(
+        seen.contains("active_thread_percentage=50.0 pinned_mem_limit=0=4096M"),
+        "the ceiling follows the shares left: {seen}"
+    );
+    assert_eq!(call(&k.channel, &b, false).await, "");
+    plugin::wait_for("the shared daemon to stop", || !alive(pid)).await;
+    assert!(!gpu_dir.exists());
+    p.stop().await;
+}
+
+/// The daemon outlives a plugin restart; the next run still knows the GPU's shares (member
+/// files) and stops the daemon with the last one.
+#[tokio::test]
+async fn the_last_share_stops_the_daemon_after_a_plugin_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some((wrapper, _)) = sim(dir.path()) else {
+        return;
+    };
+    let api = ApiServer::start(NODE);
+    let a = share(&api, "a", "uid-a", 20, "2Gi");
+    let b = share(&api, "b", "uid-b", 20, "2Gi");
+    let on = Allowed {
+        consumable_mps: true,
+        ..Allowed::default()
+    };
+    let p = plugin_allowed(dir.path(), &api, &wrapper, None, inventory(), None, on);
+    let k = kubelet::register(&dir.path().join("plugins_registry"), "gpu.nvidia.com").await;
+    assert_eq!(call(&k.channel, &a, true).await, "");
+    p.stop().await;
+    let p = plugin_allowed(dir.path(), &api, &wrapper, None, inventory(), None, on);
+    let k = kubelet::register(&dir.path().join("plugins_registry"), "gpu.nvidia.com").await;
+    assert_eq!(
+        call(&k.channel, &b, true).await,
+        "",
+        "joins the running daemon"
+    );
+    let gpu_dir = std::fs::read_dir(dir.path().join("plugin/mps/gpu"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let pid = daemon_pid(&gpu_dir);
+    assert_eq!(call(&k.channel, &a, false).await, "");
+    assert!(alive(pid));
+    assert_eq!(call(&k.channel, &b, false).await, "");
+    plugin::wait_for("the shared daemon to stop", || !alive(pid)).await;
+    assert!(!gpu_dir.exists());
+    p.stop().await;
+}
