@@ -114,9 +114,8 @@ impl Driver {
     /// The checkpointed claims holding MIG devices this plugin made (see `sweep.rs`).
     pub fn claims_with_mig(&self) -> Vec<(String, ClaimEntry)> {
         let cp = self.checkpoint.lock().unwrap_or_else(|p| p.into_inner());
-        let mut v: Vec<_> = cp.claims().map(|(u, e)| (u.clone(), e.clone())).collect();
-        v.retain(|(_, e)| !e.mig.is_empty());
-        v
+        let with_mig = cp.claims().filter(|(_, e)| !e.mig.is_empty());
+        with_mig.map(|(u, e)| (u.clone(), e.clone())).collect()
     }
 
     fn lock_of(&self, uid: &str) -> Arc<tokio::sync::Mutex<()>> {
