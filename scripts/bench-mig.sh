@@ -21,7 +21,7 @@ source scripts/bench-lib.sh
 RUNS=${1:-20}
 bench_preflight "$RUNS" 5 "materialising a simulated node needs mknod"
 if [ -z "${GPUHOOK_BIN_DIR:-}" ]; then
-    cargo build --release -p gpuhook-mig --bin gpuhook-mig-parted >&2
+    cargo build --release -p gpuhook-mig-manager --bin gpuhook-mig-parted >&2
     cargo build --release -p gpuhook-sim -p gpuhook-mock-nvml >&2
     BIN_DIR=${CARGO_TARGET_DIR:-target}/release
 else

@@ -47,7 +47,7 @@ fi
 
 start=$(date +%s)
 CARGO_TARGET_DIR="$target_dir" cargo zigbuild --release --locked --target "$triple.$glibc" \
-    -p gpuhook -p gpuhook-wrapper -p gpu-mps-daemon -p gpuhook-installer -p gpuhook-device-plugin -p gpuhook-mig -p gpuhook-exporter -p gpuhook-dra -p gpuhook-mig-manager --bins
+    -p gpuhook -p gpuhook-wrapper -p gpu-mps-daemon -p gpuhook-installer -p gpuhook-device-plugin -p gpuhook-exporter -p gpuhook-dra -p gpuhook-mig-manager --bins
 echo "build-release: cargo zigbuild took $(( $(date +%s) - start ))s" >&2
 
 mkdir -p "$dist"

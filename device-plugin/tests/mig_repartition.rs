@@ -10,7 +10,7 @@
 //! 80 GB holds (NVIDIA MIG user guide, A100-80GB profile table: 1g.10gb is GPU instance profile
 //! ID 19, 2g.20gb ID 14, 3g.40gb ID 9). The MIG UUIDs are what the simulated driver persisted.
 //! Needs root (the simulated node has real device nodes), the mock NVML cdylib and
-//! `gpuhook-mig-parted` built (`cargo build -p gpuhook-mock-nvml -p gpuhook-mig --bins`).
+//! `gpuhook-mig-parted` built (`cargo build -p gpuhook-mock-nvml -p gpuhook-mig-manager --bins`).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test crate: a panic is a test failure
 
 mod common;
@@ -69,7 +69,7 @@ fn mig_parted(root: &Path, cfg: &Path, name: &str) {
     let bin = Path::new(BIN).parent().unwrap().join("gpuhook-mig-parted");
     assert!(
         bin.is_file(),
-        "{} is missing: `cargo build -p gpuhook-mig --bins` first",
+        "{} is missing: `cargo build -p gpuhook-mig-manager --bins` first",
         bin.display()
     );
     let out = Command::new(&bin)

@@ -82,10 +82,29 @@ pub struct ApplyArgs {
     /// Print the plan, change nothing.
     #[arg(long)]
     pub dry_run: bool,
-    /// Destroy MIG devices (and change MIG modes) even when processes hold them.
+    /// Destroy MIG devices (and change MIG modes) even when processes, pods or MPS clients hold
+    /// them.
     #[arg(long)]
     pub drain: bool,
+    /// The kubelet's pod-resources socket: a MIG device the kubelet allocated to a running pod is
+    /// not destroyed (unless --drain); no socket there (no kubelet): no pod is checked.
+    #[arg(
+        long,
+        value_name = "SOCKET",
+        default_value = "/var/lib/kubelet/pod-resources/kubelet.sock"
+    )]
+    pub pod_resources_socket: PathBuf,
+    /// gpuhook's MPS root: the live clients in gpu-mps-daemon's status file hold their GPUs.
+    #[arg(long, value_name = "DIR", default_value = "/run/gpuhook/mps")]
+    pub mps_root: PathBuf,
+    /// The host's /proc, where an MPS client's process is looked up.
+    #[arg(long, value_name = "DIR", default_value = "/proc")]
+    pub host_proc: PathBuf,
 }
+
+/// Who holds the node's devices besides NVML's processes, for `apply` (the binary reads the
+/// kubelet's pod-resources and gpu-mps-daemon's clients from the [`ApplyArgs`] paths).
+pub type HolderSource<'a> = &'a dyn Fn(&ApplyArgs, &NvmlBackend) -> anyhow::Result<DeviceHolders>;
 
 #[derive(Debug, Args)]
 pub struct AssertArgs {
@@ -126,16 +145,21 @@ fn backend(cli: &Cli) -> anyhow::Result<NvmlBackend> {
     Ok(NvmlBackend::new(gpuhook_node::Nvml::load(&loc)?))
 }
 
-/// Runs the CLI; returns the exit status.
+/// Runs the CLI with NVML's processes as the only holders; returns the exit status.
 pub fn run(cli: &Cli) -> anyhow::Result<u8> {
+    run_with(cli, &|_, b| Ok(b.device_processes()?))
+}
+
+/// Runs the CLI, `holders` telling who holds each device at `apply`; returns the exit status.
+pub fn run_with(cli: &Cli, holders: HolderSource<'_>) -> anyhow::Result<u8> {
     match &cli.command {
-        Command::Apply(a) => run_apply(cli, a),
+        Command::Apply(a) => run_apply(cli, a, holders),
         Command::Assert(a) => run_assert(cli, a),
         Command::Export(e) => run_export(cli, e),
     }
 }
 
-fn run_apply(cli: &Cli, a: &ApplyArgs) -> anyhow::Result<u8> {
+fn run_apply(cli: &Cli, a: &ApplyArgs, holders: HolderSource<'_>) -> anyhow::Result<u8> {
     if let Some(k) = &a.hooks_file {
         anyhow::bail!(
             "hooks file {}: gpuhook-mig-parted does not run mig-parted hooks; stop the GPU clients before applying (gpuhook's agent pauses them), then apply without -k/MIG_PARTED_HOOKS_FILE",
@@ -153,11 +177,11 @@ fn run_apply(cli: &Cli, a: &ApplyArgs) -> anyhow::Result<u8> {
         drain: a.drain,
         mode_only: a.config.mode_only,
     };
-    // Who runs on each device now (NVML's processes); --drain destroys whatever holds them.
+    // Who holds each device now; --drain destroys whatever holds them.
     let holders = if a.drain || a.dry_run {
         DeviceHolders::default()
     } else {
-        b.device_processes()?
+        holders(a, &b)?
     };
     let out = apply(&mut b, entries, &holders, opts)?;
     let mut code = 0;

@@ -109,3 +109,48 @@ fn a_pod_holding_a_mig_device_fails_the_change_until_drained() {
     let small = layout(&[("1g.10gb", 7)]);
     assert_eq!(layouts(&s.root), [small.clone(), small]);
 }
+
+/// `gpuhook-mig-parted apply` run by hand checks the same holders as the agent: the MIG device
+/// the kubelet gave a pod (pod-resources) stops the apply, naming the pod and the fix, and no GPU
+/// is touched; with `--drain` the layout is applied.
+#[test]
+fn mig_parted_by_hand_keeps_a_pod_held_device_until_drained() {
+    let Some(s) = sim() else { return };
+    let before = layouts(&s.root);
+    let held = uuid_3g(&s.root);
+    fake_kubelet(&s.pod_resources, one_pod(&held));
+    let apply = |drain: bool| {
+        let mut c = std::process::Command::new(built("gpuhook-mig-parted"));
+        c.arg("--driver-root").arg(&s.root).args(["apply", "-f"]);
+        c.arg(&s.config)
+            .args(["-c", "all-small", "--pod-resources-socket"]);
+        c.arg(&s.pod_resources)
+            .arg("--mps-root")
+            .arg(s.root.join("no-mps"));
+        c.arg("--host-proc").arg(&s.proc_root);
+        if drain {
+            c.arg("--drain");
+        }
+        c.env_remove("MIG_PARTED_CONFIG_FILE")
+            .env_remove("MIG_PARTED_SELECTED_CONFIG")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let out = apply(false);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "a held device was destroyed: {stderr}"
+    );
+    for want in [held.as_str(), "pod ml/train-0", "delete the pod", "--drain"] {
+        assert!(stderr.contains(want), "{want:?} not in: {stderr}");
+    }
+    assert_eq!(layouts(&s.root), before, "no GPU touched");
+
+    let out = apply(true);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "--drain failed: {stderr}");
+    let small = layout(&[("1g.10gb", 7)]);
+    assert_eq!(layouts(&s.root), [small.clone(), small]);
+}
