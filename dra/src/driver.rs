@@ -59,8 +59,7 @@ pub struct ClaimRef {
     pub uid: String,
 }
 
-/// What the kubelet is told about each device of `plan` (CDI IDs are known before the spec
-/// exists: they are derived from the claim UID and the device name).
+/// What the kubelet is told about each device of `plan` (CDI IDs: claim UID + device name).
 fn prepared_devices(uid: &str, plan: &ClaimPlan<'_>) -> Vec<PreparedDevice> {
     plan.devices
         .iter()
@@ -124,8 +123,7 @@ impl Driver {
         }
     }
 
-    /// Prepares `claim`: its devices with their CDI IDs (the same answer again when it is
-    /// already prepared).
+    /// Prepares `claim`: its devices with their CDI IDs (again the same when already prepared).
     pub async fn prepare(&self, claim: &ClaimRef) -> Result<Vec<PreparedDevice>, DraError> {
         let lock = self.lock_of(&claim.uid);
         let _held = lock.lock().await;
@@ -181,6 +179,7 @@ impl Driver {
                 entry.state = ClaimState::PrepareCompleted;
                 let devices = entry.devices.clone();
                 self.record(&claim.uid, Some(entry))?;
+                self.index_pods(&rc, &devices).await;
                 Ok(devices)
             }
             Err(e) => {
@@ -368,6 +367,7 @@ impl Driver {
         if let Some(e) = self.entry(uid) {
             self.undo(uid, &e).await?;
             self.record(uid, None)?;
+            self.unindex(uid);
             let retired = self.layout().retired;
             if e.devices.iter().any(|d| retired.contains(&d.device)) {
                 self.changed.notify_one();
@@ -380,9 +380,8 @@ impl Driver {
         Ok(())
     }
 
-    /// Shutdown: the MPS daemons of prepared claims keep running for their containers (they
-    /// lead their own process groups); the checkpoint and each daemon's identity record let the
-    /// next run stop them at unprepare.
+    /// Shutdown: the MPS daemons of prepared claims keep running for their containers (own
+    /// process groups); the checkpoint and each daemon's identity let the next run stop them.
     pub async fn shutdown(&self) {
         let mut daemons = self.daemons.lock().await;
         for (uid, d) in daemons.drain() {
@@ -392,6 +391,7 @@ impl Driver {
     }
 }
 
+mod index;
 mod relayout;
 
 #[cfg(test)]

@@ -27,6 +27,7 @@ pub mod layout;
 pub mod mps;
 pub mod partition;
 pub mod plan;
+pub mod podindex;
 pub mod publish;
 pub mod quantity;
 pub mod registration;
