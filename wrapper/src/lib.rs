@@ -32,6 +32,7 @@
 //! (`early.rs`, `[runtime] early-setup = true`, the default).
 
 pub mod argv;
+pub mod claim_index;
 mod early;
 pub mod entry;
 pub mod error;
