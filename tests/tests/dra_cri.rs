@@ -155,29 +155,23 @@ async fn prepare(
     (client, ids)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn claim_cdi_ids_through_containerd_1_6_cri() {
-    if !ready("dra_cri") {
-        return;
-    }
-    let t = tmp("dra");
-    let dir = t.path();
-    let claim_cdi = dir.join("dra-cdi");
-    let mut bench = Bench::start(dir, "rhel-a100", &[&claim_cdi]).await;
-    assert_eq!(bench.node.profile.gpus.len(), 2);
-    let api = ApiServer::start(NODE);
-    let device = format!("gpu-{}", bench.node.profile.gpus[0].minor);
+/// The pod of case 1, as the scheduler reserves the claim for it; its sandbox UID is the one the
+/// CRI bench gives pod `kubelet-cdi-devices` (`uid-<name>`).
+const POD: &str = "kubelet-cdi-devices";
+const POD_UID: &str = "uid-kubelet-cdi-devices";
+
+/// The claim of `device` reserved for [`POD`], whose container `gpu` uses it and `log` does not,
+/// on the fake API server; gpuhook-runtime reads the plugin's claim index, whose dir is returned.
+fn claim_and_pod(api: &ApiServer, bench: &Bench, device: &str) -> PathBuf {
+    let (pod, pod_uid) = (POD, POD_UID);
     let mut claim = gpuhook_dra::testkit::claim(
         "ns",
         "gpu-claim",
         CLAIM_UID,
         NODE,
-        &[("gpu", &device)],
+        &[("gpu", device)],
         vec![],
     );
-    // The pod of case 1, as the scheduler reserves the claim for it; its sandbox UID is the
-    // one the CRI bench gives pod `kubelet-cdi-devices` (`uid-<name>`).
-    let (pod, pod_uid) = ("kubelet-cdi-devices", "uid-kubelet-cdi-devices");
     claim["status"]["reservedFor"] =
         serde_json::json!([{"resource": "pods", "name": pod, "uid": pod_uid}]);
     api.add_claim(claim);
@@ -192,7 +186,7 @@ async fn claim_cdi_ids_through_containerd_1_6_cri() {
             "resourceClaims": [{"name": "gpus", "resourceClaimName": "gpu-claim"}]
         }
     }));
-    let index = dir.join("plugin").join("pods");
+    let index = bench.node.dir.join("plugin").join("pods");
     let mut config = std::fs::OpenOptions::new()
         .append(true)
         .open(&bench.node.gpuhook_config)
@@ -202,6 +196,23 @@ async fn claim_cdi_ids_through_containerd_1_6_cri() {
         format!("claim-index-dir = {index:?}\n").as_bytes(),
     )
     .unwrap();
+    index
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claim_cdi_ids_through_containerd_1_6_cri() {
+    if !ready("dra_cri") {
+        return;
+    }
+    let t = tmp("dra");
+    let dir = t.path();
+    let claim_cdi = dir.join("dra-cdi");
+    let mut bench = Bench::start(dir, "rhel-a100", &[&claim_cdi]).await;
+    assert_eq!(bench.node.profile.gpus.len(), 2);
+    let api = ApiServer::start(NODE);
+    let device = format!("gpu-{}", bench.node.profile.gpus[0].minor);
+    let (pod, pod_uid) = (POD, POD_UID);
+    let index = claim_and_pod(&api, &bench, &device);
     let plugin = DraPlugin::start(dir, &bench.node.root, &claim_cdi, &api);
     let (mut client, ids) = prepare(dir, &plugin).await;
     assert_eq!(
