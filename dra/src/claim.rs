@@ -28,9 +28,24 @@ pub struct Meta {
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ClaimStatus {
     #[serde(default)]
     pub allocation: Option<Allocation>,
+    /// The consumers the claim is reserved for (pods, for the claim index).
+    #[serde(default)]
+    pub reserved_for: Vec<ConsumerRef>,
+}
+
+/// One `status.reservedFor[]` entry (ResourceClaimConsumerReference).
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct ConsumerRef {
+    #[serde(default)]
+    pub resource: String,
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub uid: String,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -150,6 +165,14 @@ impl ResourceClaim {
                 namespace: self.metadata.namespace.clone(),
                 name: self.metadata.name.clone(),
             })
+    }
+
+    /// The pods (name, UID) the claim is reserved for.
+    pub fn pods(&self) -> Vec<(String, String)> {
+        let all = self.status.iter().flat_map(|s| &s.reserved_for);
+        all.filter(|r| r.resource == "pods")
+            .map(|r| (r.name.clone(), r.uid.clone()))
+            .collect()
     }
 
     /// `namespace/name`.

@@ -60,8 +60,7 @@ pub struct ClaimRef {
     pub uid: String,
 }
 
-/// What the kubelet is told about each device of `plan` (CDI IDs are known before the spec
-/// exists: they are derived from the claim UID and the device name).
+/// What the kubelet is told about each device of `plan` (CDI IDs: claim UID + device name).
 fn prepared_devices(uid: &str, plan: &ClaimPlan<'_>) -> Vec<PreparedDevice> {
     plan.devices
         .iter()
@@ -136,8 +135,7 @@ impl Driver {
         }
     }
 
-    /// Prepares `claim`: its devices with their CDI IDs (the same answer again when it is
-    /// already prepared).
+    /// Prepares `claim`: its devices with their CDI IDs (again the same when already prepared).
     pub async fn prepare(&self, claim: &ClaimRef) -> Result<Vec<PreparedDevice>, DraError> {
         let lock = self.lock_of(&claim.uid);
         let _held = lock.lock().await;
@@ -193,6 +191,7 @@ impl Driver {
                 entry.state = ClaimState::PrepareCompleted;
                 let devices = entry.devices.clone();
                 self.record(&claim.uid, Some(entry))?;
+                self.index_pods(&rc, &devices).await;
                 Ok(devices)
             }
             Err(e) => {
@@ -372,6 +371,7 @@ impl Driver {
         if let Some(e) = self.entry(uid) {
             self.undo(uid, &e).await?;
             self.record(uid, None)?;
+            self.unindex(uid);
             let retired = self.layout().retired;
             if e.devices.iter().any(|d| retired.contains(&d.device)) {
                 self.changed.notify_one();
@@ -384,14 +384,14 @@ impl Driver {
         Ok(())
     }
 
-    /// Shutdown: the MPS daemons of prepared claims keep running for their containers (they
-    /// lead their own process groups); the checkpoint and each daemon's identity record let the
-    /// next run stop them at unprepare.
+    /// Shutdown: the MPS daemons of prepared claims keep running for their containers (own
+    /// process groups); the checkpoint and each daemon's identity let the next run stop them.
     pub async fn shutdown(&self) {
         self.daemons.shutdown().await;
     }
 }
 
+mod index;
 mod relayout;
 
 #[cfg(test)]

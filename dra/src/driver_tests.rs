@@ -281,3 +281,37 @@ async fn mps_without_a_control_daemon_is_a_claim_error_with_nothing_left() {
     assert!(!n.dir.path().join("mps/m").exists());
     assert!(d.entry("m").is_none());
 }
+
+/// A claim reserved for two pods: the one the API server has gets its `gpu` container indexed
+/// (not `log`); the missing one is a warning, not a failure; unprepare removes the entry.
+#[tokio::test]
+async fn prepare_indexes_the_pods_containers_and_unprepare_removes_them() {
+    let n = Node::new();
+    let mut c = claim("ns", "c-u9", "u9", "node-a", &[("gpu", "gpu-0")], vec![]);
+    c["status"]["reservedFor"] = json!([
+        {"resource": "pods", "name": "p", "uid": "pod-uid-1"},
+        {"resource": "pods", "name": "gone", "uid": "pod-uid-2"}
+    ]);
+    n.cluster.add_claim(c);
+    n.cluster.pods.lock().unwrap().insert(
+        ("ns".into(), "p".into()),
+        json!({"metadata": {"name": "p", "namespace": "ns", "uid": "pod-uid-1"},
+               "spec": {"containers": [
+                   {"name": "gpu", "resources": {"claims": [{"name": "g"}]}},
+                   {"name": "log"}],
+                "resourceClaims": [{"name": "g", "resourceClaimName": "c-u9"}]}}),
+    );
+    let d = n.driver();
+    d.prepare(&r("u9")).await.unwrap();
+    let path = n.dir.path().join("pods/pod-uid-1.json");
+    let idx: crate::podindex::PodIndex =
+        serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let want = crate::podindex::ContainerIds::from([(
+        "gpu".to_string(),
+        vec!["k8s.gpu.nvidia.com/claim=u9-gpu-0".to_string()],
+    )]);
+    assert_eq!(idx.claims["u9"], want);
+    assert!(!n.dir.path().join("pods/pod-uid-2.json").exists());
+    d.unprepare("u9").await.unwrap();
+    assert!(!path.exists(), "unprepare removes the claim's entry");
+}

@@ -55,6 +55,8 @@ pub enum DraError {
     },
     #[error("checkpoint {}: {message}", path.display())]
     Checkpoint { path: PathBuf, message: String },
+    #[error("claim index {}: {message}", path.display())]
+    Index { path: PathBuf, message: String },
     #[error("cannot remove {}: {source}", path.display())]
     Remove {
         path: PathBuf,

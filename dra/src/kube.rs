@@ -5,6 +5,7 @@
 //!
 //! Paths (resource.k8s.io/v1, dra-facts §3):
 //! - `GET /apis/resource.k8s.io/v1/namespaces/<ns>/resourceclaims/<name>`
+//! - `GET /api/v1/namespaces/<ns>/pods/<name>` (the claim's pods, for the claim index)
 //! - `GET /apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.nodeName=<node>,spec.driver=<driver>`
 //! - `POST /apis/resource.k8s.io/v1/resourceslices`, `PUT …/resourceslices/<name>`,
 //!   `DELETE …/resourceslices/<name>`
@@ -21,6 +22,8 @@ pub const RESOURCE_V1: &str = "/apis/resource.k8s.io/v1";
 pub trait Cluster: Send + Sync + std::fmt::Debug {
     /// The ResourceClaim `namespace/name` as JSON.
     fn get_claim(&self, namespace: &str, name: &str) -> Result<Value, KubeError>;
+    /// The Pod `namespace/name` as JSON (for the claim index, [`crate::podindex`]).
+    fn get_pod(&self, namespace: &str, name: &str) -> Result<Value, KubeError>;
     /// This node's ResourceSlices of `driver`.
     fn list_slices(&self, node: &str, driver: &str) -> Result<Vec<Value>, KubeError>;
     fn create_slice(&self, slice: &Value) -> Result<(), KubeError>;
@@ -57,6 +60,13 @@ impl Cluster for HttpCluster {
         self.client.get(&format!(
             "{RESOURCE_V1}/namespaces/{namespace}/resourceclaims/{name}"
         ))
+    }
+
+    fn get_pod(&self, namespace: &str, name: &str) -> Result<Value, KubeError> {
+        check_name("namespace", namespace)?;
+        check_name("Pod name", name)?;
+        self.client
+            .get(&format!("/api/v1/namespaces/{namespace}/pods/{name}"))
     }
 
     fn list_slices(&self, node: &str, driver: &str) -> Result<Vec<Value>, KubeError> {

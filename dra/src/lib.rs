@@ -32,6 +32,7 @@ pub mod mps_daemons;
 pub mod mps_share;
 pub mod partition;
 pub mod plan;
+pub mod podindex;
 pub mod publish;
 pub mod quantity;
 pub mod registration;

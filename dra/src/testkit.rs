@@ -106,6 +106,7 @@ pub fn opaque(requests: &[&str], parameters: Value) -> Value {
 pub struct MemCluster {
     pub claims: Mutex<BTreeMap<(String, String), Value>>,
     pub slices: Mutex<BTreeMap<String, Value>>,
+    pub pods: Mutex<BTreeMap<(String, String), Value>>,
 }
 
 impl MemCluster {
@@ -139,6 +140,12 @@ impl Cluster for MemCluster {
             .get(&(namespace.to_string(), name.to_string()))
             .cloned()
             .ok_or_else(|| not_found(format!("{namespace}/{name}")))
+    }
+    fn get_pod(&self, namespace: &str, name: &str) -> Result<Value, KubeError> {
+        let pods = self.pods.lock().unwrap_or_else(|p| p.into_inner());
+        pods.get(&(namespace.to_string(), name.to_string()))
+            .cloned()
+            .ok_or_else(|| not_found(format!("pods/{namespace}/{name}")))
     }
     fn list_slices(&self, node: &str, driver: &str) -> Result<Vec<Value>, KubeError> {
         let slices = self.slices.lock().unwrap_or_else(|p| p.into_inner());

@@ -9,15 +9,19 @@
 //!    `kuberuntime_container.go:generateContainerConfig` → `makeCDIDevices`; the DRA manager's
 //!    `GetResources` returns no annotations since 1.31, "As of Kubernetes 1.31, CDI device IDs
 //!    are not passed via annotations anymore"). containerd 1.6 does not know the field and
-//!    drops it: the container gets **none** of the claim's devices. This is the fact the test
-//!    pins (dra/README.md, "How the kubelet hands CDI IDs to the runtime");
-//! 2. the way kubelets 1.26–1.30 passed them (`pkg/kubelet/cm/dra/cdi.go:generateCDIAnnotations`:
+//!    drops it; the bridge is the plugin's claim index (dra/README.md, "The claim index"): the
+//!    claim is reserved for the pod, whose container `gpu` names it in `resources.claims` (the
+//!    fake API server serves the pod); at prepare the plugin records the pod's containers, and
+//!    gpuhook-runtime finds them by containerd's `io.kubernetes.cri.sandbox-uid` and
+//!    `container-name` annotations. Container `gpu` gets exactly the claim's GPU node and the
+//!    claim spec's env; container `log` of the same pod, which uses no claim, gets nothing;
+////! 2. the way kubelets 1.26–1.30 passed them (`pkg/kubelet/cm/dra/cdi.go:generateCDIAnnotations`:
 //!    one container annotation `cdi.k8s.io/<driver>_<claim UID>` = the IDs joined by `,`), which
 //!    containerd 1.6 hands through to the OCI spec (`container_annotations`, set by `gpuhook
 //!    runtime configure`) and gpuhook-runtime resolves from the spec dirs: the container gets
 //!    exactly the claim's GPU node and the claim spec's env, and no other GPU.
 //!
-//! Then `NodeUnprepareResources` removes the claim's spec.
+//! Then `NodeUnprepareResources` removes the claim's spec and its index entry.
 //!
 //! Run under `flock /tmp/gpuhook-e2e.lock`. Needs root, containerd, ctr, runc, static busybox and
 //! `cargo build -p gpuhook-dra --bins` (plus what the device-plugin CRI tests need); with
@@ -111,10 +115,10 @@ fn spec_env(spec: &Value) -> BTreeMap<String, String> {
         .collect()
 }
 
-async fn run(bench: &mut Bench, pod: &str, opts: RunOptions) -> Seen {
+async fn run(bench: &mut Bench, pod: &str, container: &str, opts: RunOptions) -> Seen {
     let ran = bench
         .cri
-        .run(pod, container_config("gpu", REPORT, opts))
+        .run(pod, container_config(container, REPORT, opts))
         .await;
     assert_eq!(
         ran.exit_code,
@@ -151,6 +155,50 @@ async fn prepare(
     (client, ids)
 }
 
+/// The pod of case 1, as the scheduler reserves the claim for it; its sandbox UID is the one the
+/// CRI bench gives pod `kubelet-cdi-devices` (`uid-<name>`).
+const POD: &str = "kubelet-cdi-devices";
+const POD_UID: &str = "uid-kubelet-cdi-devices";
+
+/// The claim of `device` reserved for [`POD`], whose container `gpu` uses it and `log` does not,
+/// on the fake API server; gpuhook-runtime reads the plugin's claim index, whose dir is returned.
+fn claim_and_pod(api: &ApiServer, bench: &Bench, device: &str) -> PathBuf {
+    let (pod, pod_uid) = (POD, POD_UID);
+    let mut claim = gpuhook_dra::testkit::claim(
+        "ns",
+        "gpu-claim",
+        CLAIM_UID,
+        NODE,
+        &[("gpu", device)],
+        vec![],
+    );
+    claim["status"]["reservedFor"] =
+        serde_json::json!([{"resource": "pods", "name": pod, "uid": pod_uid}]);
+    api.add_claim(claim);
+    api.add_pod(serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": pod, "namespace": "ns", "uid": pod_uid},
+        "spec": {
+            "containers": [
+                {"name": "gpu", "resources": {"claims": [{"name": "gpus"}]}},
+                {"name": "log"}
+            ],
+            "resourceClaims": [{"name": "gpus", "resourceClaimName": "gpu-claim"}]
+        }
+    }));
+    let index = bench.node.dir.join("plugin").join("pods");
+    let mut config = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&bench.node.gpuhook_config)
+        .unwrap();
+    std::io::Write::write_all(
+        &mut config,
+        format!("claim-index-dir = {index:?}\n").as_bytes(),
+    )
+    .unwrap();
+    index
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claim_cdi_ids_through_containerd_1_6_cri() {
     if !ready("dra_cri") {
@@ -163,14 +211,8 @@ async fn claim_cdi_ids_through_containerd_1_6_cri() {
     assert_eq!(bench.node.profile.gpus.len(), 2);
     let api = ApiServer::start(NODE);
     let device = format!("gpu-{}", bench.node.profile.gpus[0].minor);
-    api.add_claim(gpuhook_dra::testkit::claim(
-        "ns",
-        "gpu-claim",
-        CLAIM_UID,
-        NODE,
-        &[("gpu", &device)],
-        vec![],
-    ));
+    let (pod, pod_uid) = (POD, POD_UID);
+    let index = claim_and_pod(&api, &bench, &device);
     let plugin = DraPlugin::start(dir, &bench.node.root, &claim_cdi, &api);
     let (mut client, ids) = prepare(dir, &plugin).await;
     assert_eq!(
@@ -179,20 +221,27 @@ async fn claim_cdi_ids_through_containerd_1_6_cri() {
     );
     let spec_path = claim_cdi.join(format!("k8s.gpu.nvidia.com-claim_{CLAIM_UID}.json"));
     let spec: Value = serde_json::from_slice(&std::fs::read(&spec_path).unwrap()).unwrap();
+    let want = spec_env(&spec);
+    assert!(!want.is_empty(), "the claim spec sets env: {spec}");
+    let index_file = index.join(format!("{pod_uid}.json"));
+    assert!(index_file.exists(), "{}", plugin.log_text());
 
-    // 1. CDI_devices only (a 1.31+ kubelet): containerd 1.6 drops the field; nothing arrives.
-    let saw = run(
-        &mut bench,
-        "kubelet-cdi-devices",
-        RunOptions {
-            cdi_devices: ids.clone(),
-            ..Default::default()
-        },
-    )
-    .await;
+    // 1. CDI_devices only (a 1.31+ kubelet): containerd 1.6 drops the field; the claim index
+    //    gives container `gpu` exactly the claim's GPU, and container `log` nothing.
+    let only_cdi_devices = || RunOptions {
+        cdi_devices: ids.clone(),
+        ..Default::default()
+    };
+    let saw = run(&mut bench, pod, "gpu", only_cdi_devices()).await;
+    assert_eq!(saw.gpu_nodes(), bench.only_gpus(&[0]), "{saw:?}");
+    assert_eq!(saw.env, want, "{saw:?}");
+    // The bench logs every container of pod `pod` to one file: start the second afresh.
+    std::fs::remove_file(bench.cri.dir.join("pods").join(pod).join("ctr_0.log")).unwrap();
+    let saw = run(&mut bench, pod, "log", RunOptions::default()).await;
     assert!(
         saw.gpu_nodes().is_empty(),
-        "containerd 1.6 passed CDI_devices on: {saw:?}"
+        "a container without the claim: {saw:?}\n{}",
+        std::fs::read_to_string(&bench.node.gpuhook_log).unwrap_or_default()
     );
     assert!(!saw.env.contains_key("NVIDIA_VISIBLE_DEVICES"), "{saw:?}");
 
@@ -201,6 +250,7 @@ async fn claim_cdi_ids_through_containerd_1_6_cri() {
     let saw = run(
         &mut bench,
         "kubelet-annotation",
+        "gpu",
         RunOptions {
             annotations: vec![(key, ids.join(","))],
             ..Default::default()
@@ -208,11 +258,9 @@ async fn claim_cdi_ids_through_containerd_1_6_cri() {
     )
     .await;
     assert_eq!(saw.gpu_nodes(), bench.only_gpus(&[0]), "{saw:?}");
-    let want = spec_env(&spec);
-    assert!(!want.is_empty(), "the claim spec sets env: {spec}");
     assert_eq!(saw.env, want, "{saw:?}");
 
-    // NodeUnprepareResources removes the claim's spec.
+    // NodeUnprepareResources removes the claim's spec and its index entry.
     let resp = client
         .node_unprepare_resources(api::NodeUnprepareResourcesRequest {
             claims: vec![dra_kubelet::claim("ns", "gpu-claim", CLAIM_UID)],
@@ -222,5 +270,6 @@ async fn claim_cdi_ids_through_containerd_1_6_cri() {
         .into_inner();
     assert!(resp.claims[CLAIM_UID].error.is_empty(), "{resp:?}");
     assert!(!spec_path.exists(), "the claim's spec is removed");
+    assert!(!index_file.exists(), "the claim's index entry is removed");
     assert!(api.state.lock().unwrap().refused.is_empty());
 }

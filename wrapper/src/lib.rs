@@ -26,12 +26,15 @@
 //! node's inventory (`node.rs`) when `generate-missing = true` (the default), so a container
 //! started before `gpuhook cdi generate` ran at boot (or naming a device by an alias the spec
 //! file does not list, e.g. a PCI bus id) still works, while a spec file always wins.
+//! A CRI container of a pod whose DRA claims gpuhook-dra-plugin indexed also gets those claims'
+//! CDI names ([`claim_index`]: containerd 1.6 drops the kubelet's CRI `CDI_devices`).
 //!
 //! For `create`, the work of our own `gpuhook hook setup` hook (links, ld.so.cache) is done by
 //! the wrapper beside `runc create` instead of inside it, when it can be done the same way
 //! (`early.rs`, `[runtime] early-setup = true`, the default).
 
 pub mod argv;
+pub mod claim_index;
 mod early;
 pub mod entry;
 pub mod error;

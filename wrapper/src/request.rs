@@ -253,8 +253,10 @@ impl DeviceRequest for WrapperRequest<'_> {
     ) -> Result<Option<Injection>, InjectionError> {
         // runc's container id; a spec's hostname only when argv had none.
         let hostname = container.or_else(|| spec.get("hostname").and_then(Value::as_str));
-        let policy = self.policy.for_container(spec, bundle);
-        match self.decide(spec, &policy) {
+        let mut policy = self.policy.for_container(spec, bundle);
+        let dir = &self.config.runtime.claim_index_dir;
+        let spec = crate::claim_index::with_claims(dir, spec, &mut policy);
+        match self.decide(&spec, &policy) {
             Ok((None, reason)) => {
                 let mut d = Decision::new(COMMAND, Outcome::Skip);
                 d.container = hostname;

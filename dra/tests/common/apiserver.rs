@@ -1,4 +1,4 @@
-//! A fake API server (HTTP/1.1 on 127.0.0.1) for ResourceClaims and ResourceSlices that
+//! A fake API server (HTTP/1.1 on 127.0.0.1) for ResourceClaims, Pods (GET) and ResourceSlices that
 //! refuses what a real one refuses (dra-facts §3: `validation.go` limits; the node
 //! authorizer's rule that a node's plugin writes only that node's slices), written apart from
 //! the plugin's own checks so they cannot agree by construction.
@@ -14,6 +14,7 @@ use serde_json::{json, Value};
 #[derive(Debug, Default)]
 pub struct State {
     pub claims: BTreeMap<(String, String), Value>,
+    pub pods: BTreeMap<(String, String), Value>,
     pub slices: BTreeMap<String, Value>,
     /// (method, path) of every request.
     pub log: Vec<(String, String)>,
@@ -222,6 +223,16 @@ fn handle(
             json!({"kind": "Status", "code": code, "message": msg}),
         )
     };
+    if let Some(rest) = path.strip_prefix("/api/v1/namespaces/") {
+        if let ([ns, "pods", name], "GET") =
+            (rest.split('/').collect::<Vec<_>>().as_slice(), method)
+        {
+            return match st.pods.get(&(ns.to_string(), name.to_string())) {
+                Some(p) => (200, p.clone()),
+                None => status(404, format!("pods {name:?} not found")),
+            };
+        }
+    }
     if let Some(rest) = path.strip_prefix(&format!("{V1}/namespaces/")) {
         let parts: Vec<&str> = rest.split('/').collect();
         if let [ns, "resourceclaims", name] = parts.as_slice() {
@@ -366,6 +377,12 @@ impl ApiServer {
         let ns = claim["metadata"]["namespace"].as_str().unwrap().to_string();
         let name = claim["metadata"]["name"].as_str().unwrap().to_string();
         self.state.lock().unwrap().claims.insert((ns, name), claim);
+    }
+
+    pub fn add_pod(&self, pod: Value) {
+        let ns = pod["metadata"]["namespace"].as_str().unwrap().to_string();
+        let name = pod["metadata"]["name"].as_str().unwrap().to_string();
+        self.state.lock().unwrap().pods.insert((ns, name), pod);
     }
 
     pub fn slices(&self) -> Vec<Value> {

@@ -72,7 +72,12 @@ pub struct RuntimeConfig {
     pub generate_missing: bool,
     /// For `create`, do our `hook setup` hook's work in the wrapper, beside runc.
     pub early_setup: bool,
+    /// The DRA plugin's claim index (containerd 1.6: a claim's CDI IDs per pod and container).
+    pub claim_index_dir: PathBuf,
 }
+
+/// Default [`RuntimeConfig::claim_index_dir`]: gpuhook-dra-plugin's `<plugin dir>/pods`.
+pub const DEFAULT_CLAIM_INDEX_DIR: &str = "/var/lib/kubelet/plugins/gpu.nvidia.com/pods";
 
 /// How the runtime wrapper injects devices.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -114,6 +119,7 @@ impl Default for RuntimeConfig {
             mode: RuntimeMode::Cdi,
             generate_missing: true,
             early_setup: true,
+            claim_index_dir: PathBuf::from(DEFAULT_CLAIM_INDEX_DIR),
         }
     }
 }

@@ -229,6 +229,7 @@ fn example_file_parses_and_documents_every_key() {
         "mode",
         "generate-missing",
         "early-setup",
+        "claim-index-dir",
     ] {
         assert!(uncommented.contains(key), "{key} not documented");
     }
