@@ -97,8 +97,13 @@ impl Rig {
     }
 
     pub fn run_ok(&self, args: &[String], script: &str) -> (String, PathBuf) {
-        let (out, rootfs) = self.run(args, script);
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        // `ctr run --rm` can lose the tail of a container's stdout on a loaded machine (its copy
+        // of the output FIFO races the task's exit; CI once got everything but the last lines).
+        // So the script's output also goes to a file in the rootfs, a host directory, read here.
+        let wrapped = format!("(\n{script}\n) > /gpuhook-probe.out 2>&1\ncat /gpuhook-probe.out\n");
+        let (out, rootfs) = self.run(args, &wrapped);
+        let stdout = std::fs::read_to_string(rootfs.join("gpuhook-probe.out"))
+            .unwrap_or_else(|_| String::from_utf8_lossy(&out.stdout).into_owned());
         assert!(
             out.status.success() && stdout.contains("DONE"),
             "ctr run {args:?} failed ({})\nstdout:\n{stdout}\nstderr:\n{}\ngpuhook log:\n{}",
