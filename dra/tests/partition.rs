@@ -4,8 +4,8 @@
 //! Profiles", H100 80GB), prepare creates exactly the allocated placement, unprepare destroys
 //! it, a taken placement fails alone, and a restart between create and checkpoint converges.
 //!
-//! Needs root (the node has device nodes) and `cargo build -p gpuhook-sim --bins -p
-//! gpuhook-mock-nvml`; skipped otherwise, a failure under GPUHOOK_REQUIRE_E2E=1.
+//! Needs root (the node has device nodes) and `cargo build -p gpuhook-sim --bins`
+//! and `cargo build -p gpuhook-mock-nvml`; skipped otherwise, a failure under GPUHOOK_REQUIRE_E2E=1.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "common/apiserver.rs"]
@@ -14,6 +14,8 @@ mod apiserver;
 mod part;
 #[path = "common/plugin.rs"]
 mod plugin;
+#[path = "common/sim.rs"]
+mod sim;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

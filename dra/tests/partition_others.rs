@@ -12,6 +12,8 @@ mod apiserver;
 mod part;
 #[path = "common/plugin.rs"]
 mod plugin;
+#[path = "common/sim.rs"]
+mod sim;
 
 use std::collections::BTreeSet;
 
