@@ -19,31 +19,7 @@ REPO=$(cd "$(dirname "$0")/.." && pwd)
 source "$REPO/scripts/bench-lib.sh"
 bench_preflight "$RUNS" 3 "the simulated node's device files" python3
 
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$REPO/target}
-PROFILE=${PROFILE:-release}
-case $PROFILE in
-  release) flags=(--release) ;;
-  debug) flags=() ;;
-  *) echo "PROFILE must be release or debug" >&2; exit 2 ;;
-esac
-echo "building $PROFILE binaries in $CARGO_TARGET_DIR ..." >&2
-(cd "$REPO" && cargo build "${flags[@]}" -q -p gpuhook-sim -p gpuhook-mock-nvml \
-  && cargo build "${flags[@]}" -q -p gpuhook-device-plugin --bin gpuhook-device-plugin --example bench_client)
-BIN=$CARGO_TARGET_DIR/$PROFILE
-
-bench_work_dir gpuhook-bench-dp-scrape
-bench_watchdog 900
-"$BIN/gpuhook-sim" build dgx-h100 "$WORK/node" >/dev/null
-EVENTS=$WORK/node/usr/lib/x86_64-linux-gnu/gpuhook-sim-state/events
-mkdir -p "$(dirname "$EVENTS")"
-cat >"$WORK/config.yaml" <<'YAML'
-version: v1
-sharing:
-  timeSlicing:
-    resources:
-    - name: nvidia.com/gpu
-      replicas: 48
-YAML
+bench_dp_setup "$REPO" gpuhook-bench-dp-scrape 900
 
 port=$((20000 + $$ % 20000))
 for i in $(seq 1 "$RUNS"); do

@@ -122,3 +122,36 @@ def pct(xs, p):
     return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 PY
 )
+
+# bench_dp_setup REPO WORK_PREFIX WATCHDOG_S: the device-plugin benchmarks' common part. Builds
+# the simulator, the mock NVML, the plugin and its bench_client (PROFILE=release, or debug to
+# smoke-test a script), sets BIN, WORK (bench_work_dir), the watchdog, EVENTS (the mock NVML's
+# event file) and $WORK/config.yaml (dgx-h100 time-sliced 48 ways: 384 IDs), and builds the node
+# at $WORK/node.
+bench_dp_setup() {
+  local repo=$1 flags
+  export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$repo/target}
+  PROFILE=${PROFILE:-release}
+  case $PROFILE in
+    release) flags=(--release) ;;
+    debug) flags=() ;;
+    *) echo "PROFILE must be release or debug" >&2; exit 2 ;;
+  esac
+  echo "building $PROFILE binaries in $CARGO_TARGET_DIR ..." >&2
+  (cd "$repo" && cargo build "${flags[@]}" -q -p gpuhook-sim -p gpuhook-mock-nvml \
+    && cargo build "${flags[@]}" -q -p gpuhook-device-plugin --bin gpuhook-device-plugin --example bench_client)
+  BIN=$CARGO_TARGET_DIR/$PROFILE
+  bench_work_dir "$2"
+  bench_watchdog "$3"
+  "$BIN/gpuhook-sim" build dgx-h100 "$WORK/node" >/dev/null
+  EVENTS=$WORK/node/usr/lib/x86_64-linux-gnu/gpuhook-sim-state/events
+  mkdir -p "$(dirname "$EVENTS")"
+  cat >"$WORK/config.yaml" <<'YAML'
+version: v1
+sharing:
+  timeSlicing:
+    resources:
+    - name: nvidia.com/gpu
+      replicas: 48
+YAML
+}
