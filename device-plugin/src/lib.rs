@@ -7,6 +7,8 @@ pub mod allocate;
 pub mod api;
 pub mod changes;
 pub mod error;
+#[cfg(feature = "testing")]
+pub mod fake_pod_resources;
 pub mod fingerprint;
 pub mod health;
 pub mod kubelet;

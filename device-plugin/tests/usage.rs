@@ -10,33 +10,15 @@ use std::path::{Path, PathBuf};
 
 use common::node::{inventory, node_files, serve, terminate, BIN};
 use common::{next_list, FakeKubelet, WAIT};
+use gpuhook_device_plugin::fake_pod_resources::serve_pod_resources;
 use gpuhook_device_plugin::podresources::{
-    self, ContainerDevices, ContainerResources, ListPodResourcesRequest, ListPodResourcesResponse,
-    PodResources, PodResourcesLister, PodResourcesListerServer,
+    self, ContainerDevices, ContainerResources, ListPodResourcesResponse, PodResources,
 };
-use tonic::{Request, Response, Status};
-
-struct Lister(ListPodResourcesResponse);
-
-#[tonic::async_trait]
-impl PodResourcesLister for Lister {
-    async fn list(
-        &self,
-        _: Request<ListPodResourcesRequest>,
-    ) -> Result<Response<ListPodResourcesResponse>, Status> {
-        Ok(Response::new(self.0.clone()))
-    }
-}
 
 /// Serves `resp` on `<dir>/kubelet.sock`; returns the socket path.
 fn fake_pod_resources(dir: &Path, resp: ListPodResourcesResponse) -> PathBuf {
     let sock = dir.join("kubelet.sock");
-    let listener = tokio::net::UnixListener::bind(&sock).unwrap();
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(PodResourcesListerServer::new(Lister(resp)))
-            .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener)),
-    );
+    serve_pod_resources(&sock, resp);
     sock
 }
 

@@ -1,10 +1,9 @@
 use std::path::PathBuf;
 
+use gpuhook_device_plugin::fake_pod_resources::serve_pod_resources;
 use gpuhook_device_plugin::podresources::{
-    ContainerDevices, ContainerResources, ListPodResourcesRequest, ListPodResourcesResponse,
-    PodResources, PodResourcesLister, PodResourcesListerServer,
+    ContainerDevices, ContainerResources, ListPodResourcesResponse, PodResources,
 };
-use tonic::{Request, Response, Status};
 
 use super::*;
 
@@ -58,36 +57,10 @@ fn list() -> ListPodResourcesResponse {
     }
 }
 
-struct Lister(ListPodResourcesResponse);
-
-#[tonic::async_trait]
-impl PodResourcesLister for Lister {
-    async fn list(
-        &self,
-        _: Request<ListPodResourcesRequest>,
-    ) -> Result<Response<ListPodResourcesResponse>, Status> {
-        Ok(Response::new(self.0.clone()))
-    }
-}
-
-/// A fake kubelet serving `resp` on `<dir>/kubelet.sock`, on its own thread and runtime.
+/// A fake kubelet serving `resp` on `<dir>/kubelet.sock`.
 fn fake_kubelet(dir: &std::path::Path, resp: ListPodResourcesResponse) -> PathBuf {
     let sock = dir.join("kubelet.sock");
-    let path = sock.clone();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Runtime::new().unwrap();
-        rt.block_on(async move {
-            let listener = tokio::net::UnixListener::bind(&path).unwrap();
-            tx.send(()).unwrap();
-            tonic::transport::Server::builder()
-                .add_service(PodResourcesListerServer::new(Lister(resp)))
-                .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener))
-                .await
-                .unwrap();
-        });
-    });
-    rx.recv().unwrap();
+    serve_pod_resources(&sock, resp);
     sock
 }
 

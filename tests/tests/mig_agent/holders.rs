@@ -4,45 +4,12 @@
 
 use std::path::Path;
 
+use gpuhook_device_plugin::fake_pod_resources::serve_pod_resources as fake_kubelet;
 use gpuhook_device_plugin::podresources::{
-    ContainerDevices, ContainerResources, ListPodResourcesRequest, ListPodResourcesResponse,
-    PodResources, PodResourcesLister, PodResourcesListerServer,
+    ContainerDevices, ContainerResources, ListPodResourcesResponse, PodResources,
 };
-use tonic::{Request, Response, Status};
 
 use super::*;
-
-struct Lister(ListPodResourcesResponse);
-
-#[tonic::async_trait]
-impl PodResourcesLister for Lister {
-    async fn list(
-        &self,
-        _: Request<ListPodResourcesRequest>,
-    ) -> Result<Response<ListPodResourcesResponse>, Status> {
-        Ok(Response::new(self.0.clone()))
-    }
-}
-
-/// Serves `resp` as the kubelet's pod-resources API on `sock`, on its own thread.
-fn fake_kubelet(sock: &Path, resp: ListPodResourcesResponse) {
-    std::fs::create_dir_all(sock.parent().unwrap()).unwrap();
-    let path = sock.to_path_buf();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Runtime::new().unwrap();
-        rt.block_on(async move {
-            let listener = tokio::net::UnixListener::bind(&path).unwrap();
-            tx.send(()).unwrap();
-            tonic::transport::Server::builder()
-                .add_service(PodResourcesListerServer::new(Lister(resp)))
-                .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener))
-                .await
-                .unwrap();
-        });
-    });
-    rx.recv().unwrap();
-}
 
 /// The MIG UUID of GPU 0's 3g.40gb device (seed 003's mixed-workload, as the profile has it).
 fn uuid_3g(root: &Path) -> String {
