@@ -14,12 +14,10 @@ mod device_plugin_cri_support;
 use std::collections::HashMap;
 use std::path::Path;
 
-use device_plugin_cri_support::cri::HANDLER;
 use device_plugin_cri_support::kubelet::{container_config, run_options};
 use device_plugin_cri_support::rig::{ready, tmp, Bench};
 use gpu_mps_daemon::cri::{self, PodRef};
 use gpu_mps_daemon::status::{Board, ClientStatus, GpuStatus};
-use k8s_cri::v1 as api;
 
 const POD: &str = "trainer-0";
 const NAMESPACE: &str = "ml-team";
@@ -42,53 +40,10 @@ async fn start_pod(bench: &mut Bench) -> (String, String) {
     let meta = sandbox.metadata.as_mut().unwrap();
     meta.namespace = NAMESPACE.into();
     let uid = meta.uid.clone();
-    let pod_id = cri
-        .runtime
-        .run_pod_sandbox(api::RunPodSandboxRequest {
-            config: Some(sandbox.clone()),
-            runtime_handler: HANDLER.into(),
-        })
-        .await
-        .unwrap_or_else(|e| panic!("RunPodSandbox: {e}\n{}", cri.daemon.log_text()))
-        .into_inner()
-        .pod_sandbox_id;
     let mut config = container_config(CONTAINER, "sleep 120", run_options(&[]));
     config.labels = kubelet_labels(&uid);
     config.log_path = "ctr_0.log".into();
-    let id = cri
-        .runtime
-        .create_container(api::CreateContainerRequest {
-            pod_sandbox_id: pod_id.clone(),
-            config: Some(config),
-            sandbox_config: Some(sandbox),
-        })
-        .await
-        .unwrap_or_else(|e| panic!("CreateContainer: {e}\n{}", cri.daemon.log_text()))
-        .into_inner()
-        .container_id;
-    cri.runtime
-        .start_container(api::StartContainerRequest {
-            container_id: id.clone(),
-        })
-        .await
-        .unwrap_or_else(|e| panic!("StartContainer: {e}\n{}", cri.daemon.log_text()));
-    (pod_id, id)
-}
-
-/// The container's init pid, from CRI's verbose ContainerStatus (`info` JSON, `pid`).
-async fn pid_of(bench: &mut Bench, id: &str) -> u32 {
-    let st = bench
-        .cri
-        .runtime
-        .container_status(api::ContainerStatusRequest {
-            container_id: id.into(),
-            verbose: true,
-        })
-        .await
-        .expect("ContainerStatus")
-        .into_inner();
-    let info: serde_json::Value = serde_json::from_str(&st.info["info"]).expect("info JSON");
-    u32::try_from(info["pid"].as_u64().expect("pid")).unwrap()
+    cri.start_pod(sandbox, config).await
 }
 
 fn board_with_client(pid: u32, id: &str) -> Board {
@@ -125,7 +80,7 @@ async fn a_cri_container_id_is_named_by_its_pod_namespace_and_container() {
     let (pod_id, id) = start_pod(&mut bench).await;
 
     // The watcher's view: the process's cgroup gives the same id CRI knows.
-    let pid = pid_of(&mut bench, &id).await;
+    let pid = bench.cri.running_pid(&id).await;
     let owner = gpu_mps_daemon::cgroup::owner_of(Path::new("/proc"), pid)
         .expect("read /proc/<pid>/cgroup")
         .expect("a container process");
@@ -156,18 +111,7 @@ async fn a_cri_container_id_is_named_by_its_pod_namespace_and_container() {
     );
 
     let cri = &mut bench.cri;
-    let _ = cri
-        .runtime
-        .stop_pod_sandbox(api::StopPodSandboxRequest {
-            pod_sandbox_id: pod_id.clone(),
-        })
-        .await;
-    let _ = cri
-        .runtime
-        .remove_pod_sandbox(api::RemovePodSandboxRequest {
-            pod_sandbox_id: pod_id,
-        })
-        .await;
+    cri.remove_pod(&pod_id).await;
     // Once stopped, the id is no longer a running container.
     let after = cri::list_running(&socket).await.expect("ListContainers");
     assert!(after.iter().all(|c| c.id != id));

@@ -268,6 +268,70 @@ impl Cri {
         }
     }
 
+    /// Runs pod `sandbox` (handler [`HANDLER`]) and creates and starts its container `config`,
+    /// without waiting for it; returns (sandbox id, container id). The caller removes the pod.
+    pub async fn start_pod(
+        &mut self,
+        sandbox: cri::PodSandboxConfig,
+        config: cri::ContainerConfig,
+    ) -> (String, String) {
+        let pod = self
+            .runtime
+            .run_pod_sandbox(cri::RunPodSandboxRequest {
+                config: Some(sandbox.clone()),
+                runtime_handler: HANDLER.into(),
+            })
+            .await
+            .unwrap_or_else(|e| panic!("RunPodSandbox: {e}\n{}", self.daemon.log_text()))
+            .into_inner()
+            .pod_sandbox_id;
+        let id = self
+            .runtime
+            .create_container(cri::CreateContainerRequest {
+                pod_sandbox_id: pod.clone(),
+                config: Some(config),
+                sandbox_config: Some(sandbox),
+            })
+            .await
+            .unwrap_or_else(|e| panic!("CreateContainer: {e}\n{}", self.daemon.log_text()))
+            .into_inner()
+            .container_id;
+        self.runtime
+            .start_container(cri::StartContainerRequest {
+                container_id: id.clone(),
+            })
+            .await
+            .unwrap_or_else(|e| panic!("StartContainer: {e}\n{}", self.daemon.log_text()));
+        (pod, id)
+    }
+
+    /// The host PID of running container `id`, from the verbose ContainerStatus (containerd's
+    /// CRI puts its task's `pid` in `info["info"]`); waits until it runs.
+    pub async fn running_pid(&mut self, id: &str) -> u32 {
+        let deadline = Instant::now() + RUN_WAIT;
+        loop {
+            let resp = self
+                .runtime
+                .container_status(cri::ContainerStatusRequest {
+                    container_id: id.into(),
+                    verbose: true,
+                })
+                .await
+                .expect("ContainerStatus")
+                .into_inner();
+            let state = resp.status.as_ref().map(|s| s.state);
+            if state == Some(i32::from(ContainerState::ContainerRunning)) {
+                let info: serde_json::Value =
+                    serde_json::from_str(resp.info.get("info").expect("verbose info"))
+                        .expect("verbose info is JSON");
+                let pid = info["pid"].as_u64().expect("pid in the verbose info");
+                return u32::try_from(pid).expect("a pid fits u32");
+            }
+            assert!(Instant::now() < deadline, "not running: {resp:?}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// StartContainer, then ContainerStatus until EXITED; returns the exit code.
     async fn start_and_wait(&mut self, id: &str) -> i32 {
         self.runtime
@@ -297,8 +361,9 @@ impl Cri {
         }
     }
 
-    /// StopPodSandbox + RemovePodSandbox (which removes its containers), as the kubelet does.
-    async fn remove_pod(&mut self, id: &str) {
+    /// StopPodSandbox + RemovePodSandbox (which removes its containers), as the kubelet does;
+    /// errors are ignored (clean-up): a test that cares checks what is left.
+    pub async fn remove_pod(&mut self, id: &str) {
         let _ = self
             .runtime
             .stop_pod_sandbox(cri::StopPodSandboxRequest {

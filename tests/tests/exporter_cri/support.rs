@@ -9,9 +9,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use k8s_cri::v1 as cri;
-
-use crate::device_plugin_cri_support::cri::{Cri, HANDLER};
+use crate::device_plugin_cri_support::cri::Cri;
 use crate::device_plugin_cri_support::kubelet::{container_config, RunOptions};
 
 /// How long the exporter may take to show what a test waits for.
@@ -40,37 +38,11 @@ pub async fn run_sleeping(cri: &mut Cri, namespace: &str, name: &str, container:
         ("io.kubernetes.pod.uid".into(), uid),
     ]);
     sandbox.labels = pod_labels.clone();
-    let id = cri
-        .runtime
-        .run_pod_sandbox(cri::RunPodSandboxRequest {
-            config: Some(sandbox.clone()),
-            runtime_handler: HANDLER.into(),
-        })
-        .await
-        .unwrap_or_else(|e| panic!("RunPodSandbox: {e}\n{}", cri.daemon.log_text()))
-        .into_inner()
-        .pod_sandbox_id;
     let mut config = container_config(container, "exec sleep 100000", RunOptions::default());
     config.labels.extend(pod_labels);
     config.log_path = format!("{container}_0.log");
-    let cid = cri
-        .runtime
-        .create_container(cri::CreateContainerRequest {
-            pod_sandbox_id: id.clone(),
-            config: Some(config),
-            sandbox_config: Some(sandbox),
-        })
-        .await
-        .unwrap_or_else(|e| panic!("CreateContainer: {e}\n{}", cri.daemon.log_text()))
-        .into_inner()
-        .container_id;
-    cri.runtime
-        .start_container(cri::StartContainerRequest {
-            container_id: cid.clone(),
-        })
-        .await
-        .unwrap_or_else(|e| panic!("StartContainer: {e}\n{}", cri.daemon.log_text()));
-    let pid = running_pid(cri, &cid).await;
+    let (id, cid) = cri.start_pod(sandbox, config).await;
+    let pid = cri.running_pid(&cid).await;
     Pod {
         name: name.into(),
         sandbox: id,
@@ -79,46 +51,9 @@ pub async fn run_sleeping(cri: &mut Cri, namespace: &str, name: &str, container:
     }
 }
 
-/// The host PID of a running container, from the verbose ContainerStatus (containerd's CRI
-/// puts its task's `pid` in `info["info"]`).
-async fn running_pid(cri: &mut Cri, id: &str) -> u32 {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let resp = cri
-            .runtime
-            .container_status(cri::ContainerStatusRequest {
-                container_id: id.into(),
-                verbose: true,
-            })
-            .await
-            .expect("ContainerStatus")
-            .into_inner();
-        let state = resp.status.as_ref().map(|s| s.state);
-        if state == Some(i32::from(cri::ContainerState::ContainerRunning)) {
-            let info: serde_json::Value =
-                serde_json::from_str(resp.info.get("info").expect("verbose info")).unwrap();
-            let pid = info["pid"].as_u64().expect("pid in the verbose info");
-            return u32::try_from(pid).unwrap();
-        }
-        assert!(Instant::now() < deadline, "not running: {resp:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 /// StopPodSandbox + RemovePodSandbox, as the kubelet does when a pod goes.
 pub async fn remove(cri: &mut Cri, pod: &Pod) {
-    cri.runtime
-        .stop_pod_sandbox(cri::StopPodSandboxRequest {
-            pod_sandbox_id: pod.sandbox.clone(),
-        })
-        .await
-        .expect("StopPodSandbox");
-    cri.runtime
-        .remove_pod_sandbox(cri::RemovePodSandboxRequest {
-            pod_sandbox_id: pod.sandbox.clone(),
-        })
-        .await
-        .expect("RemovePodSandbox");
+    cri.remove_pod(&pod.sandbox).await;
 }
 
 /// `gpuhook-exporter` as the DaemonSet runs it; killed on drop.
