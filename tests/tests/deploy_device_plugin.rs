@@ -7,55 +7,19 @@
 //! the MPS overlay deploys the plugin beside gpu-mps-daemon with the same MPS root.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test crate: a panic is a test failure
 
+#[path = "deploy_support/kustomized.rs"]
+mod kustomized;
+
 use std::path::Path;
 use std::process::Command;
 
 use gpuhook_node::{DeviceMajors, DiscoverySource, DriverFiles, Gpu, Inventory};
-use serde::Deserialize;
 use yaml_serde::Value;
+
+use kustomized::{count, find, rendered, strs};
 
 const PLUGIN: &str = "gpuhook-device-plugin";
 const NS: &str = "gpuhook-system";
-
-/// `kubectl kustomize deploy/kubernetes/<dir>` as YAML documents.
-fn rendered(dir: &str) -> Vec<Value> {
-    let path = gpuhook_e2e::workspace_root()
-        .join("deploy/kubernetes")
-        .join(dir);
-    let out = Command::new("kubectl")
-        .arg("kustomize")
-        .arg(&path)
-        .output()
-        .expect("run kubectl");
-    let text = String::from_utf8(out.stdout).unwrap();
-    assert!(
-        out.status.success(),
-        "kustomize {dir}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    yaml_serde::Deserializer::from_str(&text)
-        .map(|d| Value::deserialize(d).unwrap())
-        .filter(|v| !v.is_null())
-        .collect()
-}
-
-fn find<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
-    docs.iter()
-        .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
-        .unwrap_or_else(|| panic!("no {kind} {name}"))
-}
-
-fn count(docs: &[Value], kind: &str) -> usize {
-    docs.iter().filter(|d| d["kind"] == kind).count()
-}
-
-fn strs(v: &Value) -> Vec<String> {
-    v.as_sequence()
-        .unwrap()
-        .iter()
-        .map(|s| s.as_str().unwrap().to_string())
-        .collect()
-}
 
 /// The value after `flag` in `args`.
 fn flag<'a>(args: &'a [String], flag: &str) -> &'a str {

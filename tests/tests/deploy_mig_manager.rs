@@ -7,7 +7,9 @@
 //! by the label the manager pauses.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::process::Command;
+#[path = "deploy_support/kustomized.rs"]
+mod kustomized;
+
 
 use clap::Parser;
 use gpuhook_mig::MigConfigFile;
@@ -16,43 +18,10 @@ use gpuhook_mig_manager::labels::{CLIENTS, PAUSED};
 use serde::Deserialize;
 use yaml_serde::Value;
 
+use kustomized::{find, rendered, strs};
+
 const NAME: &str = "gpuhook-mig-manager";
 const NS: &str = "gpuhook-system";
-
-fn rendered(dir: &str) -> Vec<Value> {
-    let path = gpuhook_e2e::workspace_root()
-        .join("deploy/kubernetes")
-        .join(dir);
-    let out = Command::new("kubectl")
-        .arg("kustomize")
-        .arg(&path)
-        .output()
-        .expect("run kubectl");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout).unwrap();
-    yaml_serde::Deserializer::from_str(&text)
-        .map(|d| Value::deserialize(d).unwrap())
-        .filter(|v| !v.is_null())
-        .collect()
-}
-
-fn find<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
-    docs.iter()
-        .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
-        .unwrap_or_else(|| panic!("no {kind} {name}"))
-}
-
-fn strs(v: &Value) -> Vec<String> {
-    v.as_sequence()
-        .unwrap()
-        .iter()
-        .map(|s| s.as_str().unwrap().to_string())
-        .collect()
-}
 
 /// The mount path of volume `name` in container `c`.
 fn mount<'a>(c: &'a Value, name: &str) -> &'a str {
