@@ -8,6 +8,8 @@ pub mod api;
 pub mod changes;
 pub mod error;
 #[cfg(feature = "testing")]
+pub mod fake_kubelet;
+#[cfg(feature = "testing")]
 pub mod fake_pod_resources;
 pub mod fingerprint;
 pub mod health;

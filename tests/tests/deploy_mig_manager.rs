@@ -10,7 +10,6 @@
 #[path = "deploy_support/kustomized.rs"]
 mod kustomized;
 
-
 use clap::Parser;
 use gpuhook_mig::MigConfigFile;
 use gpuhook_mig_manager::cli::Args;
