@@ -10,7 +10,8 @@
 //! `resourceClaimName`; a claim entry's `request` narrows it to that request's devices). It
 //! writes `<plugin dir>/pods/<pod UID>.json` (root only, 0600, in a 0700 dir):
 //! `{"claims": {"<claim UID>": {"<container name>": ["<CDI ID>", …]}}}`.
-//! gpuhook-runtime (`wrapper/src/claim_index.rs`) reads it for a CRI container by the
+//! Pods that join or leave the claim later (the kubelet prepares a claim once per node) are
+//! followed by `claimwatch.rs`. gpuhook-runtime (`wrapper/src/claim_index.rs`) reads it for a CRI container by the
 //! `io.kubernetes.cri.sandbox-uid` and `io.kubernetes.cri.container-name` annotations.
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -21,6 +21,14 @@
 //!    runtime configure`) and gpuhook-runtime resolves from the spec dirs: the container gets
 //!    exactly the claim's GPU node and the claim spec's env, and no other GPU.
 //!
+//! 3. pod `joiner` joins the prepared claim's `reservedFor` (no second `NodePrepareResources`,
+//!    as the kubelet serves it from its claim-info cache): indexed by the plugin's watch, its
+//!    container gets exactly the claim's GPU from `CDI_devices` alone;
+//! 4. with the gpuhook handler's `pod_annotations = ["*", "*/*"]`, pod `intruder` (not reserved)
+//!    sets `io.kubernetes.cri.sandbox-uid` / `container-name` in its pod annotations to the
+//!    indexed pod's: containerd 1.6 overwrites them with its own (the OCI spec it made has the
+//!    intruder's UID and the pass-through probe annotation) and the container gets no GPU.
+//!
 //! Then `NodeUnprepareResources` removes the claim's spec and its index entry.
 //!
 //! Run under `flock /tmp/gpuhook-e2e.lock`. Needs root, containerd, ctr, runc, static busybox and
