@@ -288,24 +288,34 @@ fn index_files(dir: &Path) -> Result<Vec<(String, PathBuf)>, DraError> {
 }
 
 /// Removes claim `claim_uid` from every pod's index in `dir` (a file left empty is removed).
+/// A file that cannot be read or written does not stop the others; the first error is returned.
 pub fn remove_claim(dir: &Path, claim_uid: &str) -> Result<(), DraError> {
     let _held = LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    let mut first = None;
     for (_, path) in index_files(dir)? {
-        let mut index = load(&path)?;
-        if index.claims.remove(claim_uid).is_some() {
-            store(&path, &index)?;
+        let res = load(&path).and_then(|mut index| match index.claims.remove(claim_uid) {
+            Some(_) => store(&path, &index),
+            None => Ok(()),
+        });
+        if let Err(e) = res {
+            first.get_or_insert(e);
         }
     }
-    Ok(())
+    first.map_or(Ok(()), Err)
 }
 
-/// The UIDs of the pods whose index in `dir` has an entry for claim `claim_uid`.
+/// The UIDs of the pods whose index in `dir` has an entry for claim `claim_uid` (a file that
+/// cannot be read is skipped with a warning).
 pub fn pods_of_claim(dir: &Path, claim_uid: &str) -> Result<BTreeSet<String>, DraError> {
     let _held = LOCK.lock().unwrap_or_else(|p| p.into_inner());
     let mut out = BTreeSet::new();
     for (uid, path) in index_files(dir)? {
-        if load(&path)?.claims.contains_key(claim_uid) {
-            out.insert(uid);
+        match load(&path) {
+            Ok(index) if index.claims.contains_key(claim_uid) => {
+                out.insert(uid);
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "claim index file skipped"),
         }
     }
     Ok(out)

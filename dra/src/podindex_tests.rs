@@ -108,8 +108,14 @@ fn pods_of_claim_lists_the_pods_with_an_entry_for_it() {
     record(&dir, "pod-2", "claim-1", c.clone()).unwrap();
     record(&dir, "pod-3", "claim-2", c).unwrap();
     std::fs::write(dir.join("notes.txt"), "x").unwrap();
+    std::fs::write(dir.join("pod-bad.json"), "{not json").unwrap();
     let got = pods_of_claim(&dir, "claim-1").unwrap();
     assert_eq!(got.into_iter().collect::<Vec<_>>(), ["pod-1", "pod-2"]);
+    // A corrupt file fails remove_claim, but the claim still leaves every other file.
+    let e = remove_claim(&dir, "claim-1").unwrap_err();
+    assert!(e.to_string().contains("pod-bad.json"), "{e}");
+    assert!(pods_of_claim(&dir, "claim-1").unwrap().is_empty());
+    std::fs::remove_file(dir.join("pod-bad.json")).unwrap();
     assert!(pods_of_claim(&dir, "claim-9").unwrap().is_empty());
     assert!(pods_of_claim(&t.path().join("absent"), "claim-1")
         .unwrap()
