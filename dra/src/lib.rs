@@ -19,6 +19,7 @@ pub mod api;
 pub mod cdi_claim;
 pub mod checkpoint;
 pub mod claim;
+pub mod claimwatch;
 pub mod config;
 pub mod devices;
 pub mod driver;

@@ -87,6 +87,10 @@ struct Cli {
     /// re-partition, in ms; the slices follow it without a restart. 0: not checked.
     #[arg(long, default_value_t = 1000)]
     mig_poll_ms: u64,
+    /// How often the prepared claims' `status.reservedFor` is read to index pods that join or
+    /// leave a claim already prepared (the claim index for containerd 1.6), in ms. 0: not read.
+    #[arg(long, default_value_t = 1000)]
+    claim_index_poll_ms: u64,
 }
 
 /// The re-partition watch of `cli` (`None`: off).
@@ -235,6 +239,9 @@ async fn main() -> Result<()> {
     let mut running = start(opts, run, inv, cluster, slicer)?;
     if let Some(r) = rescan(&cli) {
         running.follow_repartitions(r);
+    }
+    if cli.claim_index_poll_ms > 0 {
+        running.follow_reservations(Duration::from_millis(cli.claim_index_poll_ms));
     }
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {

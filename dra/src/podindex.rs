@@ -10,10 +10,11 @@
 //! `resourceClaimName`; a claim entry's `request` narrows it to that request's devices). It
 //! writes `<plugin dir>/pods/<pod UID>.json` (root only, 0600, in a 0700 dir):
 //! `{"claims": {"<claim UID>": {"<container name>": ["<CDI ID>", …]}}}`.
-//! gpuhook-runtime (`wrapper/src/claim_index.rs`) reads it for a CRI container by the
+//! Pods that join or leave the claim later (the kubelet prepares a claim once per node) are
+//! followed by `claimwatch.rs`. gpuhook-runtime (`wrapper/src/claim_index.rs`) reads it for a CRI container by the
 //! `io.kubernetes.cri.sandbox-uid` and `io.kubernetes.cri.container-name` annotations.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -27,6 +28,9 @@ use crate::error::DraError;
 pub const DIR_NAME: &str = "pods";
 /// Bound on one index file read back.
 const MAX_INDEX_BYTES: u64 = 1 << 20;
+/// Bound on the entries of the index dir read in one walk (a node runs at most a few hundred
+/// pods; the kubelet's default `maxPods` is 110).
+pub const MAX_INDEX_FILES: usize = 4096;
 
 /// container name → CDI IDs.
 pub type ContainerIds = BTreeMap<String, Vec<String>>;
@@ -36,6 +40,21 @@ pub type ContainerIds = BTreeMap<String, Vec<String>>;
 pub struct PodIndex {
     /// claim UID → its containers in this pod.
     pub claims: BTreeMap<String, ContainerIds>,
+}
+
+/// Bound on the pods of one claim's `status.reservedFor` followed (the API server allows 256:
+/// `ResourceClaimReservedForMaxSize`).
+pub const MAX_RESERVED: usize = 256;
+
+/// What one [`Driver::reindex`] changed.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Reindexed {
+    /// Pods newly indexed (or found not to use the claim).
+    pub added: Vec<String>,
+    /// Pods whose entry for the claim was removed (no longer in `reservedFor`).
+    pub removed: Vec<String>,
+    /// Pods of `reservedFor` that could not be read (tried again next time), with the error.
+    pub failed: Vec<(String, String)>,
 }
 
 /// Serializes read-modify-write of index files (two claims of one pod prepare concurrently).
@@ -244,25 +263,62 @@ fn create_private_dir(dir: &Path) -> Result<(), DraError> {
     }
 }
 
-/// Removes claim `claim_uid` from every pod's index in `dir` (a file left empty is removed).
-pub fn remove_claim(dir: &Path, claim_uid: &str) -> Result<(), DraError> {
-    let _held = LOCK.lock().unwrap_or_else(|p| p.into_inner());
+/// The index files in `dir` (pod UID, path), at most [`MAX_INDEX_FILES`] entries read.
+fn index_files(dir: &Path) -> Result<Vec<(String, PathBuf)>, DraError> {
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(io_err(dir, e)),
     };
-    for entry in entries {
+    let mut out = Vec::new();
+    for entry in entries.take(MAX_INDEX_FILES) {
         let path = entry.map_err(|e| io_err(dir, e))?.path();
-        if path.extension().and_then(|e| e.to_str()) != Some("json") {
-            continue;
-        }
-        let mut index = load(&path)?;
-        if index.claims.remove(claim_uid).is_some() {
-            store(&path, &index)?;
+        let uid = path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .map(str::to_string);
+        match uid {
+            Some(u) if path.extension().and_then(|e| e.to_str()) == Some("json") => {
+                out.push((u, path))
+            }
+            _ => {}
         }
     }
-    Ok(())
+    Ok(out)
+}
+
+/// Removes claim `claim_uid` from every pod's index in `dir` (a file left empty is removed).
+/// A file that cannot be read or written does not stop the others; the first error is returned.
+pub fn remove_claim(dir: &Path, claim_uid: &str) -> Result<(), DraError> {
+    let _held = LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    let mut first = None;
+    for (_, path) in index_files(dir)? {
+        let res = load(&path).and_then(|mut index| match index.claims.remove(claim_uid) {
+            Some(_) => store(&path, &index),
+            None => Ok(()),
+        });
+        if let Err(e) = res {
+            first.get_or_insert(e);
+        }
+    }
+    first.map_or(Ok(()), Err)
+}
+
+/// The UIDs of the pods whose index in `dir` has an entry for claim `claim_uid` (a file that
+/// cannot be read is skipped with a warning).
+pub fn pods_of_claim(dir: &Path, claim_uid: &str) -> Result<BTreeSet<String>, DraError> {
+    let _held = LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    let mut out = BTreeSet::new();
+    for (uid, path) in index_files(dir)? {
+        match load(&path) {
+            Ok(index) if index.claims.contains_key(claim_uid) => {
+                out.insert(uid);
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "claim index file skipped"),
+        }
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -98,3 +98,26 @@ fn a_pod_uid_never_leaves_the_dir() {
     }
     assert!(record(d, "../x", "c", ContainerIds::new()).is_err());
 }
+
+#[test]
+fn pods_of_claim_lists_the_pods_with_an_entry_for_it() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("pods");
+    let c = ContainerIds::from([("main".to_string(), vec!["a/b=c".to_string()])]);
+    record(&dir, "pod-1", "claim-1", c.clone()).unwrap();
+    record(&dir, "pod-2", "claim-1", c.clone()).unwrap();
+    record(&dir, "pod-3", "claim-2", c).unwrap();
+    std::fs::write(dir.join("notes.txt"), "x").unwrap();
+    std::fs::write(dir.join("pod-bad.json"), "{not json").unwrap();
+    let got = pods_of_claim(&dir, "claim-1").unwrap();
+    assert_eq!(got.into_iter().collect::<Vec<_>>(), ["pod-1", "pod-2"]);
+    // A corrupt file fails remove_claim, but the claim still leaves every other file.
+    let e = remove_claim(&dir, "claim-1").unwrap_err();
+    assert!(e.to_string().contains("pod-bad.json"), "{e}");
+    assert!(pods_of_claim(&dir, "claim-1").unwrap().is_empty());
+    std::fs::remove_file(dir.join("pod-bad.json")).unwrap();
+    assert!(pods_of_claim(&dir, "claim-9").unwrap().is_empty());
+    assert!(pods_of_claim(&t.path().join("absent"), "claim-1")
+        .unwrap()
+        .is_empty());
+}

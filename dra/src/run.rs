@@ -237,6 +237,13 @@ impl Running {
             .push(crate::rescan::spawn(self.driver.clone(), r));
     }
 
+    /// Keeps the claim index current for pods that join or leave a prepared claim, polling
+    /// every `every` (`claimwatch.rs`).
+    pub fn follow_reservations(&mut self, every: Duration) {
+        let task = crate::claimwatch::spawn(self.driver.clone(), every);
+        self.tasks.push(task);
+    }
+
     /// Stops serving; prepared claims stay prepared (checkpointed).
     pub async fn stop(self) {
         self.servers.stop().await;

@@ -21,6 +21,14 @@
 //!    runtime configure`) and gpuhook-runtime resolves from the spec dirs: the container gets
 //!    exactly the claim's GPU node and the claim spec's env, and no other GPU.
 //!
+//! 3. pod `joiner` joins the prepared claim's `reservedFor` (no second `NodePrepareResources`,
+//!    as the kubelet serves it from its claim-info cache): indexed by the plugin's watch, its
+//!    container gets exactly the claim's GPU from `CDI_devices` alone;
+//! 4. with the gpuhook handler's `pod_annotations = ["*", "*/*"]`, pod `intruder` (not reserved)
+//!    sets `io.kubernetes.cri.sandbox-uid` / `container-name` in its pod annotations to the
+//!    indexed pod's: containerd 1.6 overwrites them with its own (the OCI spec it made has the
+//!    intruder's UID and the pass-through probe annotation) and the container gets no GPU.
+//!
 //! Then `NodeUnprepareResources` removes the claim's spec and its index entry.
 //!
 //! Run under `flock /tmp/gpuhook-e2e.lock`. Needs root, containerd, ctr, runc, static busybox and
@@ -63,6 +71,7 @@ impl DraPlugin {
         let child = Command::new(gpuhook_e2e::built("gpuhook-dra-plugin"))
             .args(["--node-name", NODE, "--sharing", "none", "--no-health"])
             .args(["--mig-poll-ms", "0", "--kube-api-url", &api.url])
+            .args(["--claim-index-poll-ms", "200"])
             .arg("--driver-root")
             .arg(root)
             .arg("--cdi-root")
@@ -160,6 +169,21 @@ async fn prepare(
 const POD: &str = "kubelet-cdi-devices";
 const POD_UID: &str = "uid-kubelet-cdi-devices";
 
+/// A pod whose container `gpu` uses claim `gpu-claim` and `log` does not.
+fn pod_json(pod: &str, pod_uid: &str) -> Value {
+    serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": pod, "namespace": "ns", "uid": pod_uid},
+        "spec": {
+            "containers": [
+                {"name": "gpu", "resources": {"claims": [{"name": "gpus"}]}},
+                {"name": "log"}
+            ],
+            "resourceClaims": [{"name": "gpus", "resourceClaimName": "gpu-claim"}]
+        }
+    })
+}
+
 /// The claim of `device` reserved for [`POD`], whose container `gpu` uses it and `log` does not,
 /// on the fake API server; gpuhook-runtime reads the plugin's claim index, whose dir is returned.
 fn claim_and_pod(api: &ApiServer, bench: &Bench, device: &str) -> PathBuf {
@@ -175,17 +199,7 @@ fn claim_and_pod(api: &ApiServer, bench: &Bench, device: &str) -> PathBuf {
     claim["status"]["reservedFor"] =
         serde_json::json!([{"resource": "pods", "name": pod, "uid": pod_uid}]);
     api.add_claim(claim);
-    api.add_pod(serde_json::json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": pod, "namespace": "ns", "uid": pod_uid},
-        "spec": {
-            "containers": [
-                {"name": "gpu", "resources": {"claims": [{"name": "gpus"}]}},
-                {"name": "log"}
-            ],
-            "resourceClaims": [{"name": "gpus", "resourceClaimName": "gpu-claim"}]
-        }
-    }));
+    api.add_pod(pod_json(pod, pod_uid));
     let index = bench.node.dir.join("plugin").join("pods");
     let mut config = std::fs::OpenOptions::new()
         .append(true)
@@ -199,6 +213,80 @@ fn claim_and_pod(api: &ApiServer, bench: &Bench, device: &str) -> PathBuf {
     index
 }
 
+/// 3. Pod `joiner` joins the prepared claim (reservedFor; no NodePrepareResources): once the
+///    plugin's watch has indexed it, its container `gpu` gets exactly the claim's GPU from
+///    `CDI_devices` alone.
+/// 4. Pod `intruder`, not reserved, names [`POD_UID`] (indexed) in its pod annotations
+///    `io.kubernetes.cri.sandbox-uid` / `container-name`, which `pod_annotations = ["*"]` passes
+///    through: containerd 1.6 sets its own CRI annotations after the pass-through ones
+///    (`container_create_linux.go`, `containerSpec`), so the spec has the intruder's real UID
+///    and its container `gpu` gets no GPU.
+async fn joiner_and_intruder(
+    bench: &mut Bench,
+    api: &ApiServer,
+    index: &Path,
+    ids: &[String],
+    want: &BTreeMap<String, String>,
+) {
+    let (joiner, joiner_uid) = ("joiner", "uid-joiner");
+    api.add_pod(pod_json(joiner, joiner_uid));
+    let mut claim = api.state.lock().unwrap().claims[&("ns".into(), "gpu-claim".into())].clone();
+    claim["status"]["reservedFor"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({"resource": "pods", "name": joiner, "uid": joiner_uid}));
+    api.add_claim(claim);
+    let file = index.join(format!("{joiner_uid}.json"));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !file.exists() {
+        assert!(std::time::Instant::now() < deadline, "joiner never indexed");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let opts = RunOptions {
+        cdi_devices: ids.to_vec(),
+        ..Default::default()
+    };
+    let saw = run(bench, joiner, "gpu", opts).await;
+    assert_eq!(saw.gpu_nodes(), bench.only_gpus(&[0]), "{saw:?}");
+    assert_eq!(&saw.env, want, "{saw:?}");
+
+    let mut sandbox = bench.cri.sandbox_config("intruder");
+    sandbox.annotations = [
+        ("io.kubernetes.cri.sandbox-uid", POD_UID),
+        ("io.kubernetes.cri.container-name", "gpu"),
+        ("gpuhook.test/passed-through", "yes"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let config = container_config("gpu", REPORT, RunOptions::default());
+    let ran = bench.cri.run_in(sandbox, config).await;
+    assert_eq!(ran.exit_code, 0, "{}", ran.log);
+    let a = &ran.spec_annotations;
+    let get = |k: &str| a.get(k).and_then(Value::as_str);
+    assert_eq!(
+        get("gpuhook.test/passed-through"),
+        Some("yes"),
+        "pass-through: {a:?}"
+    );
+    assert_eq!(
+        get("io.kubernetes.cri.sandbox-uid"),
+        Some("uid-intruder"),
+        "{a:?}"
+    );
+    assert_eq!(
+        get("io.kubernetes.cri.container-name"),
+        Some("gpu"),
+        "{a:?}"
+    );
+    let saw = seen(&ran.log);
+    assert!(
+        saw.gpu_nodes().is_empty(),
+        "the intruder got a GPU: {saw:?}"
+    );
+    assert!(!saw.env.contains_key("NVIDIA_VISIBLE_DEVICES"), "{saw:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claim_cdi_ids_through_containerd_1_6_cri() {
     if !ready("dra_cri") {
@@ -207,7 +295,10 @@ async fn claim_cdi_ids_through_containerd_1_6_cri() {
     let t = tmp("dra");
     let dir = t.path();
     let claim_cdi = dir.join("dra-cdi");
-    let mut bench = Bench::start(dir, "rhel-a100", &[&claim_cdi]).await;
+    // An admin passes every pod annotation through (case 4; containerd matches the patterns with
+    // Go's `path.Match`, where `*` stops at `/`).
+    let every = ["*", "*/*"];
+    let mut bench = Bench::start_with(dir, "rhel-a100", &[&claim_cdi], &every).await;
     assert_eq!(bench.node.profile.gpus.len(), 2);
     let api = ApiServer::start(NODE);
     let device = format!("gpu-{}", bench.node.profile.gpus[0].minor);
@@ -244,6 +335,8 @@ async fn claim_cdi_ids_through_containerd_1_6_cri() {
         std::fs::read_to_string(&bench.node.gpuhook_log).unwrap_or_default()
     );
     assert!(!saw.env.contains_key("NVIDIA_VISIBLE_DEVICES"), "{saw:?}");
+
+    joiner_and_intruder(&mut bench, &api, &index, &ids, &want).await;
 
     // 2. The same IDs as the 1.26–1.30 kubelet's container annotation: exactly the claim's GPU.
     let key = format!("cdi.k8s.io/{DRIVER}_{CLAIM_UID}");

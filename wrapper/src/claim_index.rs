@@ -7,7 +7,9 @@
 //! `<dir>/<pod UID>.json` = `{"claims": {"<claim UID>": {"<container>": ["<CDI ID>", …]}}}`.
 //! For a spec with containerd's CRI annotations (`io.kubernetes.cri.container-type` =
 //! `container`, `io.kubernetes.cri.sandbox-uid`, `io.kubernetes.cri.container-name`: set by
-//! containerd from the kubelet's CRI request, never by the pod) the wrapper reads that file and
+//! containerd from the kubelet's CRI request, never by the pod — containerd 1.6 writes them after
+//! any `pod_annotations` pass-through, `container_create_linux.go` `containerSpec`; dra/README.md,
+//! "The claim index") the wrapper reads that file and
 //! resolves the IDs exactly as the names of a container's `cdi.k8s.io/*` annotation (same spec
 //! dirs, same rules): they are added to the spec it decides on as one more container annotation,
 //! [`KEY`] (never written to the bundle).

@@ -29,7 +29,7 @@ pub const HANDLER: &str = "gpuhook";
 /// containerd's namespace for CRI objects.
 const NS: &str = "k8s.io";
 /// How long a container may take to run its script.
-const RUN_WAIT: Duration = Duration::from_secs(60);
+pub const RUN_WAIT: Duration = Duration::from_secs(60);
 
 /// containerd with its CRI plugin and a CRI client.
 pub struct Cri {
@@ -120,11 +120,32 @@ fn build_image(dir: &Path) -> PathBuf {
     tar
 }
 
-/// What one container saw: its log (stdout and stderr) and exit code.
+/// Sets `pod_annotations` of the [`HANDLER`] runtime in containerd config `path`.
+fn set_pod_annotations(path: &Path, patterns: &[&str]) {
+    let text = std::fs::read_to_string(path).expect("containerd config");
+    let mut doc: toml::Table = text.parse().expect("containerd config is TOML");
+    let rt = [
+        "plugins",
+        "io.containerd.grpc.v1.cri",
+        "containerd",
+        "runtimes",
+        HANDLER,
+    ]
+    .iter()
+    .try_fold(&mut doc, |t, k| t.get_mut(*k)?.as_table_mut())
+    .expect("the gpuhook runtime's table");
+    let list = patterns.iter().map(|p| toml::Value::from(*p)).collect();
+    rt.insert("pod_annotations".into(), toml::Value::Array(list));
+    std::fs::write(path, toml::to_string(&doc).expect("TOML")).expect("containerd config");
+}
+
+/// What one container saw: its log (stdout and stderr) and exit code, and the annotations of
+/// the OCI spec containerd made for it (CRI `ContainerStatus` verbose: `info.runtimeSpec`).
 #[derive(Debug)]
 pub struct Ran {
     pub log: String,
     pub exit_code: i32,
+    pub spec_annotations: serde_json::Map<String, serde_json::Value>,
 }
 
 impl Cri {
@@ -132,6 +153,12 @@ impl Cri {
     /// to gpuhook-runtime), adds the gpuhook handler with `gpuhook runtime configure`, and
     /// imports the test image.
     pub async fn start(dir: &Path, gpuhook_config: &Path) -> Cri {
+        Cri::start_with(dir, gpuhook_config, &[]).await
+    }
+
+    /// [`Cri::start`] with the gpuhook handler's `pod_annotations` set to `pod_annotations` (an
+    /// admin passing pod annotations through to the OCI spec), when not empty.
+    pub async fn start_with(dir: &Path, gpuhook_config: &Path, pod_annotations: &[&str]) -> Cri {
         let config = dir.join("containerd.toml");
         std::fs::write(&config, base_config(dir)).expect("containerd config");
         let wrapper = built("gpuhook-runtime");
@@ -149,6 +176,9 @@ impl Cri {
             "gpuhook runtime configure must change the config:\n{}",
             String::from_utf8_lossy(&out.stderr)
         );
+        if !pod_annotations.is_empty() {
+            set_pod_annotations(&config, pod_annotations);
+        }
         let tar = build_image(dir);
         let daemon = Containerd::start(
             dir,
@@ -232,8 +262,17 @@ impl Cri {
 
     /// Runs one pod (RuntimeClass handler [`HANDLER`]) with one container made from `config`,
     /// waits for it to exit, reads its log, then removes container and pod.
-    pub async fn run(&mut self, pod: &str, mut config: cri::ContainerConfig) -> Ran {
+    pub async fn run(&mut self, pod: &str, config: cri::ContainerConfig) -> Ran {
         let sandbox = self.sandbox_config(pod);
+        self.run_in(sandbox, config).await
+    }
+
+    /// [`Cri::run`] in a pod made from `sandbox` (e.g. [`Cri::sandbox_config`] with annotations).
+    pub async fn run_in(
+        &mut self,
+        sandbox: cri::PodSandboxConfig,
+        mut config: cri::ContainerConfig,
+    ) -> Ran {
         let id = self
             .runtime
             .run_pod_sandbox(cri::RunPodSandboxRequest {
@@ -255,81 +294,42 @@ impl Cri {
             })
             .await;
         let ran = match created {
-            Ok(c) => Ok(self.start_and_wait(&c.into_inner().container_id).await),
+            Ok(c) => {
+                let cid = c.into_inner().container_id;
+                let spec_annotations = self.spec_annotations(&cid).await;
+                Ok((self.start_and_wait(&cid).await, spec_annotations))
+            }
             Err(e) => Err(e),
         };
         self.remove_pod(&id).await;
         match ran {
-            Ok(exit_code) => Ran {
+            Ok((exit_code, spec_annotations)) => Ran {
                 log: std::fs::read_to_string(&log).unwrap_or_default(),
                 exit_code,
+                spec_annotations,
             },
             Err(e) => panic!("CreateContainer: {e}\n{}", self.daemon.log_text()),
         }
     }
 
-    /// Runs pod `sandbox` (handler [`HANDLER`]) and creates and starts its container `config`,
-    /// without waiting for it; returns (sandbox id, container id). The caller removes the pod.
-    pub async fn start_pod(
-        &mut self,
-        sandbox: cri::PodSandboxConfig,
-        config: cri::ContainerConfig,
-    ) -> (String, String) {
-        let pod = self
+    /// The annotations of container `id`'s OCI spec (containerd's verbose status info).
+    async fn spec_annotations(&mut self, id: &str) -> serde_json::Map<String, serde_json::Value> {
+        let st = self
             .runtime
-            .run_pod_sandbox(cri::RunPodSandboxRequest {
-                config: Some(sandbox.clone()),
-                runtime_handler: HANDLER.into(),
+            .container_status(cri::ContainerStatusRequest {
+                container_id: id.into(),
+                verbose: true,
             })
             .await
-            .unwrap_or_else(|e| panic!("RunPodSandbox: {e}\n{}", self.daemon.log_text()))
-            .into_inner()
-            .pod_sandbox_id;
-        let id = self
-            .runtime
-            .create_container(cri::CreateContainerRequest {
-                pod_sandbox_id: pod.clone(),
-                config: Some(config),
-                sandbox_config: Some(sandbox),
-            })
-            .await
-            .unwrap_or_else(|e| panic!("CreateContainer: {e}\n{}", self.daemon.log_text()))
-            .into_inner()
-            .container_id;
-        self.runtime
-            .start_container(cri::StartContainerRequest {
-                container_id: id.clone(),
-            })
-            .await
-            .unwrap_or_else(|e| panic!("StartContainer: {e}\n{}", self.daemon.log_text()));
-        (pod, id)
-    }
-
-    /// The host PID of running container `id`, from the verbose ContainerStatus (containerd's
-    /// CRI puts its task's `pid` in `info["info"]`); waits until it runs.
-    pub async fn running_pid(&mut self, id: &str) -> u32 {
-        let deadline = Instant::now() + RUN_WAIT;
-        loop {
-            let resp = self
-                .runtime
-                .container_status(cri::ContainerStatusRequest {
-                    container_id: id.into(),
-                    verbose: true,
-                })
-                .await
-                .expect("ContainerStatus")
-                .into_inner();
-            let state = resp.status.as_ref().map(|s| s.state);
-            if state == Some(i32::from(ContainerState::ContainerRunning)) {
-                let info: serde_json::Value =
-                    serde_json::from_str(resp.info.get("info").expect("verbose info"))
-                        .expect("verbose info is JSON");
-                let pid = info["pid"].as_u64().expect("pid in the verbose info");
-                return u32::try_from(pid).expect("a pid fits u32");
-            }
-            assert!(Instant::now() < deadline, "not running: {resp:?}");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+            .expect("ContainerStatus")
+            .into_inner();
+        let info: serde_json::Value = st
+            .info
+            .get("info")
+            .and_then(|i| serde_json::from_str(i).ok())
+            .unwrap_or_default();
+        let a = info["runtimeSpec"]["annotations"].as_object();
+        a.cloned().unwrap_or_default()
     }
 
     /// StartContainer, then ContainerStatus until EXITED; returns the exit code.

@@ -6,6 +6,7 @@
 #![allow(dead_code)] // each test crate (device_plugin_cri, _mps, nvidia_plugin_cri) uses a different subset
 
 pub mod cri;
+mod cri_running;
 pub use gpuhook_device_plugin::fake_kubelet;
 pub mod kubelet;
 pub mod rig;

@@ -38,8 +38,18 @@ pub struct Bench {
 impl Bench {
     /// Node `profile` under `dir`; gpuhook-runtime also reads CDI specs from `extra_spec_dirs`.
     pub async fn start(dir: &Path, profile: &str, extra_spec_dirs: &[&Path]) -> Bench {
+        Bench::start_with(dir, profile, extra_spec_dirs, &[]).await
+    }
+
+    /// [`Bench::start`] with the gpuhook handler's `pod_annotations` (see [`Cri::start_with`]).
+    pub async fn start_with(
+        dir: &Path,
+        profile: &str,
+        extra_spec_dirs: &[&Path],
+        pod_annotations: &[&str],
+    ) -> Bench {
         let node = Node::new(dir, profile, extra_spec_dirs);
-        let cri = Cri::start(dir, &node.gpuhook_config).await;
+        let cri = Cri::start_with(dir, &node.gpuhook_config, pod_annotations).await;
         Bench { cri, node }
     }
 
