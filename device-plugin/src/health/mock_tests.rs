@@ -205,3 +205,80 @@ async fn a_gpu_that_cannot_be_registered_stays_unhealthy() {
     assert!(got.is_err(), "{got:?}");
     monitor.stop();
 }
+
+/// GPU 0 with MIG devices `migs` (uuid, GI id), GPU 1 whole.
+fn layout(migs: &[(&str, u32)]) -> Vec<WatchedGpu> {
+    let mut v = watched();
+    v[0].migs = migs
+        .iter()
+        .map(|(uuid, gi)| WatchedMig {
+            uuid: (*uuid).into(),
+            gi: *gi,
+            ci: 0,
+        })
+        .collect();
+    v
+}
+
+/// After a MIG re-partition (the watched set replaced): an Xid of a new MIG device marks it, a
+/// removed MIG device's fault is cleared with one last change, a GPU's fault is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retargeted_monitor_watches_the_new_mig_devices() {
+    let node = Node::new();
+    let (tx, mut rx) = mpsc::channel(16);
+    let monitor = HealthMonitor::start(
+        Arc::clone(&node.nvml),
+        layout(&[(MIG_A, 1)]),
+        config(60_000),
+        tx,
+    )
+    .expect("monitor starts");
+    node.inject(&format!("xid {MIG_A} 48"));
+    assert_eq!(next(&mut rx, 1).await, [key(GPU0, Some(MIG_A), false)]);
+    node.inject(&format!("xid {GPU1} 48"));
+    assert_eq!(next(&mut rx, 1).await, [key(GPU1, None, false)]);
+    // MIG_B is not watched yet: its Xid names nothing watched.
+    node.inject(&format!("xid {MIG_B} 48"));
+    let got = tokio::time::timeout(Duration::from_millis(400), rx.recv()).await;
+    assert!(got.is_err(), "{got:?}");
+
+    let handle = monitor.retarget();
+    let layout_b = layout(&[(MIG_B, 11)]);
+    tokio::task::spawn_blocking(move || handle.set(layout_b))
+        .await
+        .expect("set");
+    // MIG_A left the node: its fault is cleared; GPU 1 stays down (no change for it).
+    let gone = rx.recv().await.expect("a change");
+    assert_eq!(
+        (gone.mig_uuid.as_deref(), gone.healthy),
+        (Some(MIG_A), true)
+    );
+    assert_eq!(gone.reason, "no longer on the node");
+    node.inject(&format!("xid {MIG_B} 48"));
+    assert_eq!(next(&mut rx, 1).await, [key(GPU0, Some(MIG_B), false)]);
+    let got = tokio::time::timeout(Duration::from_millis(400), rx.recv()).await;
+    assert!(got.is_err(), "GPU 1 kept its fault: {got:?}");
+    monitor.stop();
+}
+
+/// A MIG device that appears on a GPU down with a critical Xid is down with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_mig_device_of_a_failed_gpu_is_unhealthy() {
+    let node = Node::new();
+    let (tx, mut rx) = mpsc::channel(16);
+    let monitor = HealthMonitor::start(Arc::clone(&node.nvml), layout(&[]), config(60_000), tx)
+        .expect("monitor starts");
+    node.inject(&format!("xid {GPU0} 48"));
+    assert_eq!(next(&mut rx, 1).await, [key(GPU0, None, false)]);
+    let handle = monitor.retarget();
+    tokio::task::spawn_blocking(move || handle.set(layout(&[(MIG_A, 1)])))
+        .await
+        .expect("set");
+    let inherited = rx.recv().await.expect("a change");
+    assert_eq!(
+        (inherited.mig_uuid.as_deref(), inherited.healthy),
+        (Some(MIG_A), false)
+    );
+    assert_eq!(inherited.reason, "critical Xid 48");
+    monitor.stop();
+}
