@@ -250,6 +250,7 @@ mod retarget;
 mod watch;
 
 pub use retarget::Retarget;
+use retarget::Targets;
 
 #[cfg(test)]
 pub(crate) mod mock_tests;

@@ -7,7 +7,8 @@ use gpuhook_node::nvml::events::{Event, EventSet, ERROR_GPU_IS_LOST, EVENT_XID_C
 use gpuhook_node::{NodeError, Nvml};
 
 use super::{
-    events, Fault, FaultKind, HealthChange, HealthConfig, Sender, Watch, WatchedGpu, XID_GPU_LOST,
+    events, Fault, FaultKind, HealthChange, HealthConfig, Sender, Targets, Watch, WatchedGpu,
+    XID_GPU_LOST,
 };
 
 /// Events registered, as NVIDIA registers them (only Xids are acted on).
@@ -85,7 +86,7 @@ impl Watch {
         nvml: &Nvml,
         set: &EventSet<'_>,
         stop: &AtomicBool,
-        targets: &super::retarget::Targets,
+        targets: &Targets,
     ) {
         let mut last_probe = Instant::now();
         while !stop.load(Ordering::Relaxed) && !self.closed {
