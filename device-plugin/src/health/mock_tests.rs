@@ -220,6 +220,15 @@ fn layout(migs: &[(&str, u32)]) -> Vec<WatchedGpu> {
     v
 }
 
+/// The next change, however loaded the machine.
+async fn change(rx: &mut mpsc::Receiver<HealthChange>) -> (String, Option<String>, bool, String) {
+    let c = tokio::time::timeout(Duration::from_secs(30), rx.recv())
+        .await
+        .expect("a health change")
+        .expect("channel open");
+    (c.gpu_uuid, c.mig_uuid, c.healthy, c.reason)
+}
+
 /// After a MIG re-partition (the watched set replaced): an Xid of a new MIG device marks it, a
 /// removed MIG device's fault is cleared with one last change, a GPU's fault is kept.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -233,29 +242,33 @@ async fn retargeted_monitor_watches_the_new_mig_devices() {
         tx,
     )
     .expect("monitor starts");
+    let down = |gpu: &str, mig: Option<&str>| {
+        (
+            gpu.to_string(),
+            mig.map(String::from),
+            false,
+            "critical Xid 48".to_string(),
+        )
+    };
     node.inject(&format!("xid {MIG_A} 48"));
-    assert_eq!(next(&mut rx, 1).await, [key(GPU0, Some(MIG_A), false)]);
-    node.inject(&format!("xid {GPU1} 48"));
-    assert_eq!(next(&mut rx, 1).await, [key(GPU1, None, false)]);
-    // MIG_B is not watched yet: its Xid names nothing watched.
+    assert_eq!(change(&mut rx).await, down(GPU0, Some(MIG_A)));
+    // MIG_B is not watched yet: its Xid marks nothing (the events are read in order, so GPU 1's
+    // change after it shows it was read).
     node.inject(&format!("xid {MIG_B} 48"));
-    let got = tokio::time::timeout(Duration::from_millis(400), rx.recv()).await;
-    assert!(got.is_err(), "{got:?}");
+    node.inject(&format!("xid {GPU1} 48"));
+    assert_eq!(change(&mut rx).await, down(GPU1, None));
 
     let handle = monitor.retarget();
-    let layout_b = layout(&[(MIG_B, 11)]);
-    tokio::task::spawn_blocking(move || handle.set(layout_b))
+    tokio::task::spawn_blocking(move || handle.set(layout(&[(MIG_B, 11)])))
         .await
         .expect("set");
-    // MIG_A left the node: its fault is cleared; GPU 1 stays down (no change for it).
-    let gone = rx.recv().await.expect("a change");
-    assert_eq!(
-        (gone.mig_uuid.as_deref(), gone.healthy),
-        (Some(MIG_A), true)
-    );
-    assert_eq!(gone.reason, "no longer on the node");
+    // MIG_A left the node: its fault is cleared; GPU 1 keeps its fault (no change for it).
+    let gone = (GPU0.to_string(), Some(MIG_A.to_string()), true);
+    let got = change(&mut rx).await;
+    assert_eq!((got.0, got.1, got.2), gone);
+    assert_eq!(got.3, "no longer on the node");
     node.inject(&format!("xid {MIG_B} 48"));
-    assert_eq!(next(&mut rx, 1).await, [key(GPU0, Some(MIG_B), false)]);
+    assert_eq!(change(&mut rx).await, down(GPU0, Some(MIG_B)));
     let got = tokio::time::timeout(Duration::from_millis(400), rx.recv()).await;
     assert!(got.is_err(), "GPU 1 kept its fault: {got:?}");
     monitor.stop();
@@ -269,16 +282,19 @@ async fn a_new_mig_device_of_a_failed_gpu_is_unhealthy() {
     let monitor = HealthMonitor::start(Arc::clone(&node.nvml), layout(&[]), config(60_000), tx)
         .expect("monitor starts");
     node.inject(&format!("xid {GPU0} 48"));
-    assert_eq!(next(&mut rx, 1).await, [key(GPU0, None, false)]);
+    let want = |mig: Option<&str>| {
+        (
+            GPU0.to_string(),
+            mig.map(String::from),
+            false,
+            "critical Xid 48".to_string(),
+        )
+    };
+    assert_eq!(change(&mut rx).await, want(None));
     let handle = monitor.retarget();
     tokio::task::spawn_blocking(move || handle.set(layout(&[(MIG_A, 1)])))
         .await
         .expect("set");
-    let inherited = rx.recv().await.expect("a change");
-    assert_eq!(
-        (inherited.mig_uuid.as_deref(), inherited.healthy),
-        (Some(MIG_A), false)
-    );
-    assert_eq!(inherited.reason, "critical Xid 48");
+    assert_eq!(change(&mut rx).await, want(Some(MIG_A)));
     monitor.stop();
 }
