@@ -21,6 +21,10 @@
 //!   event wait marks everything until a wait succeeds again; a GPU that cannot be registered for
 //!   events stays unhealthy (its health cannot be watched).
 //! - **GPU lost is detected without an event**, by the same probe.
+//! - **The watched devices can change** ([`Retarget`], `health/retarget.rs`): after a MIG
+//!   re-partition the new MIG devices are watched and events are matched against them; devices
+//!   that are gone are forgotten (a fault of theirs is cleared with a last change), faults of
+//!   devices that remain are kept, and a new MIG device of a GPU that is down is down with it.
 
 mod xids;
 
@@ -127,6 +131,7 @@ pub enum HealthError {
 pub struct HealthMonitor {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
+    retarget: Retarget,
 }
 
 impl HealthMonitor {
@@ -139,9 +144,14 @@ impl HealthMonitor {
         tx: Sender<HealthChange>,
     ) -> Result<HealthMonitor, HealthError> {
         let stop = Arc::new(AtomicBool::new(false));
+        let (retarget, targets) = retarget::channel();
         if config.xids.all_disabled() {
             tracing::info!(env = ENV_DISABLE, "health checks disabled");
-            return Ok(HealthMonitor { stop, thread: None });
+            return Ok(HealthMonitor {
+                stop,
+                thread: None,
+                retarget,
+            });
         }
         tracing::info!(ignored_xids = ?config.xids.ignored(), "starting GPU health monitor");
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
@@ -159,18 +169,24 @@ impl HealthMonitor {
                 };
                 watch.register(&nvml, &set);
                 let _ = ready_tx.send(Ok(()));
-                watch.run(&nvml, &set, &flag);
+                watch.run(&nvml, &set, &flag, &targets);
             })
             .map_err(HealthError::Thread)?;
         let monitor = HealthMonitor {
             stop,
             thread: Some(thread),
+            retarget,
         };
         match ready_rx.recv() {
             Ok(Ok(())) => Ok(monitor),
             Ok(Err(e)) => Err(HealthError::Nvml(e)),
             Err(_) => Err(HealthError::SetupLost),
         }
+    }
+
+    /// A handle that replaces the watched devices (after a MIG re-partition).
+    pub fn retarget(&self) -> Retarget {
+        self.retarget.clone()
     }
 
     /// Stops the thread and waits for it (at most about one `wait`). Changes are sent with
@@ -223,12 +239,18 @@ struct Watch {
     config: HealthConfig,
     tx: Sender<HealthChange>,
     faults: BTreeMap<(String, Option<String>), Fault>,
+    /// GPUs registered with the event set (NVML cannot take one off it).
+    registered: std::collections::BTreeSet<String>,
     /// The last `nvmlEventSetWait_v2` succeeded (or timed out).
     wait_ok: bool,
     closed: bool,
 }
 
+mod retarget;
 mod watch;
+
+pub use retarget::Retarget;
+use retarget::Targets;
 
 #[cfg(test)]
 pub(crate) mod mock_tests;

@@ -11,8 +11,9 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 use gpuhook_device_plugin::error::chain;
+use gpuhook_device_plugin::monitor::{watched_gpus, Following};
 use gpuhook_device_plugin::preferred::{AllocationPolicy, TopologyPreferrer};
-use gpuhook_device_plugin::run::{run_published, Options};
+use gpuhook_device_plugin::run::{run_published, AdSource, Options};
 use gpuhook_device_plugin::served::{HealthState, DEFAULT_CONTAINER_PIPE_DIR};
 use gpuhook_device_plugin::service::{Preferrer, WithoutTopology};
 use gpuhook_device_plugin::source::{ConfigName, ConfigSource, InventoryFrom};
@@ -182,6 +183,7 @@ fn serve(mut args: ServeArgs) -> Result<()> {
         let shutdown = shutdown_signal()?;
         let (_health_tx, mut health) = tokio::sync::watch::channel(HealthState::default());
         let mut monitor = None;
+        let mut following = None;
         let mut preferrer: Arc<dyn Preferrer> = Arc::new(WithoutTopology);
         let (root, lib) = (&args.node.driver_root, args.node.nvml_lib.as_deref());
         match gpuhook_device_plugin::monitor::load_nvml(root, lib) {
@@ -194,6 +196,8 @@ fn serve(mut args: ServeArgs) -> Result<()> {
                 let inv = args.node.source().inventory().context("cannot list the node's GPUs for health monitoring")?;
                 match gpuhook_device_plugin::monitor::start(nvml, &inv) {
                     Ok((m, rx)) => {
+                        // The monitor follows MIG re-partitions through the source's loads.
+                        following = Some((m.retarget(), watched_gpus(&inv)));
                         monitor = Some(m);
                         health = rx;
                     }
@@ -210,9 +214,13 @@ fn serve(mut args: ServeArgs) -> Result<()> {
             container_pipe_dir: args.container_pipe_dir.clone(),
             poll: Duration::from_millis(250),
         };
+        let mut source: Box<dyn AdSource> = Box::new(args.node.source());
+        if let Some((retarget, watched)) = following {
+            source = Box::new(Following::new(source, retarget, watched));
+        }
         let res = run_published(
             opts,
-            Box::new(args.node.source()),
+            source,
             health,
             preferrer,
             shutdown,

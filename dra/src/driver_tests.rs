@@ -315,3 +315,17 @@ async fn prepare_indexes_the_pods_containers_and_unprepare_removes_them() {
     d.unprepare("u9").await.unwrap();
     assert!(!path.exists(), "unprepare removes the claim's entry");
 }
+
+/// A re-read that gives the same devices (e.g. only a MIG device this plugin made for a
+/// partitionable placement is new in the inventory) wakes nothing; a changed catalogue does.
+#[tokio::test]
+async fn relayout_reports_only_a_change_of_devices() {
+    let n = Node::new();
+    let d = n.driver();
+    let inv = inventory();
+    let same = catalogue(&inv, Path::new("/nonexistent"));
+    assert!(!d.relayout(Arc::new(inv.clone()), same.clone()));
+    let fewer: Vec<_> = same.into_iter().take(1).collect();
+    assert!(d.relayout(Arc::new(inv), fewer.clone()));
+    assert_eq!(*d.devices(), fewer);
+}

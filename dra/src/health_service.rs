@@ -1,10 +1,12 @@
 //! The kubelet's DRA resource-health service (`v1alpha1.DRAResourceHealth`, KEP-4680,
 //! ResourceHealthStatus gate: beta and on in 1.36; dra-facts §1): `NodeWatchResources` streams
 //! the health of every published device, now and at every change. The changes come from the
-//! same NVML event monitor as the device plugin's (`gpuhook_device_plugin::health`).
+//! same NVML event monitor as the device plugin's (`gpuhook_device_plugin::health`). The devices
+//! are the driver's at each report: after a MIG re-partition (`rescan.rs`) the new ones.
 
 use std::collections::BTreeMap;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use tokio::sync::watch;
@@ -13,6 +15,7 @@ use tonic::{Request, Response, Status};
 
 use crate::api::{self, health::DRAResourceHealth};
 use crate::devices::NodeDevice;
+use crate::driver::Driver;
 
 /// Unhealthy devices: UUID (GPU or MIG) → reason.
 pub type Unhealthy = BTreeMap<String, String>;
@@ -20,8 +23,7 @@ pub type Unhealthy = BTreeMap<String, String>;
 /// The health service.
 #[derive(Debug, Clone)]
 pub struct HealthService {
-    pool: String,
-    devices: Vec<(String, String, String)>,
+    driver: Arc<Driver>,
     state: watch::Receiver<Unhealthy>,
 }
 
@@ -63,16 +65,17 @@ pub fn report(
     }
 }
 
+/// (name, UUID, GPU UUID) of every device in `devices`.
+pub fn identities(devices: &[NodeDevice]) -> Vec<(String, String, String)> {
+    devices
+        .iter()
+        .map(|d| (d.name.clone(), d.uuid.clone(), d.gpu_uuid.clone()))
+        .collect()
+}
+
 impl HealthService {
-    pub fn new(pool: &str, devices: &[NodeDevice], state: watch::Receiver<Unhealthy>) -> Self {
-        HealthService {
-            pool: pool.to_string(),
-            devices: devices
-                .iter()
-                .map(|d| (d.name.clone(), d.uuid.clone(), d.gpu_uuid.clone()))
-                .collect(),
-            state,
-        }
+    pub fn new(driver: Arc<Driver>, state: watch::Receiver<Unhealthy>) -> Self {
+        HealthService { driver, state }
     }
 }
 
@@ -87,10 +90,13 @@ impl DRAResourceHealth for HealthService {
         &self,
         _: Request<api::NodeWatchResourcesRequest>,
     ) -> Result<Response<WatchStream>, Status> {
-        let (pool, devices) = (self.pool.clone(), self.devices.clone());
+        let driver = self.driver.clone();
         // The stream never fails: every item is a report.
         #[allow(clippy::result_large_err)]
-        let item = move |u: Unhealthy| Ok(report(&pool, &devices, &u));
+        let item = move |u: Unhealthy| {
+            let devices = identities(&driver.published().0);
+            Ok(report(&driver.options().node, &devices, &u))
+        };
         let stream = tokio_stream::wrappers::WatchStream::new(self.state.clone()).map(item);
         Ok(Response::new(Box::pin(stream)))
     }

@@ -89,6 +89,27 @@ pub fn catalogue(
     out
 }
 
+/// The partitionable catalogue of the node now: each GPU's MIG state read through `p` and the
+/// records of `claims` (the checkpoint's claims holding MIG devices) taken **under the MIG
+/// lock**. A MIG device this plugin makes or destroys is recorded in its claim's checkpoint
+/// entry before NVML is asked, under that lock (`dynmig.rs`), so every instance seen here is
+/// either named by a record (its claim's: its placement stays offered, the claim consumes it)
+/// or made by someone else (subtracted): the plugin's own creates and destroys never change
+/// the catalogue, however they interleave with this read.
+pub fn read(
+    p: &crate::dynmig::Partitioner,
+    claims: impl FnOnce() -> Vec<crate::checkpoint::ClaimEntry>,
+    inv: &Inventory,
+    sys_root: &Path,
+) -> Result<Vec<NodeDevice>, String> {
+    let (states, owned) = p.with(|b| {
+        let states = b.gpus().map_err(|e| format!("MIG state: {e}"))?;
+        let owned = crate::dynmig::owned(claims().iter(), &states);
+        Ok::<_, String>((states, owned))
+    })?;
+    Ok(catalogue(inv, &states, sys_root, &owned))
+}
+
 /// A profile's engines, when NVML gave them.
 fn engines_of(p: &GiProfileInfo) -> Option<Engines> {
     p.engines.as_ref().map(|e| Engines::of(e, p.memory_mib))

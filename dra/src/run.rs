@@ -172,13 +172,15 @@ pub fn start(
         None => (catalogue(&inventory, &run.sys_root), None),
         Some(d) => {
             let p = partitioner(d)?;
-            let states = p.with(|b| b.gpus()).map_err(|e| DraError::Invalid {
-                what: "MIG state",
-                value: d.driver_root.display().to_string(),
-                why: e.to_string(),
-            })?;
-            let owned = crate::dynmig::owned(checkpoint.claims().map(|c| c.1), &states);
-            let devs = crate::partition::catalogue(&inventory, &states, &run.sys_root, &owned);
+            let claims = || checkpoint.claims().map(|c| c.1.clone()).collect();
+            let devs =
+                crate::partition::read(&p, claims, &inventory, &run.sys_root).map_err(|why| {
+                    DraError::Invalid {
+                        what: "MIG state",
+                        value: d.driver_root.display().to_string(),
+                        why,
+                    }
+                })?;
             (devs, Some(Arc::new(p)))
         }
     };
@@ -212,7 +214,7 @@ pub fn start(
     }
     let health = run
         .health_service
-        .then(|| HealthService::new(&driver.options().node, &driver.devices(), rx.clone()));
+        .then(|| HealthService::new(driver.clone(), rx.clone()));
     let servers = Servers::start(driver.clone(), health, &run.sockets)?;
     Ok(Running {
         driver,
@@ -224,17 +226,16 @@ pub fn start(
 }
 
 impl Running {
-    /// Follows MIG re-partitions of static MIG devices (`rescan.rs`); not with partitionable
-    /// MIG devices.
+    /// Follows MIG re-partitions (`rescan.rs`): static MIG devices, or with partitionable MIG
+    /// devices what other tools make and destroy; the health monitor and the health streams
+    /// follow the new devices.
     pub fn follow_repartitions(&mut self, r: crate::rescan::Rescan) {
-        if self.driver.partitioned() {
-            tracing::info!(
-                "partitionable MIG devices: re-partitions by other tools are not followed"
-            );
-            return;
-        }
+        let followers = crate::rescan::Followers {
+            monitor: self.monitor.as_ref().map(|m| m.retarget()),
+            health: Some(self.unhealthy.clone()),
+        };
         self.tasks
-            .push(crate::rescan::spawn(self.driver.clone(), r));
+            .push(crate::rescan::spawn(self.driver.clone(), r, followers));
     }
 
     /// Keeps the claim index current for pods that join or leave a prepared claim, polling

@@ -205,3 +205,96 @@ async fn a_gpu_that_cannot_be_registered_stays_unhealthy() {
     assert!(got.is_err(), "{got:?}");
     monitor.stop();
 }
+
+/// GPU 0 with MIG devices `migs` (uuid, GI id), GPU 1 whole.
+fn layout(migs: &[(&str, u32)]) -> Vec<WatchedGpu> {
+    let mut v = watched();
+    v[0].migs = migs
+        .iter()
+        .map(|(uuid, gi)| WatchedMig {
+            uuid: (*uuid).into(),
+            gi: *gi,
+            ci: 0,
+        })
+        .collect();
+    v
+}
+
+/// The next change, however loaded the machine.
+async fn change(rx: &mut mpsc::Receiver<HealthChange>) -> (String, Option<String>, bool, String) {
+    let c = tokio::time::timeout(Duration::from_secs(30), rx.recv())
+        .await
+        .expect("a health change")
+        .expect("channel open");
+    (c.gpu_uuid, c.mig_uuid, c.healthy, c.reason)
+}
+
+/// After a MIG re-partition (the watched set replaced): an Xid of a new MIG device marks it, a
+/// removed MIG device's fault is cleared with one last change, a GPU's fault is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retargeted_monitor_watches_the_new_mig_devices() {
+    let node = Node::new();
+    let (tx, mut rx) = mpsc::channel(16);
+    let monitor = HealthMonitor::start(
+        Arc::clone(&node.nvml),
+        layout(&[(MIG_A, 1)]),
+        config(60_000),
+        tx,
+    )
+    .expect("monitor starts");
+    let down = |gpu: &str, mig: Option<&str>| {
+        (
+            gpu.to_string(),
+            mig.map(String::from),
+            false,
+            "critical Xid 48".to_string(),
+        )
+    };
+    node.inject(&format!("xid {MIG_A} 48"));
+    assert_eq!(change(&mut rx).await, down(GPU0, Some(MIG_A)));
+    // MIG_B is not watched yet: its Xid marks nothing (the events are read in order, so GPU 1's
+    // change after it shows it was read).
+    node.inject(&format!("xid {MIG_B} 48"));
+    node.inject(&format!("xid {GPU1} 48"));
+    assert_eq!(change(&mut rx).await, down(GPU1, None));
+
+    let handle = monitor.retarget();
+    tokio::task::spawn_blocking(move || handle.set(layout(&[(MIG_B, 11)])))
+        .await
+        .expect("set");
+    // MIG_A left the node: its fault is cleared; GPU 1 keeps its fault (no change for it).
+    let gone = (GPU0.to_string(), Some(MIG_A.to_string()), true);
+    let got = change(&mut rx).await;
+    assert_eq!((got.0, got.1, got.2), gone);
+    assert_eq!(got.3, "no longer on the node");
+    node.inject(&format!("xid {MIG_B} 48"));
+    assert_eq!(change(&mut rx).await, down(GPU0, Some(MIG_B)));
+    let got = tokio::time::timeout(Duration::from_millis(400), rx.recv()).await;
+    assert!(got.is_err(), "GPU 1 kept its fault: {got:?}");
+    monitor.stop();
+}
+
+/// A MIG device that appears on a GPU down with a critical Xid is down with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_mig_device_of_a_failed_gpu_is_unhealthy() {
+    let node = Node::new();
+    let (tx, mut rx) = mpsc::channel(16);
+    let monitor = HealthMonitor::start(Arc::clone(&node.nvml), layout(&[]), config(60_000), tx)
+        .expect("monitor starts");
+    node.inject(&format!("xid {GPU0} 48"));
+    let want = |mig: Option<&str>| {
+        (
+            GPU0.to_string(),
+            mig.map(String::from),
+            false,
+            "critical Xid 48".to_string(),
+        )
+    };
+    assert_eq!(change(&mut rx).await, want(None));
+    let handle = monitor.retarget();
+    tokio::task::spawn_blocking(move || handle.set(layout(&[(MIG_A, 1)])))
+        .await
+        .expect("set");
+    assert_eq!(change(&mut rx).await, want(Some(MIG_A)));
+    monitor.stop();
+}

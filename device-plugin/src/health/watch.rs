@@ -7,14 +7,15 @@ use gpuhook_node::nvml::events::{Event, EventSet, ERROR_GPU_IS_LOST, EVENT_XID_C
 use gpuhook_node::{NodeError, Nvml};
 
 use super::{
-    events, Fault, FaultKind, HealthChange, HealthConfig, Sender, Watch, WatchedGpu, XID_GPU_LOST,
+    events, Fault, FaultKind, HealthChange, HealthConfig, Sender, Targets, Watch, WatchedGpu,
+    XID_GPU_LOST,
 };
 
 /// Events registered, as NVIDIA registers them (only Xids are acted on).
 const WANTED: u64 =
     EVENT_XID_CRITICAL | events::EVENT_DOUBLE_BIT_ECC | events::EVENT_SINGLE_BIT_ECC;
 
-type Key = (String, Option<String>);
+pub(super) type Key = (String, Option<String>);
 
 /// NVIDIA's `matchesMigEvent`: an id the event does not carry (`None`) matches any.
 pub(super) fn matches_mig(gi: u32, ci: u32, event: &Event) -> bool {
@@ -26,7 +27,7 @@ fn is_lost(e: &NodeError) -> bool {
 }
 
 /// The GPU and every advertised MIG device of it.
-fn all_keys(gpu: &WatchedGpu) -> Vec<Key> {
+pub(super) fn all_keys(gpu: &WatchedGpu) -> Vec<Key> {
     std::iter::once((gpu.uuid.clone(), None))
         .chain(
             gpu.migs
@@ -47,31 +48,52 @@ impl Watch {
             config,
             tx,
             faults: Default::default(),
+            registered: Default::default(),
             wait_ok: true,
             closed: false,
         }
     }
 
-    /// Registers every GPU; one that cannot be registered is unhealthy (as NVIDIA).
+    /// Registers every GPU not registered yet; one that cannot be registered is unhealthy (as
+    /// NVIDIA).
     pub(super) fn register(&mut self, nvml: &Nvml, set: &EventSet<'_>) {
         for i in 0..self.gpus.len() {
             let uuid = self.gpus[i].uuid.clone();
+            if self.registered.contains(&uuid) {
+                continue;
+            }
             let result = nvml
                 .device_by_uuid(&uuid)
                 .and_then(|dev| set.register(&dev, WANTED));
-            if let Err(e) = result {
-                tracing::warn!(gpu = %uuid, error = %e, "cannot register for NVML events");
-                let keys = all_keys(&self.gpus[i]);
-                let reason = format!("cannot register for NVML events: {e}");
-                self.mark(keys, &reason, FaultKind::Unmonitored);
+            match result {
+                Ok(_) => {
+                    self.registered.insert(uuid);
+                }
+                Err(e) => {
+                    tracing::warn!(gpu = %uuid, error = %e, "cannot register for NVML events");
+                    let keys = all_keys(&self.gpus[i]);
+                    let reason = format!("cannot register for NVML events: {e}");
+                    self.mark(keys, &reason, FaultKind::Unmonitored);
+                }
             }
         }
     }
 
-    /// Waits for events and probes until `stop` is set or the receiver is gone.
-    pub(super) fn run(&mut self, nvml: &Nvml, set: &EventSet<'_>, stop: &AtomicBool) {
+    /// Waits for events and probes until `stop` is set or the receiver is gone; takes every new
+    /// set of devices from `targets` before each wait.
+    pub(super) fn run(
+        &mut self,
+        nvml: &Nvml,
+        set: &EventSet<'_>,
+        stop: &AtomicBool,
+        targets: &Targets,
+    ) {
         let mut last_probe = Instant::now();
         while !stop.load(Ordering::Relaxed) && !self.closed {
+            for (gpus, taken) in targets.try_iter() {
+                self.retarget(nvml, set, gpus);
+                let _ = taken.send(());
+            }
             let waited = set.wait(self.config.wait);
             self.wait_ok = waited.is_ok();
             match waited {
@@ -176,7 +198,7 @@ impl Watch {
         }
     }
 
-    fn send(&mut self, (gpu_uuid, mig_uuid): Key, healthy: bool, reason: String) {
+    pub(super) fn send(&mut self, (gpu_uuid, mig_uuid): Key, healthy: bool, reason: String) {
         tracing::info!(gpu = %gpu_uuid, mig = ?mig_uuid, healthy, reason = %reason, "device health changed");
         let change = HealthChange {
             gpu_uuid,

@@ -42,13 +42,25 @@ impl Driver {
     }
 
     /// Takes the node as re-read after a MIG re-partition (`inventory`, `devices`): devices held
-    /// by prepared claims are kept (see `layout.rs`); the publisher is woken.
-    pub fn relayout(&self, inventory: Arc<Inventory>, devices: Vec<NodeDevice>) {
+    /// by prepared claims are kept (see `layout.rs`); the publisher is woken when the devices
+    /// changed (returned), not for a new inventory alone (e.g. a MIG device this plugin made for
+    /// a partitionable placement, which the slices already show as that placement).
+    pub fn relayout(&self, inventory: Arc<Inventory>, devices: Vec<NodeDevice>) -> bool {
         let held = self.held();
         let mut l = self.layout.write().unwrap_or_else(|p| p.into_inner());
-        *l = l.next(inventory, devices, &held);
+        let next = l.next(inventory, devices, &held);
+        let changed = next.devices != l.devices || next.retired != l.retired;
+        *l = next;
         drop(l);
-        self.changed.notify_one();
+        if changed {
+            self.changed.notify_one();
+        }
+        changed
+    }
+
+    /// The MIG backend of partitionable MIG devices (`None`: off).
+    pub fn partitioner(&self) -> Option<Arc<crate::dynmig::Partitioner>> {
+        self.partitioner.clone()
     }
 
     /// What to publish now: devices, and the UUIDs of retired ones to taint.
