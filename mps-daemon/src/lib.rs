@@ -23,6 +23,7 @@ pub mod control;
 pub mod cri;
 pub mod daemon_proc;
 pub mod enforce;
+pub mod fence;
 pub mod histogram;
 pub mod http;
 pub mod inventory;

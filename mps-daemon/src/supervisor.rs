@@ -5,6 +5,13 @@
 //! ready file can never connect to an unlimited daemon. Any failed probe (process gone, socket
 //! refusing, no reply within the bound) removes the ready file first, then kills and restarts the
 //! daemon with exponential backoff; limits are applied again before it is ready again.
+//!
+//! From before a daemon starts (and from the moment a running one is found dead) until its
+//! limits are read back, the GPU is in compute mode PROHIBITED, so that no CUDA process runs on
+//! it without MPS limits in between ([`crate::fence`]); EXCLUSIVE_PROCESS comes back just
+//! before the ready file. A GPU whose restarts keep failing (`failed`) stays PROHIBITED: its
+//! processes are refused, never unlimited, until a restart succeeds or the GPU is stopped
+//! (removed from the config, or gpu-mps-daemon stopped), which restores the admin's mode.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,7 +21,8 @@ use tokio::time::Instant;
 
 use crate::control::ControlEnv;
 use crate::daemon_proc::{self, DaemonProc};
-use crate::inventory::{ComputeMode, ComputeModeSetter};
+use crate::fence::ComputeFence;
+use crate::inventory::ComputeModeSetter;
 use crate::layout::{self, BlockingError, CreatedDirs, GpuLayout};
 use crate::limits::{Limits, LimitsError, Source};
 use crate::plan::{GpuPlan, Timing};
@@ -50,6 +58,8 @@ pub enum BringUpError {
     Control(#[from] crate::control::ControlError),
     #[error(transparent)]
     Limits(#[from] LimitsError),
+    #[error("{0}")]
+    ComputeMode(String),
 }
 
 /// Supervisor of one GPU's control daemon.
@@ -65,12 +75,11 @@ pub struct GpuSupervisor {
 }
 
 /// What the supervisor set up and must undo.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Undo {
     dirs: CreatedDirs,
     mounted: bool,
-    prev_mode: Option<ComputeMode>,
-    mode_tried: bool,
+    fence: ComputeFence,
 }
 
 impl GpuSupervisor {
@@ -139,6 +148,18 @@ impl GpuSupervisor {
         });
     }
 
+    /// Compute mode PROHIBITED (see [`crate::fence`]); a failure goes to the status' lastError
+    /// and the caller goes on.
+    async fn prohibit(&self, fence: &mut ComputeFence) {
+        let to = self.timing.borrow().command_timeout;
+        if let Some(e) = fence.prohibit(to).await {
+            self.board.update(&self.plan.uuid, |s| {
+                s.last_error = Some(e);
+                s.last_error_at = Some(now_secs());
+            });
+        }
+    }
+
     /// The limits of this GPU's servers.
     pub(crate) fn limits(&self) -> Limits {
         Limits {
@@ -152,7 +173,11 @@ impl GpuSupervisor {
     pub async fn run(self, mut stop: watch::Receiver<bool>) {
         let uuid = self.plan.uuid.clone();
         self.board.insert(self.initial_status());
-        let mut undo = Undo::default();
+        let mut undo = Undo {
+            dirs: CreatedDirs::default(),
+            mounted: false,
+            fence: ComputeFence::new(self.compute.clone(), &uuid),
+        };
         let mut failures: u32 = 0;
         let env = self.env();
         let limits = self.limits();
@@ -185,9 +210,11 @@ impl GpuSupervisor {
                         r = self.probe_until_failure(&env, d, &mut watcher) => r,
                         _ = stop.changed() => break,
                     };
-                    self.remove_ready().await;
                     tracing::warn!(gpu = %uuid, pid, reason = %reason, "control daemon unhealthy; restarting");
                     self.set_state(GpuState::Restarting, Some(reason));
+                    // No CUDA process on the GPU until the replacement's limits are read back.
+                    self.prohibit(&mut undo.fence).await;
+                    self.remove_ready().await;
                     if since.elapsed() >= STABLE_AFTER {
                         failures = 0;
                     }
@@ -243,6 +270,7 @@ impl GpuSupervisor {
     ) -> Result<DaemonProc, BringUpError> {
         let l = &self.layout;
         let t = *self.timing.borrow();
+        self.prohibit(&mut undo.fence).await;
         // A ready file left by an instance that was killed must not outlive this bring-up.
         self.remove_ready().await;
         for d in [&l.pipe, &l.log] {
@@ -259,22 +287,13 @@ impl GpuSupervisor {
         }
         daemon_proc::stop_stale(l, &self.plan.uuid, KILL_GRACE).await;
         self.clean_pipe().await?;
-        if !undo.mode_tried {
-            undo.mode_tried = true;
-            let (compute, uuid) = (self.compute.clone(), self.plan.uuid.clone());
-            let set = layout::blocking("setting the compute mode", t.command_timeout, move || {
-                compute.set_compute_mode(&uuid, ComputeMode::ExclusiveProcess)
-            });
-            match set.await {
-                Ok(prev) => undo.prev_mode = Some(prev),
-                Err(e) => tracing::warn!(gpu = %self.plan.uuid, error = %e,
-                    "compute mode not set to EXCLUSIVE_PROCESS; other processes may use the GPU outside MPS"),
-            }
-        }
         let daemon = DaemonProc::start(env, l, t.start_timeout).await?;
         let pid = daemon.id.pid;
         self.board.update(&self.plan.uuid, |s| s.pid = Some(pid));
-        match self.publish_ready(env, pid, t.command_timeout).await {
+        let published = self
+            .publish_ready(env, &mut undo.fence, pid, t.command_timeout)
+            .await;
+        match published {
             Ok(()) => Ok(daemon),
             Err(e) => {
                 daemon.stop(KILL_GRACE).await;
@@ -283,10 +302,12 @@ impl GpuSupervisor {
         }
     }
 
-    /// Applies and reads back the limits, then writes the ready file and marks the GPU ready.
+    /// Applies and reads back the limits, allows the MPS server's context (EXCLUSIVE_PROCESS),
+    /// then writes the ready file and marks the GPU ready.
     async fn publish_ready(
         &self,
         env: &ControlEnv,
+        fence: &mut ComputeFence,
         pid: i32,
         to: Duration,
     ) -> Result<(), BringUpError> {
@@ -295,6 +316,7 @@ impl GpuSupervisor {
             tracing::warn!(gpu = %self.plan.uuid, pid,
                 "the control daemon ignored CUDA_MPS_ACTIVE_THREAD_PERCENTAGE / CUDA_MPS_PINNED_DEVICE_MEM_LIMIT in its environment; limits set by command instead, clients that connected in the meantime may have none");
         }
+        fence.allow_mps(to).await.map_err(BringUpError::ComputeMode)?;
         let ready = serde_json::json!({
             "uuid": self.plan.uuid,
             "pid": pid,
@@ -358,19 +380,8 @@ impl GpuSupervisor {
                 tracing::warn!(gpu = %uuid, error = %e, "cannot unmount shm");
             }
         }
-        if let Some(prev) = undo
-            .prev_mode
-            .filter(|m| *m != ComputeMode::ExclusiveProcess)
-        {
-            let (compute, u) = (self.compute.clone(), uuid.clone());
-            let restore =
-                layout::blocking("restoring the compute mode", t.command_timeout, move || {
-                    compute.set_compute_mode(&u, prev).map(|_| ())
-                });
-            if let Err(e) = restore.await {
-                tracing::warn!(gpu = %uuid, error = %e, "cannot restore the compute mode");
-            }
-        }
+        // The admin's mode, whatever we set last (never PROHIBITED left behind by a stop).
+        undo.fence.restore(t.command_timeout).await;
         for e in undo.dirs.remove_all() {
             tracing::warn!(gpu = %uuid, error = %e, "cleanup");
         }
@@ -379,16 +390,5 @@ impl GpuSupervisor {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_doubles_and_is_capped() {
-        let max = Duration::from_secs(2);
-        assert_eq!(backoff(1, max), Duration::from_millis(100));
-        assert_eq!(backoff(2, max), Duration::from_millis(200));
-        assert_eq!(backoff(4, max), Duration::from_millis(800));
-        assert_eq!(backoff(10, max), max);
-        assert_eq!(backoff(u32::MAX, max), max);
-    }
-}
+#[path = "supervisor_tests.rs"]
+mod tests;

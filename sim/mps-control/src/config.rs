@@ -112,6 +112,29 @@ impl Fault {
     }
 }
 
+/// Simulation-only: names a gate file; see [`hold_start`].
+pub const HOLD_ENV: &str = "GPUHOOK_SIM_MPS_HOLD";
+
+/// Simulation-only (`GPUHOOK_SIM_MPS_HOLD=<file>`): a control daemon slow to start. While
+/// `<file>` exists, `-d` / `-f` waits before it binds its socket; it creates `<file>.waiting`
+/// first, so that a test knows the daemon is being held (a condition, not a delay).
+pub fn hold_start() -> std::io::Result<()> {
+    let Some(gate) = std::env::var_os(HOLD_ENV).filter(|v| !v.is_empty()) else {
+        return Ok(());
+    };
+    let gate = PathBuf::from(gate);
+    if !gate.exists() {
+        return Ok(());
+    }
+    let mut waiting = gate.clone().into_os_string();
+    waiting.push(".waiting");
+    std::fs::write(&waiting, format!("{}\n", std::process::id()))?;
+    while gate.exists() {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
