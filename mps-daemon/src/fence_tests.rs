@@ -79,7 +79,13 @@ async fn prohibited_from_crash_to_read_back_then_exclusive_then_admin_mode() {
     use ComputeMode::*;
     assert_eq!(
         nvml.sets(),
-        vec![Prohibited, ExclusiveProcess, Prohibited, ExclusiveProcess, Default]
+        vec![
+            Prohibited,
+            ExclusiveProcess,
+            Prohibited,
+            ExclusiveProcess,
+            Default
+        ]
     );
 }
 
@@ -92,7 +98,11 @@ async fn a_stop_in_the_restart_window_restores_the_admin_mode_even_when_it_was_e
     f.prohibit(TO).await;
     assert_eq!(nvml.mode(), ComputeMode::Prohibited);
     f.restore(TO).await;
-    assert_eq!(nvml.mode(), ComputeMode::ExclusiveProcess, "never left PROHIBITED");
+    assert_eq!(
+        nvml.mode(),
+        ComputeMode::ExclusiveProcess,
+        "never left PROHIBITED"
+    );
 }
 
 #[tokio::test]

@@ -316,7 +316,10 @@ impl GpuSupervisor {
             tracing::warn!(gpu = %self.plan.uuid, pid,
                 "the control daemon ignored CUDA_MPS_ACTIVE_THREAD_PERCENTAGE / CUDA_MPS_PINNED_DEVICE_MEM_LIMIT in its environment; limits set by command instead, clients that connected in the meantime may have none");
         }
-        fence.allow_mps(to).await.map_err(BringUpError::ComputeMode)?;
+        fence
+            .allow_mps(to)
+            .await
+            .map_err(BringUpError::ComputeMode)?;
         let ready = serde_json::json!({
             "uuid": self.plan.uuid,
             "pid": pid,

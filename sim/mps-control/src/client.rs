@@ -17,6 +17,10 @@ pub fn ui(paths: &Paths) -> i32 {
         eprintln!("{e}");
         return 1;
     }
+    if let Err(e) = crate::config::hold(crate::config::HOLD_COMMANDS_ENV) {
+        eprintln!("{}: {e}", crate::config::HOLD_COMMANDS_ENV);
+        return 1;
+    }
     let Ok(mut stream) = UnixStream::connect(paths.socket()) else {
         eprintln!("{NO_DAEMON}");
         return 1;

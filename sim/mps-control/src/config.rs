@@ -112,14 +112,18 @@ impl Fault {
     }
 }
 
-/// Simulation-only: names a gate file; see [`hold_start`].
+/// Simulation-only: a gate file holding a daemon's start; see [`hold`].
 pub const HOLD_ENV: &str = "GPUHOOK_SIM_MPS_HOLD";
+/// Simulation-only: a gate file holding client-mode commands; see [`hold`].
+pub const HOLD_COMMANDS_ENV: &str = "GPUHOOK_SIM_MPS_HOLD_COMMANDS";
 
-/// Simulation-only (`GPUHOOK_SIM_MPS_HOLD=<file>`): a control daemon slow to start. While
-/// `<file>` exists, `-d` / `-f` waits before it binds its socket; it creates `<file>.waiting`
-/// first, so that a test knows the daemon is being held (a condition, not a delay).
-pub fn hold_start() -> std::io::Result<()> {
-    let Some(gate) = std::env::var_os(HOLD_ENV).filter(|v| !v.is_empty()) else {
+/// Simulation-only (`GPUHOOK_SIM_MPS_HOLD=<file>`: a control daemon slow to start;
+/// `GPUHOOK_SIM_MPS_HOLD_COMMANDS=<file>`: a client-mode command slow to reach its daemon).
+/// While the file named by `env` exists, `-d` / `-f` waits before it binds its socket, or
+/// client mode before it connects; it creates `<file>.waiting` first, so that a test knows it
+/// is being held (a condition, not a delay).
+pub fn hold(env: &str) -> std::io::Result<()> {
+    let Some(gate) = std::env::var_os(env).filter(|v| !v.is_empty()) else {
         return Ok(());
     };
     let gate = PathBuf::from(gate);

@@ -16,7 +16,8 @@
 //!   `nvidia-cuda-mps-server`);
 //! * commands `sim_get_client_limits <pid>`, `sim_get_pending_list`, `sim_crash`, `sim_wedge`;
 //! * `GPUHOOK_SIM_MPS_FAULT=wedge-after:N|crash-after:N|ignore-uuid-limits|ignore-env-limits`;
-//! * `GPUHOOK_SIM_MPS_HOLD=<file>`: a daemon start held while the file exists (`config`);
+//! * `GPUHOOK_SIM_MPS_HOLD[_COMMANDS]=<file>`: a daemon start (client-mode command) held
+//!   while the file exists (`config`);
 //! * the GPU's compute mode (read through the node's NVML) decides whether a client without a
 //!   daemon, or an MPS server, may create a context (`context`);
 //! * `GPUHOOK_SIM_MPS_GPU_REGISTRY=<dir>`: one simulated node's record of which (user, GPU) a
@@ -96,9 +97,9 @@ SIMULATION-ONLY EXTENSIONS:
         given by UUID without applying them (a bug of some drivers); or ignore the limits in
         the daemon's own environment (start with defaults 100 / no pinned limit)
 
-  GPUHOOK_SIM_MPS_HOLD=<file>
-        while <file> exists, -d/-f waits before binding its socket (a slow start); it
-        writes <file>.waiting first
+  GPUHOOK_SIM_MPS_HOLD=<file>, GPUHOOK_SIM_MPS_HOLD_COMMANDS=<file>
+        while <file> exists, -d/-f waits before binding its socket (a slow start), or client
+        mode before it connects (a slow command); either writes <file>.waiting first
   GPUHOOK_SIM_MPS_GPU_REGISTRY=<dir>
         the simulated node's record of daemons per (user, GPU) and of MPS servers' contexts
         (EXCLUSIVE_PROCESS: one context per GPU)

@@ -1,0 +1,327 @@
+//! Between a control daemon's crash and its replacement's limits, CUDA processes on the GPU are
+//! refused, never run unlimited (issue #22): gpu-mps-daemon sets compute mode PROHIBITED when the
+//! crash is noticed and EXCLUSIVE_PROCESS back just before `ready`.
+//!
+//! The node is a full simulated one (`gpuhook-sim build l20-minimal`): GPU facts by discovery,
+//! compute modes through its mock NVML, which the simulated CUDA client reads like the CUDA
+//! driver (NVIDIA: a client that finds no control daemon "continues to run as it normally would
+//! without MPS", `nvidia-cuda-mps-control(1)`; PROHIBITED: "No contexts can be created on this
+//! device", CUDA Driver API `CUcomputemode`). The restart is held open deterministically: the
+//! replacement control daemon waits before binding its socket while a gate file exists
+//! (`GPUHOOK_SIM_MPS_HOLD`), and says so with `<gate>.waiting`.
+//!
+//! Needs root and the workspace's `gpuhook-sim` and mock NVML builds; skipped with a message
+//! otherwise, unless GPUHOOK_REQUIRE_E2E=1 makes that a failure.
+// Integration tests: a failed unwrap is the test failure, with its location.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use common::*;
+
+const LIB: &str = "usr/lib/x86_64-linux-gnu";
+
+fn ready_to_run() -> Option<PathBuf> {
+    let required = std::env::var("GPUHOOK_REQUIRE_E2E").is_ok_and(|v| v == "1");
+    let tool = std::env::var_os("GPUHOOK_SIM_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| daemon_bin().with_file_name("gpuhook-sim"));
+    let why = if !nix::unistd::geteuid().is_root() {
+        "needs root"
+    } else if !tool.exists() {
+        "gpuhook-sim is not built (cargo build -p gpuhook-sim --bins -p gpuhook-mock-nvml)"
+    } else {
+        return Some(tool);
+    };
+    assert!(!required, "crash-fence test cannot run: {why}");
+    eprintln!("SKIP crash-fence test: {why}");
+    None
+}
+
+struct Sim {
+    dir: tempfile::TempDir,
+    root: PathBuf,
+    mps: PathBuf,
+    /// Holds the control daemon's start while it exists.
+    gate: PathBuf,
+    /// Holds client-mode commands (the limits being set and read back) while it exists.
+    commands_gate: PathBuf,
+}
+
+impl Sim {
+    /// An l20-minimal node whose control binary holds its start while `gate` exists, and its
+    /// commands while `commands_gate` exists; `extra`: more lines for the wrapper script.
+    fn build(tool: &Path, extra: &str) -> Sim {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("node");
+        let out = Command::new(tool)
+            .args(["build", "l20-minimal"])
+            .arg(&root)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let (bin, real) = (
+            root.join("usr/bin/nvidia-cuda-mps-control"),
+            root.join("usr/bin/sim-nvidia-cuda-mps-control"),
+        );
+        std::fs::rename(&bin, &real).unwrap();
+        let (gate, commands_gate) = (dir.path().join("hold"), dir.path().join("hold-commands"));
+        let script = format!(
+            "#!/bin/sh\nexport GPUHOOK_SIM_MPS_HOLD='{}'\nexport GPUHOOK_SIM_MPS_HOLD_COMMANDS='{}'\n{extra}\nexec '{}' \"$@\"\n",
+            gate.display(),
+            commands_gate.display(),
+            real.display()
+        );
+        gpuhook_fs::testing::write_executable(&bin, &script).unwrap();
+        let mps = dir.path().join("mps");
+        std::fs::write(
+            dir.path().join("config.yaml"),
+            format!(
+                "version: v1\nsharing:\n  mps:\n    resources:\n      - {{name: nvidia.com/gpu, replicas: 2, devices: all}}\nmpsDaemon:\n  mpsRoot: {}\n  driverRoot: {}\n  probeInterval: 1h\n  maxRestartBackoff: 100ms\n  cdiSpecDir: {}\n",
+                mps.display(),
+                root.display(),
+                dir.path().join("cdi").display()
+            ),
+        )
+        .unwrap();
+        Sim {
+            dir,
+            root,
+            mps,
+            gate,
+            commands_gate,
+        }
+    }
+
+    fn start(&self) -> Daemon {
+        let port = free_port();
+        let log = self.dir.path().join("daemon.log");
+        let child = Command::new(daemon_bin())
+            .arg("--config")
+            .arg(self.dir.path().join("config.yaml"))
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{port}"))
+            .env("RUST_LOG", "debug")
+            .stderr(std::fs::File::create(&log).unwrap())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        Daemon { child, port, log }
+    }
+
+    fn gpu(&self) -> Option<serde_json::Value> {
+        let text = std::fs::read(self.mps.join("status.json")).ok()?;
+        let s: serde_json::Value = serde_json::from_slice(&text).ok()?;
+        s["gpus"].as_array()?.first().cloned()
+    }
+
+    /// The GPU's compute mode as the node's NVML keeps it (0 DEFAULT, 2 PROHIBITED, 3
+    /// EXCLUSIVE_PROCESS; nvmlComputeMode_t).
+    fn compute_mode(&self, uuid: &str) -> String {
+        let f = self
+            .root
+            .join(LIB)
+            .join("gpuhook-sim-state")
+            .join(format!("compute-mode-{uuid}"));
+        std::fs::read_to_string(f)
+            .map(|t| t.trim().to_string())
+            .unwrap_or_else(|_| "0".into())
+    }
+
+    /// A CUDA application on the node using this GPU (as a container with the GPU's MPS share
+    /// would: its pipe directory, its device; the driver's libraries from the driver root).
+    fn client(&self, uuid: &str) -> Output {
+        Command::new(self.root.join("usr/bin/sim-nvidia-cuda-mps-control"))
+            .env_clear()
+            .env("CUDA_MPS_PIPE_DIRECTORY", self.mps.join(uuid).join("pipe"))
+            .env("CUDA_VISIBLE_DEVICES", uuid)
+            .env("LD_LIBRARY_PATH", self.root.join(LIB))
+            .args(["--sim-client", "--uid", "0", "--hold", "0"])
+            .output()
+            .unwrap()
+    }
+
+    fn ready(&self, not_pid: i64) -> serde_json::Value {
+        wait_for("GPU ready", || {
+            self.gpu().filter(|g| {
+                g["state"] == "ready"
+                    && g["pid"].as_i64().is_some_and(|p| p != not_pid)
+                    && self
+                        .mps
+                        .join(g["uuid"].as_str().unwrap())
+                        .join("ready")
+                        .exists()
+            })
+        })
+    }
+}
+
+fn waiting(gate: &Path) -> PathBuf {
+    let mut w = gate.as_os_str().to_owned();
+    w.push(".waiting");
+    PathBuf::from(w)
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout: {}\nstderr: {}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+#[test]
+fn a_client_during_a_control_daemon_restart_is_refused_never_unlimited() {
+    let Some(tool) = ready_to_run() else { return };
+    let sim = Sim::build(&tool, "");
+    let mut d = sim.start();
+    let g = sim.ready(0);
+    let (uuid, old) = (
+        g["uuid"].as_str().unwrap().to_string(),
+        g["pid"].as_i64().unwrap(),
+    );
+    assert_eq!(
+        sim.compute_mode(&uuid),
+        "3",
+        "EXCLUSIVE_PROCESS while ready"
+    );
+    let ok = sim.client(&uuid);
+    assert!(
+        ok.status.success()
+            && String::from_utf8_lossy(&ok.stdout).contains("active_thread_percentage=50.0"),
+        "{}",
+        text(&ok)
+    );
+
+    // Hold the replacement's start, then crash the control daemon.
+    std::fs::write(&sim.gate, "").unwrap();
+    // SAFETY: SIGKILL to the simulated control daemon the test's daemon started.
+    unsafe { libc::kill(i32::try_from(old).unwrap(), libc::SIGKILL) };
+    wait_for("the replacement control daemon held at its start", || {
+        waiting(&sim.gate).exists().then_some(())
+    });
+    // No daemon listens and the GPU is not ready: a CUDA process would run without MPS...
+    assert!(!sim.mps.join(&uuid).join("ready").exists());
+    wait_for("status.json: not ready", || {
+        (sim.gpu().unwrap()["state"] != "ready").then_some(())
+    });
+    // ...but the GPU allows no context: it is refused (before the fence: exit 4, unlimited).
+    let refused = sim.client(&uuid);
+    assert_eq!(refused.status.code(), Some(6), "{}", text(&refused));
+    assert!(refused.stdout.is_empty(), "{}", text(&refused));
+    assert_eq!(
+        sim.compute_mode(&uuid),
+        "2",
+        "PROHIBITED; log:\n{}",
+        d.log_text()
+    );
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("PROHIBITED"),
+        "{}",
+        text(&refused)
+    );
+
+    // Released: ready again with the limits, EXCLUSIVE_PROCESS again.
+    std::fs::remove_file(&sim.gate).unwrap();
+    let g = sim.ready(old);
+    assert!(g["restarts"].as_u64().unwrap() >= 1, "{g}");
+    assert_eq!(sim.compute_mode(&uuid), "3");
+    let ok = sim.client(&uuid);
+    assert!(
+        ok.status.success()
+            && String::from_utf8_lossy(&ok.stdout).contains("active_thread_percentage=50.0"),
+        "{}",
+        text(&ok)
+    );
+
+    d.signal(libc::SIGTERM);
+    assert_eq!(d.wait_exit(), Some(0), "{}", d.log_text());
+    assert_eq!(sim.compute_mode(&uuid), "0", "the admin's DEFAULT restored");
+}
+
+#[test]
+fn a_stop_while_restarts_fail_restores_the_admin_mode_not_prohibited() {
+    let Some(tool) = ready_to_run() else { return };
+    let sim = Sim::build(&tool, "");
+    let mut d = sim.start();
+    let g = sim.ready(0);
+    let (uuid, old) = (
+        g["uuid"].as_str().unwrap().to_string(),
+        g["pid"].as_i64().unwrap(),
+    );
+    std::fs::write(&sim.gate, "").unwrap();
+    // SAFETY: SIGKILL to the simulated control daemon the test's daemon started.
+    unsafe { libc::kill(i32::try_from(old).unwrap(), libc::SIGKILL) };
+    wait_for("the replacement control daemon held at its start", || {
+        waiting(&sim.gate).exists().then_some(())
+    });
+    assert_eq!(sim.compute_mode(&uuid), "2", "PROHIBITED while restarting");
+    // Stopped in the middle of the restart (the gate is never opened).
+    d.signal(libc::SIGTERM);
+    assert_eq!(d.wait_exit(), Some(0), "{}", d.log_text());
+    // Nothing may stay held behind us (the held daemon was killed with its start).
+    std::fs::remove_file(&sim.gate).unwrap();
+    assert_eq!(
+        sim.compute_mode(&uuid),
+        "0",
+        "PROHIBITED left behind; log:\n{}",
+        d.log_text()
+    );
+}
+
+#[test]
+fn a_client_before_the_limits_are_read_back_is_refused_by_its_mps_server() {
+    let Some(tool) = ready_to_run() else { return };
+    // A driver that ignores the limits in the daemon's environment: until the limit commands
+    // are done, a server it starts would serve clients unlimited.
+    let sim = Sim::build(&tool, "export GPUHOOK_SIM_MPS_FAULT=ignore-env-limits");
+    let mut d = sim.start();
+    let g = sim.ready(0);
+    let (uuid, old) = (
+        g["uuid"].as_str().unwrap().to_string(),
+        g["pid"].as_i64().unwrap(),
+    );
+    std::fs::write(&sim.commands_gate, "").unwrap();
+    // SAFETY: SIGKILL to the simulated control daemon the test's daemon started.
+    unsafe { libc::kill(i32::try_from(old).unwrap(), libc::SIGKILL) };
+    wait_for("a limit command of the replacement held", || {
+        waiting(&sim.commands_gate).exists().then_some(())
+    });
+    // The replacement listens (its pid is recorded once it does), its limits are not set.
+    wait_for("the replacement's pid in status.json", || {
+        sim.gpu()
+            .filter(|g| g["pid"].as_i64().is_some_and(|p| p != old))
+            .map(|_| ())
+    });
+    assert!(!sim.mps.join(&uuid).join("ready").exists());
+    // The client reaches the daemon, whose MPS server cannot create its context: refused
+    // (before the fence: attached with active_thread_percentage=100.0).
+    let refused = sim.client(&uuid);
+    assert_eq!(refused.status.code(), Some(5), "{}", text(&refused));
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("PROHIBITED"),
+        "{}",
+        text(&refused)
+    );
+    std::fs::remove_file(&sim.commands_gate).unwrap();
+    sim.ready(old);
+    assert_eq!(sim.compute_mode(&uuid), "3");
+    let ok = sim.client(&uuid);
+    assert!(
+        ok.status.success()
+            && String::from_utf8_lossy(&ok.stdout).contains("active_thread_percentage=50.0"),
+        "{}",
+        text(&ok)
+    );
+    d.signal(libc::SIGTERM);
+    assert_eq!(d.wait_exit(), Some(0), "{}", d.log_text());
+    assert_eq!(sim.compute_mode(&uuid), "0");
+}
