@@ -148,16 +148,18 @@ impl GpuSupervisor {
         });
     }
 
-    /// Compute mode PROHIBITED (see [`crate::fence`]); a failure goes to the status' lastError
-    /// and the caller goes on.
-    async fn prohibit(&self, fence: &mut ComputeFence) {
+    /// Compute mode PROHIBITED (see [`crate::fence`]); a failure is logged by the fence and
+    /// joined to `why` (or alone) in the status' lastError; the caller goes on either way.
+    async fn prohibit(&self, fence: &mut ComputeFence, state: GpuState, why: Option<String>) {
         let to = self.timing.borrow().command_timeout;
-        if let Some(e) = fence.prohibit(to).await {
-            self.board.update(&self.plan.uuid, |s| {
-                s.last_error = Some(e);
-                s.last_error_at = Some(now_secs());
-            });
-        }
+        let last = self.board.get(&self.plan.uuid).and_then(|s| s.last_error);
+        let error = match (why, fence.prohibit(to).await) {
+            (Some(w), Some(e)) => Some(format!("{w}; {e}")),
+            // The same failure again (the bring-up after a crash): keep the crash's reason.
+            (None, Some(e)) if last.is_some_and(|l| l.ends_with(&e)) => None,
+            (w, e) => w.or(e),
+        };
+        self.set_state(state, error);
     }
 
     /// The limits of this GPU's servers.
@@ -211,9 +213,9 @@ impl GpuSupervisor {
                         _ = stop.changed() => break,
                     };
                     tracing::warn!(gpu = %uuid, pid, reason = %reason, "control daemon unhealthy; restarting");
-                    self.set_state(GpuState::Restarting, Some(reason));
                     // No CUDA process on the GPU until the replacement's limits are read back.
-                    self.prohibit(&mut undo.fence).await;
+                    let state = GpuState::Restarting;
+                    self.prohibit(&mut undo.fence, state, Some(reason)).await;
                     self.remove_ready().await;
                     if since.elapsed() >= STABLE_AFTER {
                         failures = 0;
@@ -270,7 +272,8 @@ impl GpuSupervisor {
     ) -> Result<DaemonProc, BringUpError> {
         let l = &self.layout;
         let t = *self.timing.borrow();
-        self.prohibit(&mut undo.fence).await;
+        self.prohibit(&mut undo.fence, GpuState::Starting, None)
+            .await;
         // A ready file left by an instance that was killed must not outlive this bring-up.
         self.remove_ready().await;
         for d in [&l.pipe, &l.log] {

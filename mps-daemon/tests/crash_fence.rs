@@ -325,3 +325,47 @@ fn a_client_before_the_limits_are_read_back_is_refused_by_its_mps_server() {
     assert_eq!(d.wait_exit(), Some(0), "{}", d.log_text());
     assert_eq!(sim.compute_mode(&uuid), "0");
 }
+
+/// The UUID of the node's only GPU, from the profile the simulated node was built from.
+fn only_uuid(sim: &Sim) -> String {
+    let profile =
+        std::fs::read_to_string(sim.root.join(LIB).join("gpuhook-sim-profile.toml")).unwrap();
+    let line = profile
+        .lines()
+        .find(|l| l.trim_start().starts_with("uuid = \"GPU-"))
+        .unwrap();
+    line.split('"').nth(1).unwrap().to_string()
+}
+
+#[test]
+fn an_nvml_error_setting_prohibited_is_reported_and_the_restart_goes_on() {
+    let Some(tool) = ready_to_run() else { return };
+    let sim = Sim::build(&tool, "");
+    let uuid = only_uuid(&sim);
+    // The mock NVML keeps the mode in this file: a directory there makes every get/set of the
+    // GPU's compute mode fail with NVML_ERROR_UNKNOWN.
+    let state = sim.root.join(LIB).join("gpuhook-sim-state");
+    std::fs::create_dir_all(state.join(format!("compute-mode-{uuid}"))).unwrap();
+    let d = sim.start();
+    let g = sim.ready(0);
+    assert!(
+        g["lastError"]
+            .as_str()
+            .is_some_and(|e| e.contains("PROHIBITED")),
+        "{g}"
+    );
+    let old = g["pid"].as_i64().unwrap();
+    // SAFETY: SIGKILL to the simulated control daemon the test's daemon started.
+    unsafe { libc::kill(i32::try_from(old).unwrap(), libc::SIGKILL) };
+    let g = sim.ready(old);
+    let err = g["lastError"].as_str().unwrap_or_default();
+    assert!(
+        err.contains(&format!("pid {old}")) && err.contains("PROHIBITED"),
+        "{g}"
+    );
+    let log = d.log_text();
+    assert!(
+        log.contains("cannot set the compute mode") && log.contains(&uuid),
+        "{log}"
+    );
+}
