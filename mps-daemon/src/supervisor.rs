@@ -6,12 +6,10 @@
 //! refusing, no reply within the bound) removes the ready file first, then kills and restarts the
 //! daemon with exponential backoff; limits are applied again before it is ready again.
 //!
-//! From before a daemon starts (and from the moment a running one is found dead) until its
-//! limits are read back, the GPU is in compute mode PROHIBITED, so that no CUDA process runs on
-//! it without MPS limits in between ([`crate::fence`]); EXCLUSIVE_PROCESS comes back just
-//! before the ready file. A GPU whose restarts keep failing (`failed`) stays PROHIBITED: its
-//! processes are refused, never unlimited, until a restart succeeds or the GPU is stopped
-//! (removed from the config, or gpu-mps-daemon stopped), which restores the admin's mode.
+//! From before a daemon starts (or a running one is found dead) until its limits are read back,
+//! the GPU is PROHIBITED ([`crate::fence`]), EXCLUSIVE_PROCESS just before the ready file; one
+//! whose restarts keep failing stays PROHIBITED (refused, never unlimited) until a restart
+//! succeeds or the GPU is stopped, which restores the admin's mode.
 
 use std::sync::Arc;
 use std::time::Duration;
