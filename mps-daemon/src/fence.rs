@@ -56,6 +56,17 @@ impl ComputeFence {
         self.current
     }
 
+    /// The admin's mode (read by our first change, or handed over), if known.
+    pub fn admin(&self) -> Option<ComputeMode> {
+        self.admin
+    }
+
+    /// Starts with the admin's mode a replaced supervisor handed over (`crate::restart`).
+    pub fn with_admin(mut self, admin: Option<ComputeMode>) -> Self {
+        self.admin = self.admin.or(admin);
+        self
+    }
+
     /// Sets `mode` (bounded by `to`); `Ok(false)` when there is no NVML to set it with.
     async fn set(&mut self, mode: ComputeMode, to: Duration) -> Result<bool, String> {
         let (compute, uuid) = (self.compute.clone(), self.uuid.clone());

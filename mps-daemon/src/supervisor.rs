@@ -24,6 +24,7 @@ use crate::inventory::ComputeModeSetter;
 use crate::layout::{self, BlockingError, CreatedDirs, GpuLayout};
 use crate::limits::{Limits, LimitsError, Source};
 use crate::plan::{GpuPlan, Timing};
+use crate::restart::{backoff, Handover, Stop};
 use crate::settings::EnforceSettings;
 use crate::shm::{self, ShmError};
 use crate::status::{now_secs, Board, GpuState, GpuStatus};
@@ -31,16 +32,8 @@ use crate::watcher::Watcher;
 
 /// A ready period at least this long resets the backoff.
 const STABLE_AFTER: Duration = Duration::from_secs(10);
-/// First restart delay; doubled per consecutive failure up to `maxRestartBackoff`.
-const BACKOFF_BASE: Duration = Duration::from_millis(100);
 /// How long a killed daemon gets between SIGTERM and SIGKILL.
 pub(crate) const KILL_GRACE: Duration = Duration::from_secs(1);
-
-/// Delay before restart number `failures` (1-based).
-pub fn backoff(failures: u32, max: Duration) -> Duration {
-    let shift = failures.saturating_sub(1).min(20);
-    BACKOFF_BASE.saturating_mul(1 << shift).min(max)
-}
 
 /// Why a control daemon could not be brought up; each message is its cause's own (it goes to
 /// the status file's `error` as it is).
@@ -70,6 +63,7 @@ pub struct GpuSupervisor {
     pub compute: Arc<dyn ComputeModeSetter>,
     /// Client enforcement settings, changeable by a reload.
     pub enforce: watch::Receiver<EnforceSettings>,
+    pub handover: Handover,
 }
 
 /// What the supervisor set up and must undo.
@@ -88,6 +82,7 @@ impl GpuSupervisor {
         timing: watch::Receiver<Timing>,
         compute: Arc<dyn ComputeModeSetter>,
         enforce: watch::Receiver<EnforceSettings>,
+        handover: Handover,
     ) -> Self {
         let layout = GpuLayout::new(mps_root, &plan.uuid);
         GpuSupervisor {
@@ -97,6 +92,7 @@ impl GpuSupervisor {
             timing,
             compute,
             enforce,
+            handover,
         }
     }
 
@@ -170,13 +166,14 @@ impl GpuSupervisor {
 
     /// Runs until `stop` changes (or its sender is dropped), then shuts the daemon down and
     /// removes what it created.
-    pub async fn run(self, mut stop: watch::Receiver<bool>) {
+    pub async fn run(self, mut stop: watch::Receiver<Stop>) {
         let uuid = self.plan.uuid.clone();
         self.board.insert(self.initial_status());
         let mut undo = Undo {
             dirs: CreatedDirs::default(),
             mounted: false,
-            fence: ComputeFence::new(self.compute.clone(), &uuid),
+            fence: ComputeFence::new(self.compute.clone(), &uuid)
+                .with_admin(self.handover.take(&uuid)),
         };
         let mut failures: u32 = 0;
         let env = self.env();
@@ -237,7 +234,8 @@ impl GpuSupervisor {
                 _ = stop.changed() => break,
             }
         }
-        self.shutdown(&env, current.take(), undo).await;
+        let kind = *stop.borrow();
+        self.shutdown(&env, current.take(), undo, kind).await;
     }
 
     async fn remove_ready(&self) {
@@ -359,12 +357,18 @@ impl GpuSupervisor {
     }
 
     /// Not ready, `quit`, wait (bounded), kill if needed, undo mounts/dirs/compute mode.
-    async fn shutdown(&self, env: &ControlEnv, daemon: Option<DaemonProc>, mut undo: Undo) {
-        let uuid = &self.plan.uuid;
+    async fn shutdown(
+        &self,
+        env: &ControlEnv,
+        mut daemon: Option<DaemonProc>,
+        mut undo: Undo,
+        stop: Stop,
+    ) {
+        let (uuid, t, ho) = (&self.plan.uuid, *self.timing.borrow(), &self.handover);
+        let to = t.command_timeout;
+        ho.before_quit(&mut undo.fence, stop, to).await;
         self.remove_ready().await;
         self.set_state(GpuState::Stopping, None);
-        let t = *self.timing.borrow();
-        let mut daemon = daemon;
         if let Some(d) = daemon.as_mut() {
             let pid = d.id.pid;
             if d.exited().is_none() {
@@ -385,14 +389,10 @@ impl GpuSupervisor {
             }
         }
         // The admin's mode, whatever we set last (never PROHIBITED left behind by a stop).
-        undo.fence.restore(t.command_timeout).await;
+        ho.finish(&mut undo.fence, uuid, stop, to).await;
         for e in undo.dirs.remove_all() {
             tracing::warn!(gpu = %uuid, error = %e, "cleanup");
         }
         self.board.remove(uuid);
     }
 }
-
-#[cfg(test)]
-#[path = "supervisor_tests.rs"]
-mod tests;

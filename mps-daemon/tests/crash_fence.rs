@@ -369,3 +369,45 @@ fn an_nvml_error_setting_prohibited_is_reported_and_the_restart_goes_on() {
         "{log}"
     );
 }
+
+#[test]
+fn a_reload_that_restarts_the_gpu_keeps_it_fenced_and_the_admin_mode() {
+    let Some(tool) = ready_to_run() else { return };
+    let sim = Sim::build(&tool, "");
+    let uuid = only_uuid(&sim);
+    // The admin runs this GPU in EXCLUSIVE_PROCESS.
+    let state = sim.root.join(LIB).join("gpuhook-sim-state");
+    std::fs::create_dir_all(&state).unwrap();
+    std::fs::write(state.join(format!("compute-mode-{uuid}")), "3\n").unwrap();
+    let mut d = sim.start();
+    let old = sim.ready(0)["pid"].as_i64().unwrap();
+    // New settings for the GPU: its supervisor is replaced; the new daemon's start is held.
+    let cfg = sim.dir.path().join("config.yaml");
+    let before = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(&cfg, before.replace("replicas: 2", "replicas: 4")).unwrap();
+    std::fs::write(&sim.gate, "").unwrap();
+    d.signal(libc::SIGHUP);
+    wait_for(
+        "the new supervisor's control daemon held at its start",
+        || waiting(&sim.gate).exists().then_some(()),
+    );
+    let refused = sim.client(&uuid);
+    assert_eq!(refused.status.code(), Some(6), "{}", text(&refused));
+    assert_eq!(sim.compute_mode(&uuid), "2");
+    std::fs::remove_file(&sim.gate).unwrap();
+    sim.ready(old);
+    let ok = sim.client(&uuid);
+    assert!(
+        String::from_utf8_lossy(&ok.stdout).contains("active_thread_percentage=25.0"),
+        "{}",
+        text(&ok)
+    );
+    d.signal(libc::SIGTERM);
+    assert_eq!(d.wait_exit(), Some(0), "{}", d.log_text());
+    assert_eq!(
+        sim.compute_mode(&uuid),
+        "3",
+        "the admin's EXCLUSIVE_PROCESS, handed over through the reload; log:\n{}",
+        d.log_text()
+    );
+}
