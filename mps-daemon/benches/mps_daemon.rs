@@ -5,6 +5,11 @@
 //!
 //! `cargo bench -p gpu-mps-daemon` (set GPUHOOK_SIM_MPS_CONTROL when the simulator is not next to
 //! the daemon binary). Targets: <= 500 ms, <= 1 s, <= 20 MB.
+//!
+//! The first series uses a saved inventory (no NVML: compute modes untouched). When run as root
+//! with `gpuhook-sim` and the mock NVML built next to the daemon, a second series runs the same
+//! on a `gpuhook-sim build dgx-h100` node, where every start and restart is fenced by compute
+//! mode PROHIBITED until the limits are read back (NVML calls included in the figures).
 // Test support: a failed unwrap is a failed test, with its location.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -33,6 +38,116 @@ fn stats(name: &str, mut v: Vec<Duration>) {
         ms(v[v.len() / 2]),
         ms(v[v.len() - 1]),
         v.len()
+    );
+}
+
+/// A dgx-h100 simulated node (discovery, mock NVML) sharing every GPU 4 ways, when it can be
+/// built here (root, `gpuhook-sim` next to the daemon binary).
+fn nvml_node() -> Option<(tempfile::TempDir, std::path::PathBuf)> {
+    let tool = daemon_bin().with_file_name("gpuhook-sim");
+    if !nix::unistd::geteuid().is_root() || !tool.exists() {
+        println!("(no NVML series: needs root and {})", tool.display());
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("node");
+    let out = std::process::Command::new(&tool)
+        .args(["build", "dgx-h100"])
+        .arg(&root)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let cfg = dir.path().join("config.yaml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "version: v1\nsharing:\n  mps:\n    resources:\n      - {{name: nvidia.com/gpu, replicas: 4, devices: all}}\nmpsDaemon:\n  mpsRoot: {}\n  driverRoot: {}\n  maxRestartBackoff: 1s\n  cdiSpecDir: {}\n",
+            dir.path().join("mps").display(),
+            root.display(),
+            dir.path().join("cdi").display()
+        ),
+    )
+    .unwrap();
+    Some((dir, cfg))
+}
+
+/// Start-to-ready and crash recovery of GPU 3 with compute modes through NVML.
+fn nvml_series(runs: usize) {
+    let (mut starts, mut recoveries, mut fenced) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..runs {
+        let Some((dir, cfg)) = nvml_node() else {
+            return;
+        };
+        let port = free_port();
+        let t0 = Instant::now();
+        let child = std::process::Command::new(daemon_bin())
+            .arg("--config")
+            .arg(&cfg)
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{port}"))
+            .stderr(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let d = Daemon {
+            child,
+            port,
+            log: dir.path().join("none"),
+        };
+        wait_for("readyz", || (d.get("/readyz").0 == 200).then_some(()));
+        starts.push(t0.elapsed());
+        let status = || -> Option<serde_json::Value> {
+            let t = std::fs::read(dir.path().join("mps/status.json")).ok()?;
+            serde_json::from_slice::<serde_json::Value>(&t).ok()?["gpus"]
+                .as_array()?
+                .get(3)
+                .cloned()
+        };
+        let g = wait_for("GPU 3 in status.json", || {
+            status().filter(|g| g["state"] == "ready")
+        });
+        let old = g["pid"].as_i64().unwrap();
+        let ready = dir
+            .path()
+            .join("mps")
+            .join(g["uuid"].as_str().unwrap())
+            .join("ready");
+        let t1 = Instant::now();
+        // SAFETY: SIGKILL to a simulated control daemon.
+        unsafe { libc::kill(i32::try_from(old).expect("a pid"), libc::SIGKILL) };
+        // The mock NVML's record of the GPU's mode: 2 is PROHIBITED (the window is closed).
+        let mode = dir
+            .path()
+            .join("node/usr/lib/x86_64-linux-gnu/gpuhook-sim-state")
+            .join(format!("compute-mode-{}", g["uuid"].as_str().unwrap()));
+        wait_for("PROHIBITED", || {
+            let m = std::fs::read_to_string(&mode).unwrap_or_default();
+            (m.trim() == "2").then_some(())
+        });
+        fenced.push(t1.elapsed());
+        wait_for("recovery", || {
+            status().filter(|g| {
+                g["state"] == "ready" && g["pid"].as_i64() != Some(old) && ready.exists()
+            })
+        });
+        recoveries.push(t1.elapsed());
+        drop(d);
+    }
+    stats(
+        "NVML node: start-to-ready, 8 GPUs, fenced (target <= 500 ms)",
+        starts,
+    );
+    stats(
+        "NVML node: kill -9 to compute mode PROHIBITED (the unfenced window)",
+        fenced,
+    );
+    stats(
+        "NVML node: kill -9 to limits back, PROHIBITED in between (target <= 1000 ms)",
+        recoveries,
     );
 }
 
@@ -82,4 +197,5 @@ fn main() {
         max as f64 / 1024.0,
         rss.len()
     );
+    nvml_series(runs);
 }

@@ -12,6 +12,8 @@
 //! (arguments), [`run`] (wiring), [`cdi`] (the `nvidia.com/gpu-mps` CDI spec that connects containers),
 //! [`watcher`] / [`enforce`] / [`cgroup`] (clients per container, caps, gone containers),
 //! [`users`] (the user of each server, clients waiting for another user's server).
+//! [`fence`] / [`restart`] (compute mode PROHIBITED until the limits are read back, backoff,
+//! the hand-over between supervisors of one GPU).
 
 pub mod attrib;
 pub mod cdi;
@@ -23,6 +25,7 @@ pub mod control;
 pub mod cri;
 pub mod daemon_proc;
 pub mod enforce;
+pub mod fence;
 pub mod histogram;
 pub mod http;
 pub mod inventory;
@@ -40,6 +43,7 @@ pub mod plan_select;
 pub mod plan_settings;
 pub mod probe;
 pub mod process;
+pub mod restart;
 pub mod run;
 pub mod safefs;
 pub mod settings;

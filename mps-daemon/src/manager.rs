@@ -13,6 +13,7 @@ use tokio::task::JoinHandle;
 
 use crate::inventory::ComputeModeSetter;
 use crate::plan::{GpuPlan, Plan, Timing};
+use crate::restart::{Handover, Stop};
 use crate::settings::EnforceSettings;
 use crate::status::Board;
 use crate::supervisor::GpuSupervisor;
@@ -20,7 +21,7 @@ use crate::supervisor::GpuSupervisor;
 #[derive(Debug)]
 struct Running {
     plan: GpuPlan,
-    stop: watch::Sender<bool>,
+    stop: watch::Sender<Stop>,
     task: JoinHandle<()>,
 }
 
@@ -52,6 +53,8 @@ pub struct Manager {
     enforce: watch::Sender<EnforceSettings>,
     compute: Arc<dyn ComputeModeSetter>,
     running: BTreeMap<String, Running>,
+    /// Admin compute modes handed from a replaced supervisor to its successor.
+    handover: Handover,
 }
 
 impl Manager {
@@ -66,6 +69,7 @@ impl Manager {
             enforce,
             compute,
             running: BTreeMap::new(),
+            handover: Handover::default(),
         };
         for g in &plan.gpus {
             m.spawn(g.clone());
@@ -78,7 +82,7 @@ impl Manager {
     }
 
     fn spawn(&mut self, g: GpuPlan) {
-        let (stop, stop_rx) = watch::channel(false);
+        let (stop, stop_rx) = watch::channel(Stop::Run);
         let sup = GpuSupervisor::new(
             g.clone(),
             &self.plan.mps_root,
@@ -86,6 +90,7 @@ impl Manager {
             self.timing.subscribe(),
             self.compute.clone(),
             self.enforce.subscribe(),
+            self.handover.clone(),
         );
         let task = tokio::spawn(sup.run(stop_rx));
         self.running.insert(
@@ -98,11 +103,11 @@ impl Manager {
         );
     }
 
-    async fn stop(&mut self, uuids: &[String]) {
+    async fn stop(&mut self, uuids: &[String], why: Stop) {
         let mut tasks = Vec::new();
         for u in uuids {
             if let Some(r) = self.running.remove(u) {
-                let _ = r.stop.send(true);
+                let _ = r.stop.send(why);
                 tasks.push(r.task);
             }
         }
@@ -126,7 +131,7 @@ impl Manager {
         let wanted: BTreeMap<&str, &GpuPlan> =
             new.gpus.iter().map(|g| (g.uuid.as_str(), g)).collect();
         let mut sum = ReloadSummary::default();
-        let mut to_stop = Vec::new();
+        let (mut to_stop, mut to_replace) = (Vec::new(), Vec::new());
         for (uuid, r) in &self.running {
             match wanted.get(uuid.as_str()) {
                 None => {
@@ -135,12 +140,13 @@ impl Manager {
                 }
                 Some(g) if **g != r.plan => {
                     sum.restarted.push(uuid.clone());
-                    to_stop.push(uuid.clone());
+                    to_replace.push(uuid.clone());
                 }
                 Some(_) => sum.unchanged.push(uuid.clone()),
             }
         }
-        self.stop(&to_stop).await;
+        self.stop(&to_stop, Stop::Remove).await;
+        self.stop(&to_replace, Stop::Replace).await;
         for g in &new.gpus {
             if !self.running.contains_key(&g.uuid) {
                 if !sum.restarted.contains(&g.uuid) {
@@ -156,6 +162,6 @@ impl Manager {
     /// Stops every supervisor (each quits its daemon and cleans up) and waits for them.
     pub async fn shutdown(mut self) {
         let all: Vec<String> = self.running.keys().cloned().collect();
-        self.stop(&all).await;
+        self.stop(&all, Stop::Remove).await;
     }
 }

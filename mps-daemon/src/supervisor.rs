@@ -5,6 +5,11 @@
 //! ready file can never connect to an unlimited daemon. Any failed probe (process gone, socket
 //! refusing, no reply within the bound) removes the ready file first, then kills and restarts the
 //! daemon with exponential backoff; limits are applied again before it is ready again.
+//!
+//! From before a daemon starts (or a running one is found dead) until its limits are read back,
+//! the GPU is PROHIBITED ([`crate::fence`]), EXCLUSIVE_PROCESS just before the ready file; one
+//! whose restarts keep failing stays PROHIBITED (refused, never unlimited) until a restart
+//! succeeds or the GPU is stopped, which restores the admin's mode.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,10 +19,12 @@ use tokio::time::Instant;
 
 use crate::control::ControlEnv;
 use crate::daemon_proc::{self, DaemonProc};
-use crate::inventory::{ComputeMode, ComputeModeSetter};
+use crate::fence::ComputeFence;
+use crate::inventory::ComputeModeSetter;
 use crate::layout::{self, BlockingError, CreatedDirs, GpuLayout};
 use crate::limits::{Limits, LimitsError, Source};
 use crate::plan::{GpuPlan, Timing};
+use crate::restart::{backoff, Handover, Stop};
 use crate::settings::EnforceSettings;
 use crate::shm::{self, ShmError};
 use crate::status::{now_secs, Board, GpuState, GpuStatus};
@@ -25,16 +32,8 @@ use crate::watcher::Watcher;
 
 /// A ready period at least this long resets the backoff.
 const STABLE_AFTER: Duration = Duration::from_secs(10);
-/// First restart delay; doubled per consecutive failure up to `maxRestartBackoff`.
-const BACKOFF_BASE: Duration = Duration::from_millis(100);
 /// How long a killed daemon gets between SIGTERM and SIGKILL.
 pub(crate) const KILL_GRACE: Duration = Duration::from_secs(1);
-
-/// Delay before restart number `failures` (1-based).
-pub fn backoff(failures: u32, max: Duration) -> Duration {
-    let shift = failures.saturating_sub(1).min(20);
-    BACKOFF_BASE.saturating_mul(1 << shift).min(max)
-}
 
 /// Why a control daemon could not be brought up; each message is its cause's own (it goes to
 /// the status file's `error` as it is).
@@ -50,6 +49,8 @@ pub enum BringUpError {
     Control(#[from] crate::control::ControlError),
     #[error(transparent)]
     Limits(#[from] LimitsError),
+    #[error("{0}")]
+    ComputeMode(String),
 }
 
 /// Supervisor of one GPU's control daemon.
@@ -62,15 +63,15 @@ pub struct GpuSupervisor {
     pub compute: Arc<dyn ComputeModeSetter>,
     /// Client enforcement settings, changeable by a reload.
     pub enforce: watch::Receiver<EnforceSettings>,
+    pub handover: Handover,
 }
 
 /// What the supervisor set up and must undo.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Undo {
     dirs: CreatedDirs,
     mounted: bool,
-    prev_mode: Option<ComputeMode>,
-    mode_tried: bool,
+    fence: ComputeFence,
 }
 
 impl GpuSupervisor {
@@ -81,6 +82,7 @@ impl GpuSupervisor {
         timing: watch::Receiver<Timing>,
         compute: Arc<dyn ComputeModeSetter>,
         enforce: watch::Receiver<EnforceSettings>,
+        handover: Handover,
     ) -> Self {
         let layout = GpuLayout::new(mps_root, &plan.uuid);
         GpuSupervisor {
@@ -90,6 +92,7 @@ impl GpuSupervisor {
             timing,
             compute,
             enforce,
+            handover,
         }
     }
 
@@ -139,6 +142,20 @@ impl GpuSupervisor {
         });
     }
 
+    /// Compute mode PROHIBITED (see [`crate::fence`]); a failure is logged by the fence and
+    /// joined to `why` (or alone) in the status' lastError; the caller goes on either way.
+    async fn prohibit(&self, fence: &mut ComputeFence, state: GpuState, why: Option<String>) {
+        let to = self.timing.borrow().command_timeout;
+        let last = self.board.get(&self.plan.uuid).and_then(|s| s.last_error);
+        let error = match (why, fence.prohibit(to).await) {
+            (Some(w), Some(e)) => Some(format!("{w}; {e}")),
+            // The same failure again (the bring-up after a crash): keep the crash's reason.
+            (None, Some(e)) if last.is_some_and(|l| l.ends_with(&e)) => None,
+            (w, e) => w.or(e),
+        };
+        self.set_state(state, error);
+    }
+
     /// The limits of this GPU's servers.
     pub(crate) fn limits(&self) -> Limits {
         Limits {
@@ -149,10 +166,15 @@ impl GpuSupervisor {
 
     /// Runs until `stop` changes (or its sender is dropped), then shuts the daemon down and
     /// removes what it created.
-    pub async fn run(self, mut stop: watch::Receiver<bool>) {
+    pub async fn run(self, mut stop: watch::Receiver<Stop>) {
         let uuid = self.plan.uuid.clone();
         self.board.insert(self.initial_status());
-        let mut undo = Undo::default();
+        let mut undo = Undo {
+            dirs: CreatedDirs::default(),
+            mounted: false,
+            fence: ComputeFence::new(self.compute.clone(), &uuid)
+                .with_admin(self.handover.take(&uuid)),
+        };
         let mut failures: u32 = 0;
         let env = self.env();
         let limits = self.limits();
@@ -185,9 +207,11 @@ impl GpuSupervisor {
                         r = self.probe_until_failure(&env, d, &mut watcher) => r,
                         _ = stop.changed() => break,
                     };
-                    self.remove_ready().await;
                     tracing::warn!(gpu = %uuid, pid, reason = %reason, "control daemon unhealthy; restarting");
-                    self.set_state(GpuState::Restarting, Some(reason));
+                    // No CUDA process on the GPU until the replacement's limits are read back.
+                    let state = GpuState::Restarting;
+                    self.prohibit(&mut undo.fence, state, Some(reason)).await;
+                    self.remove_ready().await;
                     if since.elapsed() >= STABLE_AFTER {
                         failures = 0;
                     }
@@ -210,7 +234,8 @@ impl GpuSupervisor {
                 _ = stop.changed() => break,
             }
         }
-        self.shutdown(&env, current.take(), undo).await;
+        let kind = *stop.borrow();
+        self.shutdown(&env, current.take(), undo, kind).await;
     }
 
     async fn remove_ready(&self) {
@@ -243,6 +268,8 @@ impl GpuSupervisor {
     ) -> Result<DaemonProc, BringUpError> {
         let l = &self.layout;
         let t = *self.timing.borrow();
+        self.prohibit(&mut undo.fence, GpuState::Starting, None)
+            .await;
         // A ready file left by an instance that was killed must not outlive this bring-up.
         self.remove_ready().await;
         for d in [&l.pipe, &l.log] {
@@ -259,22 +286,13 @@ impl GpuSupervisor {
         }
         daemon_proc::stop_stale(l, &self.plan.uuid, KILL_GRACE).await;
         self.clean_pipe().await?;
-        if !undo.mode_tried {
-            undo.mode_tried = true;
-            let (compute, uuid) = (self.compute.clone(), self.plan.uuid.clone());
-            let set = layout::blocking("setting the compute mode", t.command_timeout, move || {
-                compute.set_compute_mode(&uuid, ComputeMode::ExclusiveProcess)
-            });
-            match set.await {
-                Ok(prev) => undo.prev_mode = Some(prev),
-                Err(e) => tracing::warn!(gpu = %self.plan.uuid, error = %e,
-                    "compute mode not set to EXCLUSIVE_PROCESS; other processes may use the GPU outside MPS"),
-            }
-        }
         let daemon = DaemonProc::start(env, l, t.start_timeout).await?;
         let pid = daemon.id.pid;
         self.board.update(&self.plan.uuid, |s| s.pid = Some(pid));
-        match self.publish_ready(env, pid, t.command_timeout).await {
+        let published = self
+            .publish_ready(env, &mut undo.fence, pid, t.command_timeout)
+            .await;
+        match published {
             Ok(()) => Ok(daemon),
             Err(e) => {
                 daemon.stop(KILL_GRACE).await;
@@ -283,10 +301,12 @@ impl GpuSupervisor {
         }
     }
 
-    /// Applies and reads back the limits, then writes the ready file and marks the GPU ready.
+    /// Applies and reads back the limits, allows the MPS server's context (EXCLUSIVE_PROCESS),
+    /// then writes the ready file and marks the GPU ready.
     async fn publish_ready(
         &self,
         env: &ControlEnv,
+        fence: &mut ComputeFence,
         pid: i32,
         to: Duration,
     ) -> Result<(), BringUpError> {
@@ -295,6 +315,10 @@ impl GpuSupervisor {
             tracing::warn!(gpu = %self.plan.uuid, pid,
                 "the control daemon ignored CUDA_MPS_ACTIVE_THREAD_PERCENTAGE / CUDA_MPS_PINNED_DEVICE_MEM_LIMIT in its environment; limits set by command instead, clients that connected in the meantime may have none");
         }
+        fence
+            .allow_mps(to)
+            .await
+            .map_err(BringUpError::ComputeMode)?;
         let ready = serde_json::json!({
             "uuid": self.plan.uuid,
             "pid": pid,
@@ -333,12 +357,18 @@ impl GpuSupervisor {
     }
 
     /// Not ready, `quit`, wait (bounded), kill if needed, undo mounts/dirs/compute mode.
-    async fn shutdown(&self, env: &ControlEnv, daemon: Option<DaemonProc>, mut undo: Undo) {
-        let uuid = &self.plan.uuid;
+    async fn shutdown(
+        &self,
+        env: &ControlEnv,
+        mut daemon: Option<DaemonProc>,
+        mut undo: Undo,
+        stop: Stop,
+    ) {
+        let (uuid, t, ho) = (&self.plan.uuid, *self.timing.borrow(), &self.handover);
+        let to = t.command_timeout;
+        ho.before_quit(&mut undo.fence, stop, to).await;
         self.remove_ready().await;
         self.set_state(GpuState::Stopping, None);
-        let t = *self.timing.borrow();
-        let mut daemon = daemon;
         if let Some(d) = daemon.as_mut() {
             let pid = d.id.pid;
             if d.exited().is_none() {
@@ -358,37 +388,11 @@ impl GpuSupervisor {
                 tracing::warn!(gpu = %uuid, error = %e, "cannot unmount shm");
             }
         }
-        if let Some(prev) = undo
-            .prev_mode
-            .filter(|m| *m != ComputeMode::ExclusiveProcess)
-        {
-            let (compute, u) = (self.compute.clone(), uuid.clone());
-            let restore =
-                layout::blocking("restoring the compute mode", t.command_timeout, move || {
-                    compute.set_compute_mode(&u, prev).map(|_| ())
-                });
-            if let Err(e) = restore.await {
-                tracing::warn!(gpu = %uuid, error = %e, "cannot restore the compute mode");
-            }
-        }
+        // The admin's mode, whatever we set last (never PROHIBITED left behind by a stop).
+        ho.finish(&mut undo.fence, uuid, stop, to).await;
         for e in undo.dirs.remove_all() {
             tracing::warn!(gpu = %uuid, error = %e, "cleanup");
         }
         self.board.remove(uuid);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_doubles_and_is_capped() {
-        let max = Duration::from_secs(2);
-        assert_eq!(backoff(1, max), Duration::from_millis(100));
-        assert_eq!(backoff(2, max), Duration::from_millis(200));
-        assert_eq!(backoff(4, max), Duration::from_millis(800));
-        assert_eq!(backoff(10, max), max);
-        assert_eq!(backoff(u32::MAX, max), max);
     }
 }

@@ -19,6 +19,7 @@ pub const WAIT: Duration = Duration::from_secs(30);
 
 mod util;
 pub use util::*;
+pub mod sim_node;
 
 pub fn daemon_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_gpu-mps-daemon"))

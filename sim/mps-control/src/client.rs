@@ -17,6 +17,10 @@ pub fn ui(paths: &Paths) -> i32 {
         eprintln!("{e}");
         return 1;
     }
+    if let Err(e) = crate::config::hold(crate::config::HOLD_COMMANDS_ENV) {
+        eprintln!("{}: {e}", crate::config::HOLD_COMMANDS_ENV);
+        return 1;
+    }
     let Ok(mut stream) = UnixStream::connect(paths.socket()) else {
         eprintln!("{NO_DAEMON}");
         return 1;
@@ -80,12 +84,30 @@ fn env_field(key: &str) -> String {
         .unwrap_or_else(|| "-".to_string())
 }
 
+/// A client that reaches no control daemon runs without MPS, as CUDA does
+/// (`nvidia-cuda-mps-control(1)`: "the program continues to run as it normally would without
+/// MPS"), if the GPU's compute mode lets it create its own context: exit 4; else 6.
+fn without_mps() -> i32 {
+    let registry = std::env::var_os(crate::gpus::REGISTRY_ENV).map(std::path::PathBuf::from);
+    let device = crate::context::Device::from_env();
+    match crate::context::create(device.as_ref(), registry.as_deref()) {
+        Ok(_context) => {
+            eprintln!("{NO_DAEMON}: running without MPS");
+            4
+        }
+        Err(why) => {
+            eprintln!("{NO_DAEMON}; without MPS: {why}");
+            6
+        }
+    }
+}
+
 /// Runs a simulated CUDA client. Exit codes: 0 hold elapsed, 2 terminated by the daemon,
-/// 3 lost the daemon, 4 no daemon (a real app would run without MPS), 5 refused.
+/// 3 lost the daemon, 4 no daemon (a real app would run without MPS), 5 refused, 6 no daemon
+/// and the GPU's compute mode refuses a context of its own (`cudaErrorDevicesUnavailable`).
 pub fn sim_client(paths: &Paths, opts: &SimClient) -> i32 {
     let Ok(mut stream) = UnixStream::connect(paths.socket()) else {
-        eprintln!("{NO_DAEMON}: running without MPS");
-        return 4;
+        return without_mps();
     };
     let hello = format!(
         "CLIENT\t{}\t{}\t{}\t{}\n",
@@ -95,8 +117,7 @@ pub fn sim_client(paths: &Paths, opts: &SimClient) -> i32 {
         env_field("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT")
     );
     if stream.write_all(hello.as_bytes()).is_err() {
-        eprintln!("{NO_DAEMON}: running without MPS");
-        return 4;
+        return without_mps();
     }
     let mut reader = BufReader::new(stream);
     let mut deadline: Option<Instant> = None;
@@ -142,8 +163,11 @@ pub fn sim_client(paths: &Paths, opts: &SimClient) -> i32 {
 
 /// `--sim-server`: a stand-in MPS server process. Like the real one (running as its client's
 /// user), it first reaches the control socket in `CUDA_MPS_PIPE_DIRECTORY`: every ancestor must
-/// be searchable and the socket writable by that user. It says `ready` (or why not) on stdout,
-/// then lives until its stdin (a pipe held by the control daemon) closes.
+/// be searchable and the socket writable by that user. Then it creates the device context its
+/// clients share, which the GPU's compute mode may refuse (`crate::context`: PROHIBITED, or
+/// EXCLUSIVE_PROCESS held by another process); its clients are then refused, never served
+/// without limits. It says `ready` (or why not) on stdout, then lives until its stdin (a pipe
+/// held by the control daemon) closes.
 pub fn sim_server() -> i32 {
     let socket = crate::config::Paths::from_env().socket();
     let reach = std::ffi::CString::new(socket.as_os_str().as_encoded_bytes())
@@ -164,6 +188,15 @@ pub fn sim_server() -> i32 {
         let _ = writeln!(out, "{why}");
         return 1;
     }
+    let registry = std::env::var_os(crate::gpus::REGISTRY_ENV).map(std::path::PathBuf::from);
+    let device = crate::context::Device::from_env();
+    let _context = match crate::context::create(device.as_ref(), registry.as_deref()) {
+        Ok(held) => held,
+        Err(why) => {
+            let _ = writeln!(out, "{why}");
+            return 1;
+        }
+    };
     let _ = writeln!(out, "ready");
     let _ = out.flush();
     let mut buf = [0u8; 64];

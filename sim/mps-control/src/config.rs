@@ -112,6 +112,33 @@ impl Fault {
     }
 }
 
+/// Simulation-only: a gate file holding a daemon's start; see [`hold`].
+pub const HOLD_ENV: &str = "GPUHOOK_SIM_MPS_HOLD";
+/// Simulation-only: a gate file holding client-mode commands; see [`hold`].
+pub const HOLD_COMMANDS_ENV: &str = "GPUHOOK_SIM_MPS_HOLD_COMMANDS";
+
+/// Simulation-only (`GPUHOOK_SIM_MPS_HOLD=<file>`: a control daemon slow to start;
+/// `GPUHOOK_SIM_MPS_HOLD_COMMANDS=<file>`: a client-mode command slow to reach its daemon).
+/// While the file named by `env` exists, `-d` / `-f` waits before it binds its socket, or
+/// client mode before it connects; it creates `<file>.waiting` first, so that a test knows it
+/// is being held (a condition, not a delay).
+pub fn hold(env: &str) -> std::io::Result<()> {
+    let Some(gate) = std::env::var_os(env).filter(|v| !v.is_empty()) else {
+        return Ok(());
+    };
+    let gate = PathBuf::from(gate);
+    if !gate.exists() {
+        return Ok(());
+    }
+    let mut waiting = gate.clone().into_os_string();
+    waiting.push(".waiting");
+    std::fs::write(&waiting, format!("{}\n", std::process::id()))?;
+    while gate.exists() {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -76,6 +76,7 @@ pub fn run(paths: &Paths, background: bool) -> Result<i32> {
     let visible = std::env::var("CUDA_VISIBLE_DEVICES").ok();
     let euid = nix::unistd::geteuid().as_raw();
     let _gpus = crate::gpus::claim(registry.as_ref().map(Path::new), euid, visible.as_deref())?;
+    crate::config::hold(crate::config::HOLD_ENV).context(crate::config::HOLD_ENV)?;
     let _ = std::fs::remove_file(paths.socket());
     let listener = UnixListener::bind(paths.socket())
         .with_context(|| format!("binding {}", paths.socket().display()))?;

@@ -16,6 +16,10 @@
 //!   `nvidia-cuda-mps-server`);
 //! * commands `sim_get_client_limits <pid>`, `sim_get_pending_list`, `sim_crash`, `sim_wedge`;
 //! * `GPUHOOK_SIM_MPS_FAULT=wedge-after:N|crash-after:N|ignore-uuid-limits|ignore-env-limits`;
+//! * `GPUHOOK_SIM_MPS_HOLD[_COMMANDS]=<file>`: a daemon start (client-mode command) held
+//!   while the file exists (`config`);
+//! * the GPU's compute mode (read through the node's NVML) decides whether a client without a
+//!   daemon, or an MPS server, may create a context (`context`);
 //! * `GPUHOOK_SIM_MPS_GPU_REGISTRY=<dir>`: one simulated node's record of which (user, GPU) a
 //!   control daemon serves, so a second daemon of a GPU and user is refused (`gpus`).
 //!
@@ -25,6 +29,7 @@
 mod client;
 mod commands;
 mod config;
+mod context;
 mod daemon;
 mod error;
 mod gpus;
@@ -74,7 +79,12 @@ SIMULATION-ONLY EXTENSIONS:
         as client pid P (default: own pid); prints \"pending\" while queued, then
         \"server=<pid> active_thread_percentage=<p> pinned_mem_limit=<dev>=<n>M,..|none\";
         exits 0 after --hold seconds (default: stay until terminated), 2 when terminated
-        (terminate_client, quit), 3 when the daemon vanished, 4 when no daemon, 5 refused
+        (terminate_client, quit), 3 when the daemon vanished, 4 when no daemon (runs without
+        MPS), 5 refused, 6 when no daemon and the GPU's compute mode refuses it a context
+        (PROHIBITED; EXCLUSIVE_PROCESS while an MPS server holds one). The GPU is the first
+        CUDA_VISIBLE_DEVICES entry (UUID or ordinal; default 0), its compute mode read through
+        libnvidia-ml.so.1 (the node's NVML); no NVML: DEFAULT. An MPS server refused a context
+        by the compute mode refuses its clients (exit 5).
   --sim-server --uid U
         internal: MPS server stand-in spawned by the daemon (lives until its stdin closes)
   sim_get_client_limits <client-pid>
@@ -86,6 +96,13 @@ SIMULATION-ONLY EXTENSIONS:
         wedge or crash when the (N+1)th command arrives; or accept pinned memory limits
         given by UUID without applying them (a bug of some drivers); or ignore the limits in
         the daemon's own environment (start with defaults 100 / no pinned limit)
+
+  GPUHOOK_SIM_MPS_HOLD=<file>, GPUHOOK_SIM_MPS_HOLD_COMMANDS=<file>
+        while <file> exists, -d/-f waits before binding its socket (a slow start), or client
+        mode before it connects (a slow command); either writes <file>.waiting first
+  GPUHOOK_SIM_MPS_GPU_REGISTRY=<dir>
+        the simulated node's record of daemons per (user, GPU) and of MPS servers' contexts
+        (EXCLUSIVE_PROCESS: one context per GPU)
 
 NOTES:
   -f also prints control.log/server.log lines on stdout. Errors are reported as reply text
