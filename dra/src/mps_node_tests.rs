@@ -87,8 +87,7 @@ fn the_ready_marker_names_the_pipe_dir_the_start_check_reads() {
     let l = GpuLayout::new(dir.path(), "uid-1");
     std::fs::create_dir_all(&l.dir).unwrap();
     write_ready(&l, 42, &["GPU-a".into()], 25, &[Some(10240)]).unwrap();
-    let v: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&l.ready).unwrap()).unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&l.ready).unwrap()).unwrap();
     // gpuhook_request's check: `<pipe dir>/../ready` whose pipeDirectory is the pipe dir.
     assert_eq!(l.ready, l.pipe.parent().unwrap().join("ready"));
     assert_eq!(v["pipeDirectory"], l.pipe.display().to_string());

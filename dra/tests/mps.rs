@@ -121,6 +121,41 @@ async fn mps_claim_limits_are_in_force_for_the_first_client() {
         .cloned()
         .unwrap();
     assert_eq!(mount["hostPath"], pipe.display().to_string());
+    // The start check of gpu-mps-daemon's specs, on the claim's device, naming its pipe dir.
+    let share = format!("k8s.gpu.nvidia.com/claim=uid-mps-gpu-0::{}", pipe.display());
+    let hooks = &v["devices"][0]["containerEdits"]["hooks"];
+    assert!(
+        hooks.as_array().unwrap().iter().any(|h| {
+            h["hookName"] == "createContainer"
+                && h["args"]
+                    .as_array()
+                    .unwrap()
+                    .windows(2)
+                    .any(|w| w[0] == "--mps-share" && w[1] == share.as_str())
+        }),
+        "{hooks}"
+    );
+    // What that check reads: the ready marker beside the pipe dir, written after the read-back.
+    let ready: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(claim_dir.join("ready")).unwrap()).unwrap();
+    assert_eq!(ready["pipeDirectory"], pipe.display().to_string());
+    if plugin::is_root() {
+        // The daemon's own /dev/shm dir, mounted at /dev/shm (NVIDIA's claim edits), mode 1777.
+        use std::os::unix::fs::PermissionsExt;
+        let shm = v["containerEdits"]["mounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["containerPath"] == "/dev/shm")
+            .cloned()
+            .unwrap();
+        assert_eq!(shm["hostPath"], claim_dir.join("shm").display().to_string());
+        let mode = std::fs::metadata(claim_dir.join("shm"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o7777, 0o1777);
+    }
     let seen = client_sees(&sim, &pipe);
     assert!(
         seen.contains("active_thread_percentage=25.0 pinned_mem_limit=0=10240M"),
