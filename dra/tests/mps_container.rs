@@ -37,6 +37,7 @@ use apiserver::ApiServer;
 use gpu_mps_daemon::node::NvmlComputeMode;
 use gpuhook_dra::api::{self, v1::DRAPluginClient};
 use gpuhook_dra::config::Allowed;
+use gpuhook_dra::run::Running;
 use gpuhook_dra::testkit::{claim, opaque};
 use gpuhook_e2e::{bin_dir, busybox_rootfs, e2e_ready, run_ok};
 use gpuhook_node::{ComputeMode, DiscoverOptions, Nvml, NvmlLocation};
@@ -138,6 +139,49 @@ async fn prepare(channel: tonic::transport::Channel, c: api::Claim) -> Vec<Strin
         .collect()
 }
 
+/// The simulated node's tools: (MPS control simulator, gpuhook).
+fn tools() -> (PathBuf, PathBuf) {
+    let (sim_control, gpuhook) = (
+        bin_dir().join("sim-nvidia-cuda-mps-control"),
+        bin_dir().join("gpuhook"),
+    );
+    for b in [&sim_control, &gpuhook] {
+        assert!(
+            b.exists(),
+            "{} is missing: cargo build -p gpuhook -p gpuhook-sim-mps-control",
+            b.display()
+        );
+    }
+    (sim_control, gpuhook)
+}
+
+/// The plugin on simulated `node` (compute modes through its mock NVML, hooks run `gpuhook`),
+/// serving NVIDIA's example MPS claim `uid`.
+fn start_plugin(dir: &Path, node: &Path, api: &ApiServer, uid: &str) -> Running {
+    let (sim_control, gpuhook) = tools();
+    let d = DiscoverOptions::for_root(node);
+    let inv = gpuhook_node::discover(&d).unwrap().inventory;
+    let mut opts = driver_options(dir, &sim_control, Allowed::default());
+    opts.cdi.edit_options = gpuhook_cdi::EditOptions::new(&gpuhook);
+    opts.cdi.edit_options.cuda_compat = false;
+    opts.mps.shm = true;
+    opts.mps.compute = Arc::new(NvmlComputeMode(nvml_of(node)));
+    let cfg = opaque(
+        &["mps-gpu"],
+        json!({"apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig",
+               "sharing": {"strategy": "MPS", "mpsConfig": {
+                   "defaultActiveThreadPercentage": THREADS,
+                   "defaultPinnedDeviceMemoryLimit": format!("{PINNED_GIB}Gi")}}}),
+    );
+    let results = [("mps-gpu", "gpu-0")];
+    api.add_claim(claim("ns", "mps", uid, NODE, &results, vec![cfg]));
+    start_with(dir, api, opts, None, inv, None)
+}
+
+fn nvml_of(node: &Path) -> Nvml {
+    Nvml::load(&NvmlLocation::locate(node, None).unwrap()).unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_for_an_mps_share_runs_a_container_whose_client_gets_the_claims_limits() {
     if !e2e_ready("dra mps_container", &["runc"]) {
@@ -151,62 +195,47 @@ async fn a_claim_for_an_mps_share_runs_a_container_whose_client_gets_the_claims_
     let Some(node) = sim::sim_node(tmp.path(), "l20", "mps_container") else {
         return;
     };
-    let (sim_control, gpuhook) = (
-        bin_dir().join("sim-nvidia-cuda-mps-control"),
-        bin_dir().join("gpuhook"),
-    );
-    for b in [&sim_control, &gpuhook] {
-        assert!(
-            b.exists(),
-            "{} is missing: cargo build -p gpuhook -p gpuhook-sim-mps-control",
-            b.display()
-        );
-    }
-    let d = DiscoverOptions::for_root(&node);
-    let inv = gpuhook_node::discover(&d).unwrap().inventory;
-    let uuid = inv.gpus[0].uuid.clone();
-    let nvml = Nvml::load(&NvmlLocation::locate(&node, None).unwrap()).unwrap();
+    let nvml = nvml_of(&node);
+    let uuid = gpuhook_node::discover(&DiscoverOptions::for_root(&node))
+        .unwrap()
+        .inventory
+        .gpus[0]
+        .uuid
+        .clone();
     let before = compute_mode(&nvml, &uuid);
     assert_ne!(before, ComputeMode::ExclusiveProcess);
-
-    let mut opts = driver_options(tmp.path(), &sim_control, Allowed::default());
-    opts.cdi.edit_options = gpuhook_cdi::EditOptions::new(&gpuhook);
-    opts.cdi.edit_options.cuda_compat = false;
-    opts.mps.shm = true;
-    opts.mps.compute = Arc::new(NvmlComputeMode(
-        Nvml::load(&NvmlLocation::locate(&node, None).unwrap()).unwrap(),
-    ));
-    let api = ApiServer::start(NODE);
-    let cfg = opaque(
-        &["mps-gpu"],
-        json!({"apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig",
-               "sharing": {"strategy": "MPS", "mpsConfig": {
-                   "defaultActiveThreadPercentage": THREADS,
-                   "defaultPinnedDeviceMemoryLimit": format!("{PINNED_GIB}Gi")}}}),
-    );
-    let uid = "uid-mps-ctr";
-    api.add_claim(claim(
-        "ns",
-        "mps",
-        uid,
-        NODE,
-        &[("mps-gpu", "gpu-0")],
-        vec![cfg],
-    ));
-    let p = start_with(tmp.path(), &api, opts, None, inv, None);
+    let (api, uid) = (ApiServer::start(NODE), "uid-mps-ctr");
+    let p = start_plugin(tmp.path(), &node, &api, uid);
     let k = kubelet::register(&tmp.path().join("plugins_registry"), "gpu.nvidia.com").await;
     let c = kubelet::claim("ns", "mps", uid);
     let ids = prepare(k.channel.clone(), c.clone()).await;
     assert_eq!(ids.len(), 1, "{ids:?}");
     assert_eq!(compute_mode(&nvml, &uuid), ComputeMode::ExclusiveProcess);
-    let cdi = tmp.path().join("cdi");
     let claim_dir = tmp.path().join("plugin/mps").join(uid);
 
-    // 1. Root: the client in the container reaches the claim's daemon and gets its limits.
+    client_gets_the_limits(tmp.path(), &ids[0], &claim_dir);
+    unreachable_user_is_refused(tmp.path(), &ids[0]);
+    stopped_daemon_is_refused(tmp.path(), &ids[0], &claim_dir);
+
+    let mut v1 = DRAPluginClient::new(k.channel);
+    let u = v1
+        .node_unprepare_resources(api::NodeUnprepareResourcesRequest { claims: vec![c] })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(u.claims[uid].error, "");
+    assert_eq!(compute_mode(&nvml, &uuid), before, "restored at unprepare");
+    assert!(!claim_dir.exists());
+    p.stop().await;
+}
+
+/// 1. Root: the client in the container reaches the claim's daemon and gets the claim's limits;
+///    the container's `/dev/shm` is the daemon's.
+fn client_gets_the_limits(tmp: &Path, id: &str, claim_dir: &Path) {
     let script = format!(
         "echo from-container > /dev/shm/gpuhook-dra-probe && exec {CLIENT} --sim-client --uid 0 --hold 0"
     );
-    let ok = run_container(tmp.path(), &cdi, &ids[0], 0, &script);
+    let ok = run_container(tmp, &tmp.join("cdi"), id, 0, &script);
     let out = text(&ok);
     assert!(ok.status.success(), "{out}");
     let want = format!(
@@ -228,47 +257,40 @@ async fn a_claim_for_an_mps_share_runs_a_container_whose_client_gets_the_claims_
         "the daemon's /dev/shm is the container's"
     );
     assert!(!Path::new("/dev/shm/gpuhook-dra-probe").exists());
+}
 
-    // 2. uid 1000: its MPS server runs as uid 1000 and reaches the pipe dir through the host
-    //    path (the daemon makes the pipe dir 0777). With every directory above it searchable
-    //    it starts; with the plugin dir 0700 (as /var/lib/kubelet often is) it is refused at
-    //    start, naming the directory, instead of running without MPS.
-    let plugin_dir = tmp.path().join("plugin");
-    let ok = run_container(tmp.path(), &cdi, &ids[0], 1000, "echo STARTED");
+/// 2. uid 1000: its MPS server runs as uid 1000 and reaches the pipe dir through the host path
+///    (the daemon makes the pipe dir 0777). With every directory above it searchable it starts;
+///    with the plugin dir 0700 (as /var/lib/kubelet often is) it is refused at start, naming
+///    the directory, instead of running without MPS.
+fn unreachable_user_is_refused(tmp: &Path, id: &str) {
+    let (cdi, plugin_dir) = (tmp.join("cdi"), tmp.join("plugin"));
+    let ok = run_container(tmp, &cdi, id, 1000, "echo STARTED");
     assert!(ok.status.success(), "{}", text(&ok));
     std::fs::set_permissions(&plugin_dir, std::fs::Permissions::from_mode(0o700)).unwrap();
-    let refused = run_container(tmp.path(), &cdi, &ids[0], 1000, "echo STARTED-1000");
+    let refused = run_container(tmp, &cdi, id, 1000, "echo STARTED-1000");
     std::fs::set_permissions(&plugin_dir, std::fs::Permissions::from_mode(0o755)).unwrap();
     let err = text(&refused);
     assert!(!refused.status.success(), "{err}");
     assert!(!err.contains("STARTED"), "{err}");
     let search = format!("uid 1000 cannot search {}", plugin_dir.display());
     assert!(
-        err.contains(&ids[0]) && err.contains(&search) && err.contains("without MPS"),
+        err.contains(id) && err.contains(&search) && err.contains("without MPS"),
         "{err}"
     );
+}
 
-    // 3. The daemon told to quit: a root container is refused, naming the claim's device.
-    let pipe = claim_dir.join("pipe");
-    quit(&sim_control, &pipe);
-    let refused = run_container(tmp.path(), &cdi, &ids[0], 0, "echo STARTED");
+/// 3. The daemon told to quit: a root container is refused, naming the claim's device.
+fn stopped_daemon_is_refused(tmp: &Path, id: &str, claim_dir: &Path) {
+    let (sim_control, _) = tools();
+    quit(&sim_control, &claim_dir.join("pipe"));
+    let refused = run_container(tmp, &tmp.join("cdi"), id, 0, "echo STARTED");
     let err = text(&refused);
     assert!(!refused.status.success(), "{err}");
     assert!(
-        err.contains(&ids[0]) && err.contains("not ready") && !err.contains("STARTED"),
+        err.contains(id) && err.contains("not ready") && !err.contains("STARTED"),
         "{err}"
     );
-
-    let mut v1 = DRAPluginClient::new(k.channel);
-    let u = v1
-        .node_unprepare_resources(api::NodeUnprepareResourcesRequest { claims: vec![c] })
-        .await
-        .unwrap()
-        .into_inner();
-    assert_eq!(u.claims[uid].error, "");
-    assert_eq!(compute_mode(&nvml, &uuid), before, "restored at unprepare");
-    assert!(!claim_dir.exists());
-    p.stop().await;
 }
 
 /// `echo quit | nvidia-cuda-mps-control` on the claim's pipe dir.
