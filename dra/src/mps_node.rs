@@ -124,6 +124,15 @@ pub fn write_ready(
         .map_err(|e| format!("{}: {e}", layout.ready.display()))
 }
 
+/// The pid in the identity record of the daemon at `layout` (0 when there is none).
+pub fn recorded_pid(layout: &GpuLayout) -> i32 {
+    let path = gpu_mps_daemon::daemon_proc::record_path(layout);
+    gpuhook_node::bounded::read_bounded(&path, MAX_RECORD)
+        .ok()
+        .and_then(|b| gpu_mps_daemon::process::Identity::parse_record(&String::from_utf8_lossy(&b)))
+        .map_or(0, |id| id.pid)
+}
+
 /// Removes the ready marker of `layout`, first thing when its daemon stops.
 pub fn remove_ready(layout: &GpuLayout) {
     if let Err(e) = std::fs::remove_file(&layout.ready) {

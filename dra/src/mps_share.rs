@@ -193,7 +193,11 @@ impl SharedDaemons {
                 .is_ok(),
         };
         if alive {
-            return set_ceiling(&env, &c, opts.command_timeout).await;
+            set_ceiling(&env, &c, opts.command_timeout).await?;
+            // The marker follows the ceiling; a daemon of an earlier run without one gets it.
+            let pid = crate::mps_node::recorded_pid(l);
+            let (pct, mem) = (c.active_thread_percentage, &c.pinned_limits_mib);
+            return crate::mps_node::write_ready(l, pid, &c.uuids, pct, mem);
         }
         crate::mps_node::remove_ready(l);
         if let Some(d) = gpus.remove(&l.dir) {

@@ -80,12 +80,16 @@ fn spec_env(dir: &Path, uid: &str) -> Vec<String> {
 }
 
 /// Both shares' devices carry the start check on the GPU's pipe dir, whose daemon has its ready
-/// marker; as root, both get the GPU daemon's one `/dev/shm` dir (one server serves them).
+/// marker (with the ceiling); as root, both get the GPU daemon's one `/dev/shm` dir (one server serves them).
 fn share_edits(dir: &Path, gpu_dir: &Path) {
     let pipe = gpu_dir.join("pipe").display().to_string();
     let ready: serde_json::Value =
         serde_json::from_slice(&std::fs::read(gpu_dir.join("ready")).unwrap()).unwrap();
     assert_eq!(ready["pipeDirectory"], pipe.as_str());
+    // It follows the ceiling raised by the second share: the largest of 30/50 % and 8/4 GiB.
+    assert_eq!(ready["activeThreadPercentage"], 50, "{ready}");
+    assert_eq!(ready["pinnedMemoryLimitMiB"], json!([8192]), "{ready}");
+    assert!(ready["pid"].as_i64().unwrap() > 0, "{ready}");
     for uid in ["uid-a", "uid-b"] {
         let p = dir.join(format!("cdi/k8s.gpu.nvidia.com-claim_{uid}.json"));
         let v: serde_json::Value = serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap();
