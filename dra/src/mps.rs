@@ -203,6 +203,7 @@ impl MpsDaemon {
             daemon.stop(opts).await;
             return Err(e);
         }
+        mps_node::watch(daemon.layout.clone(), pid);
         tracing::info!(daemon = name, devices = %want.uuids.join(","), threads = want.active_thread_percentage, "MPS control daemon ready");
         Ok(daemon)
     }

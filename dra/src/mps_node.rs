@@ -13,6 +13,9 @@
 //!   were read back, removed first when it stops. It names the pipe dir (`pipeDirectory`), which
 //!   is what `gpuhook hook setup --mps-share NAME::PIPE_DIR` (`gpuhook_request::check_mps_access`)
 //!   reads at container start: a container of a claim whose daemon is not ready is refused.
+//! - **watch**: while the marker names a daemon this run started, that daemon is checked every
+//!   [`WATCH_EVERY`]; when it is gone (crashed, killed: its socket file stays behind) the
+//!   marker is removed, so the start check refuses new containers of the claim.
 //! - **`/dev/shm`**: `<daemon dir>/shm` (mode 1777, like `/dev/shm`), the daemon's `/dev/shm`
 //!   in its private mount namespace and bind-mounted at `/dev/shm` in the claim's containers
 //!   (NVIDIA's `GetCDIContainerEdits`): MPS clients and their server share memory there, and
@@ -131,6 +134,47 @@ pub fn recorded_pid(layout: &GpuLayout) -> i32 {
         .ok()
         .and_then(|b| gpu_mps_daemon::process::Identity::parse_record(&String::from_utf8_lossy(&b)))
         .map_or(0, |id| id.pid)
+}
+
+/// How often a running daemon's liveness is checked (one `/proc` read).
+pub const WATCH_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Whether `id` still runs (not a zombie: our own child is reaped only when stopped).
+fn alive(id: gpu_mps_daemon::process::Identity) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{}/stat", id.pid)) else {
+        return false;
+    };
+    let state = stat
+        .rsplit_once(')')
+        .and_then(|(_, r)| r.split_whitespace().next());
+    state != Some("Z") && gpu_mps_daemon::process::Identity::of(id.pid) == Some(id)
+}
+
+/// The pid the ready marker of `layout` names, if any.
+fn marker_pid(layout: &GpuLayout) -> Option<i64> {
+    let b = gpuhook_node::bounded::read_bounded(&layout.ready, MAX_RECORD).ok()?;
+    serde_json::from_slice::<serde_json::Value>(&b).ok()?["pid"].as_i64()
+}
+
+/// Watches daemon `pid` of `layout` (a task): when it is gone while the marker still names it,
+/// the marker is removed and the loss logged. Ends with the marker (a stop removes it first).
+pub fn watch(layout: GpuLayout, pid: i32) {
+    let Some(id) = gpu_mps_daemon::process::Identity::of(pid) else {
+        return;
+    };
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(WATCH_EVERY).await;
+            if marker_pid(&layout) != Some(i64::from(pid)) {
+                return;
+            }
+            if !alive(id) {
+                tracing::error!(dir = %layout.dir.display(), pid, "MPS control daemon gone: its claims' new containers are refused until it is unprepared");
+                remove_ready(&layout);
+                return;
+            }
+        }
+    });
 }
 
 /// Removes the ready marker of `layout`, first thing when its daemon stops.

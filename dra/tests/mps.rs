@@ -212,3 +212,39 @@ async fn mps_daemon_is_stopped_after_a_plugin_restart() {
     assert!(!claim_dir.exists());
     p.stop().await;
 }
+
+/// A daemon that dies (killed: its socket file stays) loses its ready marker, so the claim's
+/// start check refuses new containers; unprepare still cleans up.
+#[tokio::test]
+async fn a_daemon_that_dies_loses_its_ready_marker() {
+    let Some(sim) = sim() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let api = ApiServer::start(NODE);
+    let c = mps_claim(&api, "mps", "uid-k");
+    let p = plugin_with(dir.path(), &api, &sim);
+    let k = kubelet::register(&dir.path().join("plugins_registry"), "gpu.nvidia.com").await;
+    assert_eq!(prepare(k.channel.clone(), c.clone()).await.error, "");
+    let claim_dir = dir.path().join("plugin/mps/uid-k");
+    let ready = claim_dir.join("ready");
+    assert!(ready.exists());
+    let pid = daemon_pid(&claim_dir);
+    let st = Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    plugin::wait_for("the ready marker to go", || !ready.exists()).await;
+    assert!(
+        claim_dir.join("pipe/control").exists(),
+        "the socket file stays"
+    );
+    let mut v1 = DRAPluginClient::new(k.channel);
+    let u = v1
+        .node_unprepare_resources(api::NodeUnprepareResourcesRequest { claims: vec![c] })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(u.claims["uid-k"].error, "");
+    assert!(!claim_dir.exists());
+    p.stop().await;
+}
