@@ -116,6 +116,8 @@ fn options(dir: &Path, name: &str) -> DriverOptions {
             control_binary: "/bin/false".into(),
             start_timeout: Duration::from_secs(5),
             command_timeout: Duration::from_secs(5),
+            shm: false,
+            compute: gpuhook_dra::mps_node::no_compute_mode("no NVML in this test"),
         },
         allowed: Allowed::default(),
     }

@@ -74,6 +74,8 @@ fn options(dir: &Path, sim: &Path) -> DriverOptions {
             control_binary: sim.to_path_buf(),
             start_timeout: Duration::from_secs(10),
             command_timeout: Duration::from_secs(5),
+            shm: false,
+            compute: gpuhook_dra::mps_node::no_compute_mode("no NVML in this test"),
         },
         allowed: Allowed::default(),
     }

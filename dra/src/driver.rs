@@ -278,8 +278,8 @@ impl Driver {
             claim: key.clone(),
             source,
         };
-        let pipe = mps_edits.as_ref().map(|m| m.pipe.as_path());
-        let mut spec = (self.opts.cdi.spec(&inv, &claim.uid, &devs, pipe)).map_err(cdi_err)?;
+        let mps = mps_edits.as_ref();
+        let mut spec = (self.opts.cdi.spec(&inv, &claim.uid, &devs, mps)).map_err(cdi_err)?;
         let env = mps_edits.map(|m| m.env).unwrap_or_default();
         spec.container_edits.env.extend(env);
         self.opts.cdi.write(&claim.uid, &spec).map_err(cdi_err)?;

@@ -64,6 +64,8 @@ impl Node {
                 control_binary: "/nonexistent/nvidia-cuda-mps-control".into(),
                 start_timeout: Duration::from_secs(2),
                 command_timeout: Duration::from_secs(2),
+                shm: false,
+                compute: crate::mps_node::no_compute_mode("no NVML in this test"),
             },
             allowed: Allowed::default(),
         };

@@ -30,6 +30,7 @@ pub mod kube;
 pub mod layout;
 pub mod mps;
 pub mod mps_daemons;
+pub mod mps_node;
 pub mod mps_share;
 pub mod partition;
 pub mod plan;

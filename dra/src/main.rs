@@ -192,6 +192,8 @@ fn options(cli: &Cli) -> Result<(DriverOptions, RunOptions)> {
                 .unwrap_or_else(|| under_root("/usr/bin/nvidia-cuda-mps-control")),
             start_timeout: Duration::from_secs(10),
             command_timeout: Duration::from_secs(5),
+            shm: true,
+            compute: gpu_mps_daemon::node::access(&cli.driver_root, cli.nvml_lib.as_deref()).1,
         },
         allowed,
     };

@@ -4,19 +4,25 @@
 //! can connect before they are in force (NVIDIA's driver starts a Deployment and waits for its
 //! pod to be Ready, with no such guarantee; dra-facts §5).
 //!
-//! Layout: `<state dir>/mps/<claim UID>/{pipe,log}`; the pipe dir is bind-mounted at
-//! `/tmp/nvidia-mps` in the claim's containers (its CDI spec). The daemon gets
+//! Layout: `<state dir>/mps/<claim UID>/{pipe,log,shm,ready,compute-mode.json}`; the pipe dir
+//! is bind-mounted at `/tmp/nvidia-mps` and `shm` at `/dev/shm` in the claim's containers (its
+//! CDI spec; `shm` is also the daemon's `/dev/shm`); `ready` and the compute mode: `mps_node.rs`.
+//! The daemon gets
 //! `CUDA_VISIBLE_DEVICES=<uuids of the claim's devices>`,
 //! `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` and `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=<n>M,1=<m>M,…`.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use gpu_mps_daemon::control::{parse_mem_limit_mib, parse_percentage, ControlEnv};
 use gpu_mps_daemon::daemon_proc::{self, DaemonProc};
+use gpu_mps_daemon::inventory::ComputeModeSetter;
 use gpu_mps_daemon::layout::{CreatedDirs, GpuLayout};
 use gpu_mps_daemon::plan::{GpuPlan, MAX_SOCKET_PATH};
+
+use crate::mps_node;
 
 /// How claim daemons are run.
 #[derive(Debug, Clone)]
@@ -27,6 +33,11 @@ pub struct MpsOptions {
     pub control_binary: PathBuf,
     pub start_timeout: Duration,
     pub command_timeout: Duration,
+    /// Each daemon gets its own `/dev/shm` dir, shared with its claims' containers (the daemon
+    /// runs in a private mount namespace: needs CAP_SYS_ADMIN).
+    pub shm: bool,
+    /// Sets the GPUs' compute mode (EXCLUSIVE_PROCESS while a daemon runs).
+    pub compute: Arc<dyn ComputeModeSetter>,
 }
 
 /// What one claim's daemon enforces, per device in `CUDA_VISIBLE_DEVICES` order.
@@ -43,10 +54,12 @@ pub struct ClaimMps {
     pub shared: bool,
 }
 
-/// What a claim's containers get for MPS: the pipe dir to mount and the client environment.
+/// What a claim's containers get for MPS: the pipe dir and `/dev/shm` dir to mount (host
+/// paths) and the client environment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MpsEdits {
     pub pipe: PathBuf,
+    pub shm: Option<PathBuf>,
     pub env: Vec<String>,
 }
 
@@ -78,7 +91,8 @@ pub(crate) fn env(opts: &MpsOptions, layout: &GpuLayout, want: &ClaimMps) -> Con
         shares: Vec::new(),
         client_user: None,
     };
-    let mut env = ControlEnv::new(&plan, layout, None);
+    let shm = opts.shm.then(|| layout.shm.clone());
+    let mut env = ControlEnv::new(&plan, layout, shm);
     let limits: Vec<String> = want
         .pinned_limits_mib
         .iter()
@@ -152,26 +166,44 @@ impl MpsDaemon {
             ));
         }
         let mut dirs = CreatedDirs::default();
-        let made = dirs
+        let mut made = dirs
             .ensure(&layout.pipe, 0o755)
             .and_then(|()| dirs.ensure(&layout.log, 0o755));
+        if opts.shm {
+            made = made.and_then(|()| dirs.ensure(&layout.shm, 0o1777));
+        }
         if let Err(e) = made {
             dirs.remove_all();
             return Err(e.to_string());
         }
+        mps_node::remove_ready(&layout);
+        mps_node::set_exclusive(opts.compute.as_ref(), &layout.dir, &want.uuids);
         let env = env(opts, &layout, want);
         let proc = match DaemonProc::start(&env, &layout, opts.start_timeout).await {
             Ok(p) => p,
             Err(e) => {
+                mps_node::restore(opts.compute.as_ref(), &layout.dir);
                 dirs.remove_all();
                 return Err(e.to_string());
             }
         };
+        let pid = proc.id.pid;
         let daemon = MpsDaemon { layout, proc, dirs };
-        if let Err(e) = check(&env, want, opts.command_timeout).await {
-            daemon.stop(opts.command_timeout).await;
-            return Err(format!("limits not in force: {e}"));
+        let ready = match check(&env, want, opts.command_timeout).await {
+            Ok(()) => mps_node::write_ready(
+                &daemon.layout,
+                pid,
+                &want.uuids,
+                want.active_thread_percentage,
+                &want.pinned_limits_mib,
+            ),
+            Err(e) => Err(format!("limits not in force: {e}")),
+        };
+        if let Err(e) = ready {
+            daemon.stop(opts).await;
+            return Err(e);
         }
+        mps_node::watch(daemon.layout.clone(), pid);
         tracing::info!(daemon = name, devices = %want.uuids.join(","), threads = want.active_thread_percentage, "MPS control daemon ready");
         Ok(daemon)
     }
@@ -181,25 +213,34 @@ impl MpsDaemon {
         self.proc.exited().is_none()
     }
 
-    /// Stops the daemon and removes the claim's dirs.
-    pub async fn stop(self, grace: Duration) {
+    /// Stops the daemon (its ready marker removed first), restores the GPUs' compute mode and
+    /// removes the claim's dirs.
+    pub async fn stop(self, opts: &MpsOptions) {
         let MpsDaemon {
             layout,
             proc,
             mut dirs,
         } = self;
-        proc.stop(grace).await;
+        mps_node::remove_ready(&layout);
+        proc.stop(opts.command_timeout).await;
+        mps_node::restore(opts.compute.as_ref(), &layout.dir);
         for e in dirs.remove_all() {
             tracing::warn!(dir = %layout.dir.display(), error = %e, "MPS dir left behind");
         }
     }
 }
 
-/// Stops the daemon of claim `uid` left by an earlier run of the plugin (from its record) and
-/// removes the claim's dir.
-pub async fn stop_stale(root: &Path, uid: &str, grace: Duration) {
-    let layout = claim_layout(root, uid);
-    daemon_proc::stop_stale(&layout, uid, grace).await;
+/// Stops the daemon of claim `uid` left by an earlier run of the plugin (from its record),
+/// restores the compute mode it recorded and removes the claim's dir.
+pub async fn stop_stale(opts: &MpsOptions, uid: &str) {
+    stop_stale_at(opts, &claim_layout(&opts.root, uid), uid).await;
+}
+
+/// [`stop_stale`] of the daemon at `layout` (`name` for the log).
+pub async fn stop_stale_at(opts: &MpsOptions, layout: &GpuLayout, name: &str) {
+    mps_node::remove_ready(layout);
+    daemon_proc::stop_stale(layout, name, opts.command_timeout).await;
+    mps_node::restore(opts.compute.as_ref(), &layout.dir);
     if let Err(e) = std::fs::remove_dir_all(&layout.dir) {
         if e.kind() != std::io::ErrorKind::NotFound {
             tracing::warn!(dir = %layout.dir.display(), error = %e, "MPS dir left behind");

@@ -33,27 +33,27 @@ impl Daemons {
             return self.shared.join(opts, uid, want).await;
         }
         let d = MpsDaemon::start(opts, uid, want).await?;
-        let pipe = d.layout.pipe.clone();
-        self.claims.lock().await.insert(uid.to_string(), d);
-        Ok(MpsEdits {
-            pipe,
+        let edits = MpsEdits {
+            pipe: d.layout.pipe.clone(),
+            shm: opts.shm.then(|| d.layout.shm.clone()),
             env: Vec::new(),
-        })
+        };
+        self.claims.lock().await.insert(uid.to_string(), d);
+        Ok(edits)
     }
 
     /// Stops what claim `uid` runs (`dir`: its checkpointed MPS dir), also when an earlier run
     /// of the plugin started it; a shared daemon only with the GPU's last share.
     pub async fn stop(&self, opts: &MpsOptions, uid: &str, dir: Option<&Path>) {
-        let grace = opts.command_timeout;
         if let Some(d) = self.claims.lock().await.remove(uid) {
-            d.stop(grace).await;
+            d.stop(opts).await;
             return;
         }
         match dir {
             Some(dir) if crate::mps_share::is_shared_dir(&opts.root, dir) => {
                 self.shared.leave(opts, uid, dir).await
             }
-            Some(_) => stop_stale(&opts.root, uid, grace).await,
+            Some(_) => stop_stale(opts, uid).await,
             None => {}
         }
     }

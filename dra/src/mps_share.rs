@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 use gpu_mps_daemon::daemon_proc;
 use gpu_mps_daemon::layout::GpuLayout;
 
-use crate::mps::{check, env, ClaimMps, MpsDaemon, MpsEdits, MpsOptions};
+use crate::mps::{check, env, stop_stale_at, ClaimMps, MpsDaemon, MpsEdits, MpsOptions};
 
 /// Largest member file read.
 const MAX_MEMBER: u64 = 64 << 10;
@@ -156,6 +156,7 @@ impl SharedDaemons {
         tracing::info!(claim = uid, gpu = %gpu, threads = want.active_thread_percentage, "MPS share joined its GPU's control daemon");
         Ok(MpsEdits {
             pipe: l.pipe.clone(),
+            shm: opts.shm.then(|| l.shm.clone()),
             env: client_env(want),
         })
     }
@@ -192,10 +193,15 @@ impl SharedDaemons {
                 .is_ok(),
         };
         if alive {
-            return set_ceiling(&env, &c, opts.command_timeout).await;
+            set_ceiling(&env, &c, opts.command_timeout).await?;
+            // The marker follows the ceiling; a daemon of an earlier run without one gets it.
+            let pid = crate::mps_node::recorded_pid(l);
+            let (pct, mem) = (c.active_thread_percentage, &c.pinned_limits_mib);
+            return crate::mps_node::write_ready(l, pid, &c.uuids, pct, mem);
         }
+        crate::mps_node::remove_ready(l);
         if let Some(d) = gpus.remove(&l.dir) {
-            d.stop(opts.command_timeout).await;
+            d.stop(opts).await;
         }
         daemon_proc::stop_stale(l, &c.uuids.join(","), opts.command_timeout).await;
         for d in [&l.pipe, &l.log] {
@@ -214,8 +220,8 @@ impl SharedDaemons {
         gpus: &mut HashMap<PathBuf, MpsDaemon>,
     ) {
         match gpus.remove(&l.dir) {
-            Some(d) => d.stop(opts.command_timeout).await,
-            None => daemon_proc::stop_stale(l, "shared", opts.command_timeout).await,
+            Some(d) => d.stop(opts).await,
+            None => stop_stale_at(opts, l, "shared").await,
         }
         if let Err(e) = std::fs::remove_dir_all(&l.dir) {
             if e.kind() != std::io::ErrorKind::NotFound {

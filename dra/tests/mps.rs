@@ -121,6 +121,41 @@ async fn mps_claim_limits_are_in_force_for_the_first_client() {
         .cloned()
         .unwrap();
     assert_eq!(mount["hostPath"], pipe.display().to_string());
+    // The start check of gpu-mps-daemon's specs, on the claim's device, naming its pipe dir.
+    let share = format!("k8s.gpu.nvidia.com/claim=uid-mps-gpu-0::{}", pipe.display());
+    let hooks = &v["devices"][0]["containerEdits"]["hooks"];
+    assert!(
+        hooks.as_array().unwrap().iter().any(|h| {
+            h["hookName"] == "createContainer"
+                && h["args"]
+                    .as_array()
+                    .unwrap()
+                    .windows(2)
+                    .any(|w| w[0] == "--mps-share" && w[1] == share.as_str())
+        }),
+        "{hooks}"
+    );
+    // What that check reads: the ready marker beside the pipe dir, written after the read-back.
+    let ready: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(claim_dir.join("ready")).unwrap()).unwrap();
+    assert_eq!(ready["pipeDirectory"], pipe.display().to_string());
+    if plugin::is_root() {
+        // The daemon's own /dev/shm dir, mounted at /dev/shm (NVIDIA's claim edits), mode 1777.
+        use std::os::unix::fs::PermissionsExt;
+        let shm = v["containerEdits"]["mounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["containerPath"] == "/dev/shm")
+            .cloned()
+            .unwrap();
+        assert_eq!(shm["hostPath"], claim_dir.join("shm").display().to_string());
+        let mode = std::fs::metadata(claim_dir.join("shm"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o7777, 0o1777);
+    }
     let seen = client_sees(&sim, &pipe);
     assert!(
         seen.contains("active_thread_percentage=25.0 pinned_mem_limit=0=10240M"),
@@ -174,6 +209,42 @@ async fn mps_daemon_is_stopped_after_a_plugin_restart() {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     assert!(!alive(pid), "the stale daemon is stopped");
+    assert!(!claim_dir.exists());
+    p.stop().await;
+}
+
+/// A daemon that dies (killed: its socket file stays) loses its ready marker, so the claim's
+/// start check refuses new containers; unprepare still cleans up.
+#[tokio::test]
+async fn a_daemon_that_dies_loses_its_ready_marker() {
+    let Some(sim) = sim() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let api = ApiServer::start(NODE);
+    let c = mps_claim(&api, "mps", "uid-k");
+    let p = plugin_with(dir.path(), &api, &sim);
+    let k = kubelet::register(&dir.path().join("plugins_registry"), "gpu.nvidia.com").await;
+    assert_eq!(prepare(k.channel.clone(), c.clone()).await.error, "");
+    let claim_dir = dir.path().join("plugin/mps/uid-k");
+    let ready = claim_dir.join("ready");
+    assert!(ready.exists());
+    let pid = daemon_pid(&claim_dir);
+    let st = Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    plugin::wait_for("the ready marker to go", || !ready.exists()).await;
+    assert!(
+        claim_dir.join("pipe/control").exists(),
+        "the socket file stays"
+    );
+    let mut v1 = DRAPluginClient::new(k.channel);
+    let u = v1
+        .node_unprepare_resources(api::NodeUnprepareResourcesRequest { claims: vec![c] })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(u.claims["uid-k"].error, "");
     assert!(!claim_dir.exists());
     p.stop().await;
 }

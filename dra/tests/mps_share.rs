@@ -79,6 +79,36 @@ fn spec_env(dir: &Path, uid: &str) -> Vec<String> {
     serde_json::from_value(v["containerEdits"]["env"].clone()).unwrap()
 }
 
+/// Both shares' devices carry the start check on the GPU's pipe dir, whose daemon has its ready
+/// marker (with the ceiling); as root, both get the GPU daemon's one `/dev/shm` dir (one server serves them).
+fn share_edits(dir: &Path, gpu_dir: &Path) {
+    let pipe = gpu_dir.join("pipe").display().to_string();
+    let ready: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(gpu_dir.join("ready")).unwrap()).unwrap();
+    assert_eq!(ready["pipeDirectory"], pipe.as_str());
+    // It follows the ceiling raised by the second share: the largest of 30/50 % and 8/4 GiB.
+    assert_eq!(ready["activeThreadPercentage"], 50, "{ready}");
+    assert_eq!(ready["pinnedMemoryLimitMiB"], json!([8192]), "{ready}");
+    assert!(ready["pid"].as_i64().unwrap() > 0, "{ready}");
+    for uid in ["uid-a", "uid-b"] {
+        let p = dir.join(format!("cdi/k8s.gpu.nvidia.com-claim_{uid}.json"));
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap();
+        let share = format!("k8s.gpu.nvidia.com/claim={uid}-gpu-0::{pipe}");
+        let hooks = v["devices"][0]["containerEdits"]["hooks"].to_string();
+        assert!(hooks.contains(&share), "{hooks}");
+        if plugin::is_root() {
+            let shm = gpu_dir.join("shm").display().to_string();
+            let mounts = v["containerEdits"]["mounts"].as_array().unwrap();
+            assert!(
+                mounts
+                    .iter()
+                    .any(|m| m["containerPath"] == "/dev/shm" && m["hostPath"] == shm.as_str()),
+                "{mounts:?}"
+            );
+        }
+    }
+}
+
 fn daemon_pid(dir: &Path) -> i32 {
     let rec = std::fs::read_to_string(dir.join("control-daemon.id")).unwrap();
     rec.split_whitespace().next().unwrap().parse().unwrap()
@@ -140,6 +170,7 @@ async fn shares_of_one_gpu_share_one_control_daemon_with_their_own_limits() {
     let (gpu_dir, pipe) = (&gpu_dir[0], gpu_dir[0].join("pipe"));
     assert!(!dir.path().join("plugin/mps/uid-a").exists());
     let pid = daemon_pid(gpu_dir);
+    share_edits(dir.path(), gpu_dir);
     let (env_a, env_b) = (spec_env(dir.path(), "uid-a"), spec_env(dir.path(), "uid-b"));
     let seen = client_sees(&sim, &pipe, &env_a);
     assert!(

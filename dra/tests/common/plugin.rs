@@ -80,7 +80,13 @@ pub fn plugin_allowed(
     partitionable: Option<gpuhook_node::DiscoverOptions>,
     allowed: Allowed,
 ) -> Running {
-    let opts = DriverOptions {
+    let opts = driver_options(dir, control_binary, allowed);
+    start_with(dir, api, opts, nvml, inv, partitionable)
+}
+
+/// The driver's options for a plugin on `dir` with `control_binary` as nvidia-cuda-mps-control.
+pub fn driver_options(dir: &Path, control_binary: &Path, allowed: Allowed) -> DriverOptions {
+    DriverOptions {
         driver: "gpu.nvidia.com".into(),
         node: NODE.into(),
         checkpoint: dir.join("plugin/checkpoint.json"),
@@ -95,9 +101,22 @@ pub fn plugin_allowed(
             control_binary: control_binary.to_path_buf(),
             start_timeout: Duration::from_secs(2),
             command_timeout: Duration::from_secs(2),
+            shm: is_root(),
+            compute: gpuhook_dra::mps_node::no_compute_mode("no NVML in this test"),
         },
         allowed,
-    };
+    }
+}
+
+/// The plugin with driver options `opts`.
+pub fn start_with(
+    dir: &Path,
+    api: &ApiServer,
+    opts: DriverOptions,
+    nvml: Option<(PathBuf, Option<PathBuf>)>,
+    inv: gpuhook_node::Inventory,
+    partitionable: Option<gpuhook_node::DiscoverOptions>,
+) -> Running {
     let run = RunOptions {
         sockets: Sockets {
             registry_dir: dir.join("plugins_registry"),
@@ -113,6 +132,14 @@ pub fn plugin_allowed(
     };
     let cluster = Arc::new(HttpCluster::plain(&api.url).unwrap());
     start(opts, run, inv, cluster, Arc::new(Slicer)).unwrap()
+}
+
+/// Whether the tests run as root (each claim daemon's own `/dev/shm` needs it).
+pub fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
 }
 
 pub fn specs(dir: &Path) -> Vec<PathBuf> {
