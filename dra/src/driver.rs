@@ -294,6 +294,9 @@ impl Driver {
         plan: &ClaimPlan<'_>,
         entry: &mut ClaimEntry,
     ) -> Result<Option<(Inventory, Vec<NodeDevice>)>, String> {
+        if let Some(p) = &self.partitioner {
+            p.prepare_full(plan.devices.iter().map(|d| d.device))?;
+        }
         if entry.mig.is_empty() {
             return Ok(None);
         }
@@ -301,16 +304,9 @@ impl Driver {
             "this plugin runs without partitionable MIG devices (--sharing …,partitionable-mig)",
         )?;
         for i in 0..entry.mig.len() {
-            let slot = plan
-                .devices
-                .iter()
-                .find_map(|d| {
-                    d.device
-                        .slot
-                        .as_ref()
-                        .filter(|_| d.device.name == entry.mig[i].device)
-                })
-                .and_then(|s| s.mig.clone())
+            let slot = (plan.devices.iter())
+                .find(|d| d.device.name == entry.mig[i].device)
+                .and_then(|d| d.device.slot.clone())
                 .ok_or("a MIG record without its device")?;
             let mut rec = entry.mig[i].clone();
             let mut persist = |r: &MigRecord| {

@@ -191,7 +191,10 @@ pub fn build(
     generation: i64,
 ) -> Result<Vec<Value>, DraError> {
     let mut entries = Vec::new();
-    for d in devices {
+    for d in devices
+        .iter()
+        .filter(|d| d.slot.as_ref().is_none_or(|s| s.offered))
+    {
         let bad = unhealthy
             .get(&d.uuid)
             .or_else(|| unhealthy.get(&d.gpu_uuid));

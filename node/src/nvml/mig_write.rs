@@ -88,6 +88,45 @@ fn c_name(buf: &[std::os::raw::c_char]) -> String {
     s.strip_prefix("MIG ").map(str::to_string).unwrap_or(s)
 }
 
+/// A profile's name from its v1 info, as NVIDIA's go-nvlib (`pkg/nvlib/device/mig_profile.go`,
+/// `NewMigProfile`, `getMigMemorySizeGB`) names it: `<slices>g.<GB>gb`, the memory rounded up to
+/// an eighth of the GPU's and then to whole GB, with the suffix of the profile index (nvml.h's
+/// `NVML_GPU_INSTANCE_PROFILE_*`: `_REV1` `+me`, `_GFX` `+gfx`, `_NO_ME` `-me`, `_ALL_ME`
+/// `+me.all`).
+pub fn derived_name(index: u32, slices: u32, memory_mib: u64, total_bytes: u64) -> String {
+    let total = total_bytes.max(1) as f64;
+    let frac = (memory_mib as f64) * 1024.0 * 1024.0 / total;
+    let gb = ((frac * 8.0).ceil() / 8.0 * total / (1u64 << 30) as f64).round();
+    let suffix = match index {
+        0x7 | 0x8 => "+me",
+        0x0A | 0x0B | 0x0C | 0x11 => "+gfx",
+        0x0D | 0x0E => "-me",
+        0x0F | 0x10 => "+me.all",
+        _ => "",
+    };
+    format!("{slices}g.{gb}gb{suffix}")
+}
+
+/// The v2 layout of a v1 profile info, named `name`.
+fn v2_of(v1: GiProfileInfoV1, name: &str) -> GiProfileInfoV2 {
+    // SAFETY: all-zero is a valid GiProfileInfoV2 (integers and a char array).
+    let mut v2: GiProfileInfoV2 = unsafe { std::mem::zeroed() };
+    v2.id = v1.id;
+    v2.slice_count = v1.slice_count;
+    v2.instance_count = v1.instance_count;
+    v2.multiprocessor_count = v1.multiprocessor_count;
+    v2.copy_engine_count = v1.copy_engine_count;
+    v2.decoder_count = v1.decoder_count;
+    v2.encoder_count = v1.encoder_count;
+    v2.jpeg_count = v1.jpeg_count;
+    v2.ofa_count = v1.ofa_count;
+    v2.memory_size_mb = v1.memory_size_mb;
+    for (dst, b) in v2.name.iter_mut().zip(name.bytes().take(95)) {
+        *dst = std::os::raw::c_char::from_ne_bytes([b]);
+    }
+    v2
+}
+
 impl MigApi<'_> {
     fn check(&self, rc: NvmlReturn, call: &'static str, gpu: u32) -> Result<(), NodeError> {
         self.nvml.check(rc, call, Some(&format!("GPU {gpu}")))
@@ -131,9 +170,14 @@ impl MigApi<'_> {
         Ok((info.pci_device_id, info.pci_sub_system_id))
     }
 
-    /// The GPU instance profiles of a GPU in MIG mode, with their placements.
+    /// The GPU instance profiles of a MIG-capable GPU, with their placements. In MIG mode with
+    /// NVML's names (`nvmlDeviceGetGpuInstanceProfileInfoV`, which nvml.h answers only in MIG
+    /// mode); with MIG mode off from the v1 call (nvml.h: answered for any MIG-capable GPU; its
+    /// placements are too, "regardless of whether MIG is enabled") and the name derived as
+    /// NVIDIA's go-nvlib names a profile ([`derived_name`]), as NVIDIA's DRA driver lists them.
     pub fn profiles(&self, gpu: u32) -> Result<Vec<MigGiProfile>, NodeError> {
         let d = self.device(gpu)?;
+        let mut total = None;
         let mut out = Vec::new();
         for index in 0..GPU_INSTANCE_PROFILE_COUNT {
             // SAFETY: all-zero is a valid GiProfileInfoV2; the version is set before the call.
@@ -141,7 +185,20 @@ impl MigApi<'_> {
             info.version = GI_PROFILE_INFO_V2;
             // SAFETY: d came from NVML; info is a valid, versioned out-pointer.
             let rc = unsafe { (self.f.gi_profile_info_v)(d, index, &mut info) };
-            if rc == ffi::ERROR_NOT_SUPPORTED || rc == ffi::ERROR_INVALID_ARGUMENT {
+            if rc == ffi::ERROR_NOT_SUPPORTED {
+                let mut v1 = GiProfileInfoV1::default();
+                // SAFETY: d came from NVML; v1 is a valid out-pointer of the v1 layout.
+                let rc = unsafe { (self.f.gi_profile_info)(d, index, &mut v1) };
+                if rc != SUCCESS {
+                    continue;
+                }
+                let total = match total {
+                    Some(t) => t,
+                    None => *total.insert(self.nvml.device_by_index(gpu)?.memory_total()?),
+                };
+                let name = derived_name(index, v1.slice_count, v1.memory_size_mb, total);
+                info = v2_of(v1, &name);
+            } else if rc == ffi::ERROR_INVALID_ARGUMENT {
                 continue;
             }
             self.check(rc, "nvmlDeviceGetGpuInstanceProfileInfoV", gpu)?;

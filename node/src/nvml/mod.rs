@@ -271,7 +271,7 @@ pub use device::Device;
 pub use events::{Event, EventSet};
 pub use links::{NvLink, NVLINK_MAX_LINKS};
 pub use metrics::{Clock, FieldSample, MemoryInfo, ProcessKind, ProcessSample, ProcessUse};
-pub use mig_write::{MigApi, MigCi, MigEngines, MigGi, MigGiProfile};
+pub use mig_write::{derived_name, MigApi, MigCi, MigEngines, MigGi, MigGiProfile};
 
 #[cfg(test)]
 mod tests {
