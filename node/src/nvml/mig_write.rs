@@ -200,8 +200,9 @@ impl MigApi<'_> {
                 info = v2_of(v1, &name);
             } else if rc == ffi::ERROR_INVALID_ARGUMENT {
                 continue;
+            } else {
+                self.check(rc, "nvmlDeviceGetGpuInstanceProfileInfoV", gpu)?;
             }
-            self.check(rc, "nvmlDeviceGetGpuInstanceProfileInfoV", gpu)?;
             let placements = self.placements(d, gpu, info.id)?;
             out.push(MigGiProfile {
                 id: info.id,
