@@ -180,6 +180,18 @@ impl Partitioner {
         Ok(())
     }
 
+    /// Switches off MIG mode of every GPU this plugin switched on that holds no MIG device any
+    /// more (a crash between a destroy and its switch; at start, after the sweep).
+    pub fn settle(&self) {
+        let mut b = self.backend.lock().unwrap_or_else(|p| p.into_inner());
+        let gpus = b
+            .gpus()
+            .map(|g| g.iter().map(|g| g.index).collect::<Vec<_>>());
+        for i in gpus.unwrap_or_default() {
+            crate::modes::maybe_off(b.as_mut(), i, self.marks.as_deref());
+        }
+    }
+
     /// The node re-read (new MIG devices with their capability nodes).
     pub fn inventory(&self) -> Result<Inventory, String> {
         gpuhook_node::discover(&self.discover)

@@ -231,3 +231,43 @@ async fn a100_in_mig_mode_that_needs_a_reset_publishes_placements_only() {
     assert_eq!(mode(&root, 0), (true, true));
     p.stop().await;
 }
+
+/// A GPU the plugin switched on whose MIG devices went while the plugin was down (here: its
+/// claim's device destroyed by hand and the claim gone from the checkpoint) is switched off at
+/// the next start; its mark is what says the plugin switched it on.
+#[tokio::test]
+async fn a_gpu_switched_on_and_left_empty_while_down_is_switched_off_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(root) = sim_node(dir.path(), "h100-mig-empty") else {
+        return;
+    };
+    set_mode(&root, 0, false);
+    let api = ApiServer::start(NODE);
+    let p = start(dir.path(), &api, &root);
+    let c = mig_claim(&api, "uid-m", "gpu-0-mig-1g10gb-19-2");
+    p.driver.prepare(&c).await.unwrap();
+    p.stop().await;
+    assert_eq!(mode(&root, 0), (true, true));
+    let admin = gpuhook_dra::run::partitioner(&DiscoverOptions::for_root(&root)).unwrap();
+    let gi = admin.with(|b| b.gpu(0)).unwrap().instances[0].id;
+    admin
+        .with(|b| gpuhook_mig::destroy_instance(b, 0, gi, &gpuhook_mig::NoHolders, false))
+        .unwrap();
+    let cp_path = dir.path().join("plugin/checkpoint.json");
+    let mut cp: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&cp_path).unwrap()).unwrap();
+    cp["claims"]
+        .as_object_mut()
+        .unwrap()
+        .remove("uid-m")
+        .unwrap();
+    std::fs::write(&cp_path, serde_json::to_vec(&cp).unwrap()).unwrap();
+
+    let p = start(dir.path(), &api, &root);
+    let root2 = root.clone();
+    wait_for("MIG mode switched off", move || {
+        mode(&root2, 0) == (false, false)
+    })
+    .await;
+    p.stop().await;
+}
