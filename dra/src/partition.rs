@@ -1,10 +1,13 @@
 //! Partitionable devices (KEP-4815, gate DRAPartitionableDevices: alpha 1.33, beta and on in
-//! 1.36; dra-facts §3): for every GPU in MIG mode, one counter set `gpu-<minor>-counter-set`
+//! 1.36; dra-facts §3): for every GPU in MIG mode, and every GPU that switches into it without a
+//! reset (NVIDIA's DynamicMIG rule, [`publish_partitions`]), one counter set `gpu-<minor>-counter-set`
 //! (NVIDIA's DynamicMIG name, `partitions.go`) with one counter `memory-slice-<i>` = 1 per memory
 //! slice and `compute-slices` = the GPU's compute slices; the full GPU consumes all of them and
 //! every (GPU-instance profile, placement) the GPU offers is a device consuming its profile's
 //! compute slices and the memory slices of its placement. The scheduler so never hands out two
-//! overlapping placements; the plugin creates the chosen one at prepare (`dynmig.rs`).
+//! overlapping placements, nor the full GPU with any of them; the plugin creates the chosen one
+//! at prepare (`dynmig.rs`), switching MIG mode as needed (`modes.rs`). The full GPU is
+//! published only where it can be prepared as a GPU ([`publish_full_gpu`]).
 //!
 //! With NVML's profile info, the set also counts NVIDIA's capacities (`multiprocessors`,
 //! `copy-engines`, `decoders`, `encoders`, `jpeg-engines`, `ofa-engines`, `memory`: the largest
