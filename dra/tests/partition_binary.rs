@@ -61,7 +61,7 @@ fn spawn(dir: &Path, root: &Path, api: &ApiServer) -> Plugin {
         .arg(dir.join("plugins_registry"))
         .arg("--plugin-dir")
         .arg(dir.join("plugin"))
-        .env("RUST_LOG", "info")
+        .env("RUST_LOG", "info,gpuhook_dra=debug")
         .env("NO_COLOR", "1")
         .stdout(Stdio::null())
         .stderr(log)
@@ -121,6 +121,7 @@ async fn the_binary_serves_the_full_gpu_and_switches_mig_mode_for_placements() {
         "{names:?}"
     );
     assert!(api.state.lock().unwrap().refused.is_empty());
+    let before = api.slices();
 
     api.add_claim(claim(
         "ns",
@@ -154,6 +155,17 @@ async fn the_binary_serves_the_full_gpu_and_switches_mig_mode_for_placements() {
     assert!(instances(&root).is_empty());
     assert!(!mig_mode(&root), "switched off with its last MIG device");
     assert!(specs(dir.path()).is_empty());
-    // The plugin's own switches leave the published devices as they were.
-    assert_eq!(published(&api).1, names);
+    // The plugin's own switches and MIG devices moved the MIG capability directories: the
+    // re-read that follows finds the same devices and publishes nothing (same slices, same pool
+    // generation).
+    let log = dir.path().join("plugin.log");
+    wait_for("the re-read after the switches", || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains("MIG capability change: same devices")
+    })
+    .await;
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(!text.contains("node devices changed"), "{text}");
+    assert_eq!(api.slices(), before);
 }
