@@ -205,7 +205,8 @@ impl Driver {
         }
     }
 
-    /// Checks that no other prepared claim holds the plan's devices and records the claim as
+    /// Checks that no other prepared claim holds the plan's devices (nor, for a partitionable
+    /// GPU, its full GPU against a placement: `dynmig::gpu_conflict`) and records the claim as
     /// started, under one lock (two claims for one device never both pass).
     fn reserve(
         &self,
@@ -213,11 +214,14 @@ impl Driver {
         plan: &ClaimPlan<'_>,
         entry: ClaimEntry,
     ) -> Result<(), DraError> {
+        let all = self.devices();
         let mut cp = self.checkpoint.lock().unwrap_or_else(|p| p.into_inner());
         let busy = plan::busy(cp.claims(), &claim.uid);
         for p in &plan.devices {
             let shared = p.result.admin_access == Some(true) || p.result.share_id.is_some();
-            if let Some(other) = busy.get(&p.device.name).filter(|_| !shared) {
+            let other =
+                (busy.get(&p.device.name)).or_else(|| dynmig::gpu_conflict(p.device, &all, &busy));
+            if let Some(other) = other.filter(|_| !shared) {
                 return Err(DraError::DeviceBusy {
                     claim: format!("{}/{}", claim.namespace, claim.name),
                     device: p.device.name.clone(),

@@ -222,6 +222,27 @@ pub fn owned<'a>(
     out
 }
 
+/// The claim (in `busy`: device name → claim UID) that holds what partitionable device `d`
+/// cannot share its GPU with: for a placement, the GPU's full GPU (the placement would switch
+/// MIG mode on under it); for the full GPU, any placement of the GPU. The scheduler's counters
+/// already keep them apart; this keeps a stale allocation from switching MIG mode under a claim.
+pub fn gpu_conflict<'a>(
+    d: &NodeDevice,
+    catalogue: &[NodeDevice],
+    busy: &'a std::collections::BTreeMap<String, String>,
+) -> Option<&'a String> {
+    let placement = d.slot.as_ref()?.mig.is_some();
+    catalogue
+        .iter()
+        .filter(|o| o.gpu_uuid == d.gpu_uuid && o.name != d.name)
+        .filter(|o| {
+            o.slot
+                .as_ref()
+                .is_some_and(|s| s.mig.is_some() != placement)
+        })
+        .find_map(|o| busy.get(&o.name))
+}
+
 /// A record per planned partitionable MIG device, nothing created yet.
 pub fn records<'a>(devices: impl Iterator<Item = &'a NodeDevice>) -> Vec<MigRecord> {
     devices

@@ -108,6 +108,12 @@ async fn h100_with_mig_off_serves_the_full_gpu_and_switches_mig_for_placements()
     let spec = std::fs::read_to_string(&specs(dir.path())[0]).unwrap();
     assert!(spec.contains("/dev/nvidia0"), "{spec}");
     assert!(!spec.contains("nvidia-cap"), "{spec}");
+    // A placement allocated while the full GPU is prepared (the counters forbid it; a stale
+    // allocation) fails alone: MIG mode is not switched on under the full GPU's claim.
+    let stale = mig_claim(&api, "uid-stale", "gpu-0-mig-1g10gb-19-0");
+    let err = p.driver.prepare(&stale).await.unwrap_err().to_string();
+    assert!(err.contains("uid-full"), "{err}");
+    assert_eq!(mode(&root, 0), (false, false));
     p.driver.unprepare("uid-full").await.unwrap();
 
     let c = mig_claim(&api, "uid-m", "gpu-0-mig-3g40gb-9-4");
