@@ -32,6 +32,12 @@ pub struct NodeDevice {
 }
 
 impl NodeDevice {
+    /// Published in the slices: every device but the full GPU of an Ampere GPU in MIG mode under
+    /// partitionable MIG (kept for its counter set, `Slot::offered`).
+    pub fn offered(&self) -> bool {
+        self.slot.as_ref().is_none_or(|s| s.offered)
+    }
+
     pub fn is_mig(&self) -> bool {
         matches!(self.dev, DeviceRef::Mig { .. })
             || self.slot.as_ref().is_some_and(|s| s.mig.is_some())

@@ -205,7 +205,8 @@ impl Driver {
         }
     }
 
-    /// Checks that no other prepared claim holds the plan's devices and records the claim as
+    /// Checks that no other prepared claim holds the plan's devices (nor, for a partitionable
+    /// GPU, its full GPU against a placement: `dynmig::gpu_conflict`) and records the claim as
     /// started, under one lock (two claims for one device never both pass).
     fn reserve(
         &self,
@@ -213,11 +214,14 @@ impl Driver {
         plan: &ClaimPlan<'_>,
         entry: ClaimEntry,
     ) -> Result<(), DraError> {
+        let all = self.devices();
         let mut cp = self.checkpoint.lock().unwrap_or_else(|p| p.into_inner());
         let busy = plan::busy(cp.claims(), &claim.uid);
         for p in &plan.devices {
             let shared = p.result.admin_access == Some(true) || p.result.share_id.is_some();
-            if let Some(other) = busy.get(&p.device.name).filter(|_| !shared) {
+            let other =
+                (busy.get(&p.device.name)).or_else(|| dynmig::gpu_conflict(p.device, &all, &busy));
+            if let Some(other) = other.filter(|_| !shared) {
                 return Err(DraError::DeviceBusy {
                     claim: format!("{}/{}", claim.namespace, claim.name),
                     device: p.device.name.clone(),
@@ -294,6 +298,9 @@ impl Driver {
         plan: &ClaimPlan<'_>,
         entry: &mut ClaimEntry,
     ) -> Result<Option<(Inventory, Vec<NodeDevice>)>, String> {
+        if let Some(p) = &self.partitioner {
+            p.prepare_full(plan.devices.iter().map(|d| d.device))?;
+        }
         if entry.mig.is_empty() {
             return Ok(None);
         }
@@ -301,16 +308,9 @@ impl Driver {
             "this plugin runs without partitionable MIG devices (--sharing …,partitionable-mig)",
         )?;
         for i in 0..entry.mig.len() {
-            let slot = plan
-                .devices
-                .iter()
-                .find_map(|d| {
-                    d.device
-                        .slot
-                        .as_ref()
-                        .filter(|_| d.device.name == entry.mig[i].device)
-                })
-                .and_then(|s| s.mig.clone())
+            let slot = (plan.devices.iter())
+                .find(|d| d.device.name == entry.mig[i].device)
+                .and_then(|d| d.device.slot.clone())
                 .ok_or("a MIG record without its device")?;
             let mut rec = entry.mig[i].clone();
             let mut persist = |r: &MigRecord| {

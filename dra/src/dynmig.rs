@@ -17,7 +17,7 @@ use gpuhook_node::{DiscoverOptions, Inventory};
 use serde::{Deserialize, Serialize};
 
 use crate::devices::NodeDevice;
-use crate::slot::MigSlot;
+use crate::slot::{MigSlot, Slot};
 
 /// One MIG device of a claim, in its checkpoint entry.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -43,6 +43,8 @@ pub struct MigRecord {
 pub struct Partitioner {
     backend: Mutex<Box<dyn MigBackend + Send>>,
     discover: DiscoverOptions,
+    /// Where the GPUs whose MIG mode this plugin switched on are marked (`modes.rs`).
+    marks: Option<std::path::PathBuf>,
 }
 
 impl std::fmt::Debug for Partitioner {
@@ -58,7 +60,30 @@ impl Partitioner {
         Partitioner {
             backend: Mutex::new(backend),
             discover,
+            marks: None,
         }
+    }
+
+    /// Marks the GPUs whose MIG mode the plugin switches on in `dir` (the plugin dir's
+    /// `mig-mode/`), so it switches them off again with their last MIG device, also after a
+    /// restart. Without it, the plugin never switches a GPU's MIG mode off after a placement.
+    pub fn with_marks(mut self, dir: std::path::PathBuf) -> Self {
+        self.marks = Some(dir);
+        self
+    }
+
+    /// Makes the full GPUs among `devices` usable as GPUs (MIG mode off: `modes.rs`), under
+    /// the lock; an error names the GPU and why, nothing else is changed.
+    pub fn prepare_full<'a>(
+        &self,
+        devices: impl Iterator<Item = &'a NodeDevice>,
+    ) -> Result<(), String> {
+        let slots = devices.filter_map(|d| d.slot.as_ref().filter(|s| s.mig.is_none()));
+        let mut b = self.backend.lock().unwrap_or_else(|p| p.into_inner());
+        for s in slots {
+            crate::modes::full_gpu(b.as_mut(), s, self.marks.as_deref())?;
+        }
+        Ok(())
     }
 
     /// Runs `f` on the backend under the lock.
@@ -69,14 +94,36 @@ impl Partitioner {
 
     /// Creates the MIG device of `rec` (`slot` gives its profile); `persist` saves the record
     /// before NVML is asked and again with the ids. A taken placement: an error, nothing made.
+    /// A GPU with MIG mode off is switched on first (`modes.rs`), and off again if the create
+    /// fails.
     pub fn create(
         &self,
+        rec: &mut MigRecord,
+        full: &Slot,
+        persist: &mut dyn FnMut(&MigRecord) -> Result<(), String>,
+    ) -> Result<(), String> {
+        let slot = full.mig.as_ref().ok_or("not a MIG placement")?;
+        let mut b = self.backend.lock().unwrap_or_else(|p| p.into_inner());
+        let marks = self.marks.as_deref();
+        let mut gpu = b.gpu(rec.gpu).map_err(|e| e.to_string())?;
+        if !gpu.mig.enabled() {
+            crate::modes::switch_on(b.as_mut(), &gpu, full, marks)?;
+            gpu = b.gpu(rec.gpu).map_err(|e| e.to_string())?;
+        }
+        let r = Self::create_at(b.as_mut(), &gpu, rec, slot, persist);
+        if r.is_err() {
+            crate::modes::maybe_off(b.as_mut(), rec.gpu, marks);
+        }
+        r
+    }
+
+    fn create_at(
+        b: &mut dyn MigBackend,
+        gpu: &gpuhook_mig::GpuState,
         rec: &mut MigRecord,
         slot: &MigSlot,
         persist: &mut dyn FnMut(&MigRecord) -> Result<(), String>,
     ) -> Result<(), String> {
-        let mut b = self.backend.lock().unwrap_or_else(|p| p.into_inner());
-        let gpu = b.gpu(rec.gpu).map_err(|e| e.to_string())?;
         if let Some(other) = gpu
             .instances
             .iter()
@@ -91,12 +138,7 @@ impl Partitioner {
         }
         rec.creating = true;
         persist(rec)?;
-        match create_instance(
-            b.as_mut(),
-            rec.gpu,
-            &slot.profile,
-            Some(slot.placement.start),
-        ) {
+        match create_instance(b, rec.gpu, &slot.profile, Some(slot.placement.start)) {
             Ok(c) => {
                 rec.gpu_instance = Some(c.gpu_instance);
                 rec.compute_instance = Some(c.compute_instance);
@@ -128,12 +170,25 @@ impl Partitioner {
             // The profile fixes the size; matching on it would trust one more NVML field.
             None => g.profile_id == rec.profile_id && g.placement.start == rec.start,
         });
-        let Some(gi) = found else {
-            return Ok(());
-        };
-        match destroy_instance(b.as_mut(), rec.gpu, gi.id, &NoHolders, false) {
-            Ok(()) | Err(MigError::NotFound(_)) => Ok(()),
-            Err(e) => Err(format!("destroying MIG device {}: {e}", rec.device)),
+        if let Some(gi) = found {
+            match destroy_instance(b.as_mut(), rec.gpu, gi.id, &NoHolders, false) {
+                Ok(()) | Err(MigError::NotFound(_)) => {}
+                Err(e) => return Err(format!("destroying MIG device {}: {e}", rec.device)),
+            }
+        }
+        crate::modes::maybe_off(b.as_mut(), rec.gpu, self.marks.as_deref());
+        Ok(())
+    }
+
+    /// Switches off MIG mode of every GPU this plugin switched on that holds no MIG device any
+    /// more (a crash between a destroy and its switch; at start, after the sweep).
+    pub fn settle(&self) {
+        let mut b = self.backend.lock().unwrap_or_else(|p| p.into_inner());
+        let gpus = b
+            .gpus()
+            .map(|g| g.iter().map(|g| g.index).collect::<Vec<_>>());
+        for i in gpus.unwrap_or_default() {
+            crate::modes::maybe_off(b.as_mut(), i, self.marks.as_deref());
         }
     }
 
@@ -165,6 +220,27 @@ pub fn owned<'a>(
         out.extend(found.map(|g| (r.gpu, g.id)));
     }
     out
+}
+
+/// The claim (in `busy`: device name → claim UID) that holds what partitionable device `d`
+/// cannot share its GPU with: for a placement, the GPU's full GPU (the placement would switch
+/// MIG mode on under it); for the full GPU, any placement of the GPU. The scheduler's counters
+/// already keep them apart; this keeps a stale allocation from switching MIG mode under a claim.
+pub fn gpu_conflict<'a>(
+    d: &NodeDevice,
+    catalogue: &[NodeDevice],
+    busy: &'a std::collections::BTreeMap<String, String>,
+) -> Option<&'a String> {
+    let placement = d.slot.as_ref()?.mig.is_some();
+    catalogue
+        .iter()
+        .filter(|o| o.gpu_uuid == d.gpu_uuid && o.name != d.name)
+        .filter(|o| {
+            o.slot
+                .as_ref()
+                .is_some_and(|s| s.mig.is_some() != placement)
+        })
+        .find_map(|o| busy.get(&o.name))
 }
 
 /// A record per planned partitionable MIG device, nothing created yet.

@@ -69,6 +69,7 @@ pub fn report(
 pub fn identities(devices: &[NodeDevice]) -> Vec<(String, String, String)> {
     devices
         .iter()
+        .filter(|d| d.offered())
         .map(|d| (d.name.clone(), d.uuid.clone(), d.gpu_uuid.clone()))
         .collect()
 }

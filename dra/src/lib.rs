@@ -28,6 +28,7 @@ pub mod error;
 pub mod health_service;
 pub mod kube;
 pub mod layout;
+pub mod modes;
 pub mod mps;
 pub mod mps_daemons;
 pub mod mps_node;

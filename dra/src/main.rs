@@ -73,8 +73,9 @@ struct Cli {
     /// `consumable-mps` also publishes full GPUs as consumable capacity (KEP-5075, needs the
     /// DRAConsumableCapacity gate: beta and on in 1.36): each share becomes an MPS claim with its
     /// consumed `threadPercentage` and `memory` as limits. `partitionable-mig` publishes MIG-mode
-    /// GPUs as partitionable devices (KEP-4815, gate DRAPartitionableDevices: beta and on in
-    /// 1.36) and creates each claim's MIG device at prepare, destroying it at unprepare.
+    /// GPUs, and those that switch MIG mode without a reset (Hopper+), as partitionable devices
+    /// (KEP-4815, gate DRAPartitionableDevices: beta and on in 1.36) and creates each claim's MIG
+    /// device at prepare (MIG mode switched on as needed), destroying it at unprepare.
     #[arg(long, value_delimiter = ',', default_value = "mps,time-slicing")]
     sharing: Vec<String>,
     /// MPS control binary; default <driver root>/usr/bin/nvidia-cuda-mps-control.

@@ -1,10 +1,13 @@
 //! Partitionable devices (KEP-4815, gate DRAPartitionableDevices: alpha 1.33, beta and on in
-//! 1.36; dra-facts §3): for every GPU in MIG mode, one counter set `gpu-<minor>-counter-set`
+//! 1.36; dra-facts §3): for every GPU in MIG mode, and every GPU that switches into it without a
+//! reset (NVIDIA's DynamicMIG rule, [`publish_partitions`]), one counter set `gpu-<minor>-counter-set`
 //! (NVIDIA's DynamicMIG name, `partitions.go`) with one counter `memory-slice-<i>` = 1 per memory
 //! slice and `compute-slices` = the GPU's compute slices; the full GPU consumes all of them and
 //! every (GPU-instance profile, placement) the GPU offers is a device consuming its profile's
 //! compute slices and the memory slices of its placement. The scheduler so never hands out two
-//! overlapping placements; the plugin creates the chosen one at prepare (`dynmig.rs`).
+//! overlapping placements, nor the full GPU with any of them; the plugin creates the chosen one
+//! at prepare (`dynmig.rs`), switching MIG mode as needed (`modes.rs`). The full GPU is
+//! published only where it can be prepared as a GPU ([`publish_full_gpu`]).
 //!
 //! With NVML's profile info, the set also counts NVIDIA's capacities (`multiprocessors`,
 //! `copy-engines`, `decoders`, `encoders`, `jpeg-engines`, `ofa-engines`, `memory`: the largest
@@ -78,15 +81,41 @@ pub fn catalogue(
     let fulls = crate::devices::catalogue(&whole, sys_root);
     let mut out = Vec::new();
     for (g, full) in inv.gpus.iter().zip(fulls) {
+        let toggles = toggles_mig(g.architecture.as_deref());
         let state = states
             .iter()
-            .find(|s| s.uuid == g.uuid && s.mig.enabled() && !s.profiles.is_empty());
+            .find(|s| s.uuid == g.uuid && !s.profiles.is_empty())
+            .filter(|s| publish_partitions(s.mig, toggles));
         match state {
-            Some(state) => out.extend(gpu_devices(g, full, state, owned)),
+            Some(state) => out.extend(gpu_devices(g, full, state, owned, toggles)),
             None => out.extend(crate::devices::catalogue(&single(inv, g), sys_root)),
         }
     }
     out
+}
+
+/// Whether a GPU of `architecture` switches MIG mode without a GPU reset: NVIDIA's
+/// `supportsMIGModeToggle` (`cmd/gpu-kubelet-plugin/nvlib.go`: NVML architecture Hopper or
+/// newer; Ampere's switch waits for a reset; an unknown architecture does not).
+pub fn toggles_mig(architecture: Option<&str>) -> bool {
+    matches!(
+        architecture.map(str::to_ascii_lowercase).as_deref(),
+        Some("hopper" | "blackwell")
+    )
+}
+
+/// Whether a MIG-capable GPU is published partitionable (NVIDIA's `isDynamicMIGCapable`): in
+/// MIG mode, or able to switch into it without a reset. An Ampere GPU with MIG mode off stays a
+/// plain GPU.
+pub fn publish_partitions(mode: gpuhook_mig::MigMode, toggles: bool) -> bool {
+    mode.enabled() || (toggles && mode != gpuhook_mig::MigMode::NotCapable)
+}
+
+/// Whether the full GPU of a partitionable GPU is published (NVIDIA's
+/// `GetPerGpuAllocatableDevices`): only where it can be prepared as a working GPU, i.e. its MIG
+/// mode is off or can be switched off without a reset. Its counter set is published either way.
+pub fn publish_full_gpu(mode: gpuhook_mig::MigMode, toggles: bool) -> bool {
+    !mode.enabled() || toggles
 }
 
 /// The partitionable catalogue of the node now: each GPU's MIG state read through `p` and the
@@ -152,6 +181,7 @@ fn gpu_devices(
     mut full: NodeDevice,
     state: &GpuState,
     owned: &[(u32, u32)],
+    toggles: bool,
 ) -> Vec<NodeDevice> {
     let set = counter_set_name(g.minor);
     let mem_slices = state
@@ -171,6 +201,8 @@ fn gpu_devices(
         engines: gpu_engines,
         mig: None,
         taken: (!busy.is_empty()).then(|| Box::new(taken)),
+        toggles,
+        offered: publish_full_gpu(state.mig, toggles),
     });
     let mut out = vec![full.clone()];
     let publishable = |p: &&GiProfileInfo| {
@@ -194,6 +226,8 @@ fn gpu_devices(
                     placement: *pl,
                 }),
                 taken: None,
+                toggles,
+                offered: true,
             };
             out.push(mig_device(&full, g, slot, p.memory_mib));
         }

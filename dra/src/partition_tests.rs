@@ -126,16 +126,68 @@ fn slices_hold_counters_apart_from_devices() {
     assert_eq!(s[1]["spec"]["pool"]["resourceSliceCount"], 2);
 }
 
+/// NVIDIA's publish rule (`nvlib.go`, `GetPerGpuAllocatableDevices`/`isDynamicMIGCapable`):
+/// Hopper in either mode offers the full GPU and the placements; Ampere with MIG mode on only the
+/// placements (its counter set still published), Ampere with MIG mode off only the plain GPU.
 #[test]
-fn a_gpu_without_mig_mode_is_as_before() {
-    let mut st = h100_state();
-    st.mig = MigMode::Capable {
+fn the_full_gpu_is_published_only_where_it_can_be_prepared() {
+    let off = MigMode::Capable {
         current: false,
         pending: false,
     };
-    let devs = catalogue(&inventory(), &[st], Path::new("/nonexistent"), &[]);
-    let plain = crate::devices::catalogue(&inventory(), Path::new("/nonexistent"));
-    assert_eq!(devs, plain);
+    assert!(toggles_mig(Some("hopper")) && toggles_mig(Some("Blackwell")));
+    assert!(!toggles_mig(Some("ampere")) && !toggles_mig(None));
+    // Hopper, MIG mode off: the full GPU (a plain GPU device) and every placement.
+    let mut st = h100_state();
+    st.mig = off;
+    let mut inv = inventory();
+    inv.gpus[1].mig_enabled = false;
+    inv.gpus[1].mig_devices.clear();
+    let devs = catalogue(&inv, &[st.clone()], Path::new("/nonexistent"), &[]);
+    let full = devs.iter().find(|d| d.name == "gpu-1").unwrap();
+    assert_eq!(full.dev, gpuhook_node::DeviceRef::Gpu { index: 1 });
+    assert!(full.slot.as_ref().unwrap().offered);
+    // (`1g.10gb+me` needs the engine counts, which this state lacks.)
+    assert_eq!(
+        devs.iter().filter(|d| d.is_mig()).count(),
+        7 + 4 + 3 + 2 + 1 + 1
+    );
+    // Ampere, MIG mode off: not partitionable, as before.
+    inv.gpus[1].architecture = Some("ampere".into());
+    let devs = catalogue(&inv, &[st.clone()], Path::new("/nonexistent"), &[]);
+    assert_eq!(
+        devs,
+        crate::devices::catalogue(&inv, Path::new("/nonexistent"))
+    );
+    // Ampere, MIG mode on: placements and the counter set, no full GPU in the slices.
+    let mut inv = inventory();
+    inv.gpus[1].architecture = Some("ampere".into());
+    let devs = catalogue(&inv, &[h100_state()], Path::new("/nonexistent"), &[]);
+    let s = build(
+        "gpu.nvidia.com",
+        "n",
+        &devs,
+        &BTreeMap::new(),
+        UnhealthyPolicy::Taint,
+        false,
+        1,
+    )
+    .unwrap();
+    let names: Vec<&str> = s
+        .iter()
+        .filter_map(|s| s["spec"]["devices"].as_array())
+        .flatten()
+        .filter_map(|d| d["name"].as_str())
+        .collect();
+    assert!(!names.contains(&"gpu-1") && names.contains(&"gpu-1-mig-7g80gb-0-0"));
+    assert!(names.contains(&"gpu-0"));
+    let sets: Vec<&Value> = s
+        .iter()
+        .filter_map(|s| s["spec"]["sharedCounters"].as_array())
+        .flatten()
+        .collect();
+    assert_eq!(sets.len(), 1);
+    assert_eq!(sets[0]["name"], "gpu-1-counter-set");
 }
 
 /// NVML's profile info counts (illustrative H100-like values): SMs per slice 16, one copy engine

@@ -171,7 +171,7 @@ pub fn start(
     let (devices, partitioner) = match &run.partitionable {
         None => (catalogue(&inventory, &run.sys_root), None),
         Some(d) => {
-            let p = partitioner(d)?;
+            let p = partitioner(d)?.with_marks(opts.checkpoint.with_file_name("mig-mode"));
             let claims = || checkpoint.claims().map(|c| c.1.clone()).collect();
             let devs =
                 crate::partition::read(&p, claims, &inventory, &run.sys_root).map_err(|why| {

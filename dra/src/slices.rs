@@ -191,7 +191,7 @@ pub fn build(
     generation: i64,
 ) -> Result<Vec<Value>, DraError> {
     let mut entries = Vec::new();
-    for d in devices {
+    for d in devices.iter().filter(|d| d.offered()) {
         let bad = unhealthy
             .get(&d.uuid)
             .or_else(|| unhealthy.get(&d.gpu_uuid));

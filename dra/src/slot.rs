@@ -106,6 +106,12 @@ pub struct Slot {
     /// The full GPU's slot: what MIG devices this plugin did not make already hold (their
     /// counters are not available: its counter set holds the rest).
     pub taken: Option<Box<Taken>>,
+    /// The GPU switches MIG mode without a reset (NVIDIA's `supportsMIGModeToggle`: Hopper and
+    /// newer): the plugin may switch it (on for a placement, off for the full GPU).
+    pub toggles: bool,
+    /// The full GPU's slot: whether the full GPU is published (`false`: an Ampere GPU in MIG
+    /// mode, which cannot leave it without a reset; only its counter set is published).
+    pub offered: bool,
 }
 
 /// What existing MIG devices not made by this plugin hold of a GPU.

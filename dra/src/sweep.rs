@@ -5,7 +5,9 @@
 //! touched (`dynmig::owned`): a MIG device this plugin did not make is never destroyed. A claim
 //! whose ResourceClaim cannot be read (API server down) is kept. NVIDIA's driver destroys, at
 //! start, every MIG device no completed claim references, also ones made by others
-//! (dra-facts §5); this is deliberately narrower.
+//! (dra-facts §5); this is deliberately narrower. Then every GPU whose MIG mode the plugin
+//! switched on and that holds no MIG device any more is switched off (`modes.rs`; NVIDIA's
+//! `obliterateStaleMIGDevices` ends with `maybeDisableMigMode` on every GPU).
 
 use std::sync::Arc;
 
@@ -42,6 +44,9 @@ pub async fn sweep(driver: Arc<Driver>) -> usize {
                 tracing::warn!(claim = %uid, error = %err, "claim gone but its MIG devices could not be destroyed")
             }
         }
+    }
+    if let Some(p) = driver.partitioner() {
+        let _ = tokio::task::spawn_blocking(move || p.settle()).await;
     }
     n
 }

@@ -64,12 +64,23 @@ impl NvmlBackend {
             compute_slices: 0,
             instances: Vec::new(),
         };
-        if !mig.enabled() {
+        if mig == MigMode::NotCapable {
             return Ok(state);
         }
-        let uuids = mig_uuids(&self.nvml, index)?;
+        // With MIG mode off: the profiles and placements only (NVML lists them, named as
+        // go-nvlib names them; there are no instances).
+        let uuids = if mig.enabled() {
+            mig_uuids(&self.nvml, index)?
+        } else {
+            Vec::new()
+        };
         for p in api.profiles(index).map_err(e)? {
-            for gi in api.gpu_instances(index, p.id).map_err(e)? {
+            let gis = if mig.enabled() {
+                api.gpu_instances(index, p.id).map_err(e)?
+            } else {
+                Vec::new()
+            };
+            for gi in gis {
                 let cis = api
                     .compute_instances(index, gi.id)
                     .map_err(e)?

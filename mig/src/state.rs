@@ -91,7 +91,8 @@ pub struct GpuState {
     pub model: String,
     pub device_id: DeviceId,
     pub mig: MigMode,
-    /// GPU instance profiles (empty unless MIG is enabled: NVML lists none otherwise).
+    /// GPU instance profiles (of a MIG-capable GPU, also with MIG mode off: NVML's v1 profile
+    /// info and placements answer in either mode; `gpuhook_node::nvml::derived_name`).
     pub profiles: Vec<GiProfileInfo>,
     /// Compute slices of the whole GPU (7 on A100/H100, 4 on A30).
     pub compute_slices: u32,

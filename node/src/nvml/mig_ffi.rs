@@ -42,6 +42,24 @@ pub struct GiProfileInfoV2 {
     pub name: [c_char; 96],
 }
 
+/// `nvmlGpuInstanceProfileInfo_t` (v1: no version, no name). nvml.h: answered for a MIG-capable
+/// GPU whether or not MIG mode is on (the versioned call needs MIG mode).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct GiProfileInfoV1 {
+    pub id: c_uint,
+    pub is_p2p_supported: c_uint,
+    pub slice_count: c_uint,
+    pub instance_count: c_uint,
+    pub multiprocessor_count: c_uint,
+    pub copy_engine_count: c_uint,
+    pub decoder_count: c_uint,
+    pub encoder_count: c_uint,
+    pub jpeg_count: c_uint,
+    pub ofa_count: c_uint,
+    pub memory_size_mb: c_ulonglong,
+}
+
 /// `nvmlGpuInstanceProfileInfo_v2` (size | version << 24).
 pub const GI_PROFILE_INFO_V2: c_uint = 0x0200_0098;
 
@@ -84,6 +102,7 @@ pub struct CiInfo {
 type FnSetMigMode = unsafe extern "C" fn(NvmlDevice, c_uint, *mut NvmlReturn) -> NvmlReturn;
 type FnGiProfileInfoV =
     unsafe extern "C" fn(NvmlDevice, c_uint, *mut GiProfileInfoV2) -> NvmlReturn;
+type FnGiProfileInfo = unsafe extern "C" fn(NvmlDevice, c_uint, *mut GiProfileInfoV1) -> NvmlReturn;
 type FnPlacements =
     unsafe extern "C" fn(NvmlDevice, c_uint, *mut Placement, *mut c_uint) -> NvmlReturn;
 type FnGpuInstances =
@@ -113,6 +132,7 @@ type FnDestroy = unsafe extern "C" fn(*mut c_void) -> NvmlReturn;
 pub struct MigFns {
     pub set_mig_mode: FnSetMigMode,
     pub gi_profile_info_v: FnGiProfileInfoV,
+    pub gi_profile_info: FnGiProfileInfo,
     pub possible_placements_v2: FnPlacements,
     pub gpu_instances: FnGpuInstances,
     pub gi_by_id: FnGiById,
@@ -142,6 +162,7 @@ impl MigFns {
         Ok(MigFns {
             set_mig_mode: req!("nvmlDeviceSetMigMode"),
             gi_profile_info_v: req!("nvmlDeviceGetGpuInstanceProfileInfoV"),
+            gi_profile_info: req!("nvmlDeviceGetGpuInstanceProfileInfo"),
             possible_placements_v2: req!("nvmlDeviceGetGpuInstancePossiblePlacements_v2"),
             gpu_instances: req!("nvmlDeviceGetGpuInstances"),
             gi_by_id: req!("nvmlDeviceGetGpuInstanceById"),
@@ -167,6 +188,8 @@ mod tests {
     #[test]
     fn layouts_match_nvml_h() {
         assert_eq!(size_of::<GiProfileInfoV2>(), 152);
+        assert_eq!(size_of::<GiProfileInfoV1>(), 48);
+        assert_eq!(offset_of!(GiProfileInfoV1, memory_size_mb), 40);
         assert_eq!(offset_of!(GiProfileInfoV2, memory_size_mb), 48);
         assert_eq!(offset_of!(GiProfileInfoV2, name), 56);
         assert_eq!(GI_PROFILE_INFO_V2 & 0xff_ffff, 152);

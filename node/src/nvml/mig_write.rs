@@ -10,6 +10,7 @@ use std::ptr::null_mut;
 
 use super::ffi::{self, NvmlDevice, NvmlReturn, PciInfo, SUCCESS};
 use super::mig_ffi::*;
+use super::mig_names::{derived_name, v2_of};
 use super::Nvml;
 use crate::error::NodeError;
 
@@ -131,9 +132,14 @@ impl MigApi<'_> {
         Ok((info.pci_device_id, info.pci_sub_system_id))
     }
 
-    /// The GPU instance profiles of a GPU in MIG mode, with their placements.
+    /// The GPU instance profiles of a MIG-capable GPU, with their placements. In MIG mode with
+    /// NVML's names (`nvmlDeviceGetGpuInstanceProfileInfoV`, which nvml.h answers only in MIG
+    /// mode); with MIG mode off from the v1 call (nvml.h: answered for any MIG-capable GPU; its
+    /// placements are too, "regardless of whether MIG is enabled") and the name derived as
+    /// NVIDIA's go-nvlib names a profile ([`derived_name`]), as NVIDIA's DRA driver lists them.
     pub fn profiles(&self, gpu: u32) -> Result<Vec<MigGiProfile>, NodeError> {
         let d = self.device(gpu)?;
+        let mut total = None;
         let mut out = Vec::new();
         for index in 0..GPU_INSTANCE_PROFILE_COUNT {
             // SAFETY: all-zero is a valid GiProfileInfoV2; the version is set before the call.
@@ -141,10 +147,24 @@ impl MigApi<'_> {
             info.version = GI_PROFILE_INFO_V2;
             // SAFETY: d came from NVML; info is a valid, versioned out-pointer.
             let rc = unsafe { (self.f.gi_profile_info_v)(d, index, &mut info) };
-            if rc == ffi::ERROR_NOT_SUPPORTED || rc == ffi::ERROR_INVALID_ARGUMENT {
+            if rc == ffi::ERROR_NOT_SUPPORTED {
+                let mut v1 = GiProfileInfoV1::default();
+                // SAFETY: d came from NVML; v1 is a valid out-pointer of the v1 layout.
+                let rc = unsafe { (self.f.gi_profile_info)(d, index, &mut v1) };
+                if rc != SUCCESS {
+                    continue;
+                }
+                let total = match total {
+                    Some(t) => t,
+                    None => *total.insert(self.nvml.device_by_index(gpu)?.memory_total()?),
+                };
+                let name = derived_name(index, v1.slice_count, v1.memory_size_mb, total);
+                info = v2_of(v1, &name);
+            } else if rc == ffi::ERROR_INVALID_ARGUMENT {
                 continue;
+            } else {
+                self.check(rc, "nvmlDeviceGetGpuInstanceProfileInfoV", gpu)?;
             }
-            self.check(rc, "nvmlDeviceGetGpuInstanceProfileInfoV", gpu)?;
             let placements = self.placements(d, gpu, info.id)?;
             out.push(MigGiProfile {
                 id: info.id,

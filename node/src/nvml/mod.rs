@@ -266,11 +266,13 @@ mod links;
 mod metrics;
 mod metrics_ffi;
 mod mig_ffi;
+mod mig_names;
 mod mig_write;
 pub use device::Device;
 pub use events::{Event, EventSet};
 pub use links::{NvLink, NVLINK_MAX_LINKS};
 pub use metrics::{Clock, FieldSample, MemoryInfo, ProcessKind, ProcessSample, ProcessUse};
+pub use mig_names::derived_name;
 pub use mig_write::{MigApi, MigCi, MigEngines, MigGi, MigGiProfile};
 
 #[cfg(test)]

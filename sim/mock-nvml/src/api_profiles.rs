@@ -4,7 +4,8 @@
 //!
 //! Return codes follow `nvml.h`: a profile index past `NVML_*_PROFILE_COUNT` is
 //! `INVALID_ARGUMENT` (consumers enumerate until they see it), a profile the model does not
-//! support, or a GPU without MIG mode, is `NOT_SUPPORTED`; an unknown `version` is
+//! support, or a GPU without MIG mode (versioned calls only: v1 answers with MIG mode off, as
+//! nvml.h documents), is `NOT_SUPPORTED`; an unknown `version` is
 //! `ARGUMENT_VERSION_MISMATCH`.
 
 use std::os::raw::c_uint;
@@ -23,13 +24,23 @@ use crate::instances::{sms_per_slice, GiProfile, GpuInstance};
 use crate::out::{fill_array, nonnull, put};
 use crate::table::{Dev, Gpu};
 
-/// The GI profile a lookup names, after NVML's checks.
+/// The GI profile a lookup names, after NVML's checks (the versioned calls need MIG mode).
 fn gi_profile(
     d: Dev<'static>,
     pick: impl Fn(&GiProfile) -> bool,
 ) -> Result<(&'static Gpu, &'static GiProfile), NvmlReturn> {
+    gi_profile_in(d, pick, true)
+}
+
+/// `need_mode`: `NOT_SUPPORTED` without MIG mode too (nvml.h: the v1 call needs only a
+/// MIG-capable GPU, the versioned ones MIG mode).
+fn gi_profile_in(
+    d: Dev<'static>,
+    pick: impl Fn(&GiProfile) -> bool,
+    need_mode: bool,
+) -> Result<(&'static Gpu, &'static GiProfile), NvmlReturn> {
     let gpu = d.whole_gpu()?;
-    if !gpu.mig_capable || !gpu.mig_enabled {
+    if !gpu.mig_capable || (need_mode && !gpu.mig_enabled) {
         return Err(ffi::NVML_ERROR_NOT_SUPPORTED);
     }
     let p = gpu
@@ -131,7 +142,7 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceProfileInfo(
         if profile >= NVML_GPU_INSTANCE_PROFILE_COUNT {
             return Err(ffi::NVML_ERROR_INVALID_ARGUMENT);
         }
-        let (gpu, p) = gi_profile(d, |p| p.index == profile)?;
+        let (gpu, p) = gi_profile_in(d, |p| p.index == profile, false)?;
         let b = gi_body(gpu, p);
         // SAFETY: forwarded caller contract.
         unsafe { put(info, b) }

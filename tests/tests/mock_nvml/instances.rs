@@ -177,11 +177,19 @@ pub fn check_instances(name: &str, node: &super::support::Node) {
         let past_last = lib.gi_profile(dev, GI_PROFILE_COUNT).0;
         assert_eq!(past_last, INVALID_ARGUMENT, "{what}: past the last profile");
         if !g.mig_mode {
-            assert_eq!(
-                lib.gi_profile(dev, 0).0,
-                NOT_SUPPORTED,
-                "{what}: no MIG mode"
-            );
+            // nvml.h: the v1 profile info is `NOT_SUPPORTED` only "if device doesn't support
+            // MIG" (MIG mode off still answers; NVIDIA's DRA driver lists DynamicMIG placements
+            // of a Hopper GPU with MIG mode off through it).
+            let (mut cur, mut pend) = (0, 0);
+            // SAFETY: valid out-pointers; handle from this library.
+            let capable =
+                unsafe { lib.0.nvmlDeviceGetMigMode(dev, &mut cur, &mut pend) } == SUCCESS;
+            let (rc, one) = lib.gi_profile(dev, 0);
+            if capable {
+                assert_eq!((rc, one.sliceCount), (SUCCESS, 1), "{what}: MIG mode off");
+            } else {
+                assert_eq!(rc, NOT_SUPPORTED, "{what}: no MIG");
+            }
             continue;
         }
         let (rc, one) = lib.gi_profile(dev, 0);
