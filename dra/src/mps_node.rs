@@ -91,16 +91,12 @@ pub fn set_exclusive(compute: &dyn ComputeModeSetter, dir: &Path, uuids: &[Strin
 
 /// Restores the modes recorded in `dir` and removes the record. Every recorded mode is set
 /// again, EXCLUSIVE_PROCESS too: the GPU may be PROHIBITED by a restart window
-/// (`mps_supervise.rs`). A recorded PROHIBITED (left by a plugin killed in such a window before
-/// the record existed) is restored as DEFAULT, as gpu-mps-daemon's fence does.
+/// (`mps_supervise.rs`). The record is written before the claim's daemon first starts (before
+/// any fence), so a recorded mode is the admin's.
 pub fn restore(compute: &dyn ComputeModeSetter, dir: &Path) {
     for (uuid, name) in read_record(dir) {
         let Some(prev) = mode_of(&name) else {
             continue;
-        };
-        let prev = match prev {
-            ComputeMode::Prohibited => ComputeMode::Default,
-            m => m,
         };
         if let Err(e) = compute.set_compute_mode(&uuid, prev) {
             tracing::warn!(gpu = %uuid, mode = name, error = %e, "cannot restore the compute mode");

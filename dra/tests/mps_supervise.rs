@@ -308,7 +308,7 @@ async fn unprepare_while_restarts_are_held_leaves_no_prohibited_gpu() {
         .unwrap();
     unprepare(&k, c).await;
     std::fs::remove_file(&node.gate).unwrap();
-    assert!(!alive(held_pid), "the held replacement is stopped");
+    wait_for("the held replacement to be stopped", || !alive(held_pid)).await;
     assert_eq!(node.mode(), before, "PROHIBITED left behind");
     assert!(!node.claim_dir().exists());
     p.stop().await;
