@@ -73,7 +73,7 @@ impl Daemons {
         };
         mps_supervise::record_want(&d.layout, want);
         let (layout, proc) = d.into_parts();
-        let s = Supervised::spawn(opts, layout, want.clone(), Proc::Child(proc));
+        let s = Supervised::spawn(opts, layout, want.clone(), Proc::Child(Box::new(proc)));
         self.claims.lock().await.insert(uid.to_string(), s);
         Ok(edits)
     }

@@ -225,7 +225,7 @@ impl SharedDaemons {
         let name = format!("gpu {}", c.uuids.join(","));
         let d = MpsDaemon::start_at(opts, l.clone(), &name, &c).await?;
         let (layout, proc) = d.into_parts();
-        let s = Supervised::spawn(opts, layout, c, Proc::Child(proc));
+        let s = Supervised::spawn(opts, layout, c, Proc::Child(Box::new(proc)));
         gpus.insert(l.dir.clone(), s);
         Ok(())
     }

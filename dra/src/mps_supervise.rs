@@ -46,7 +46,7 @@ const KILL_GRACE: Duration = Duration::from_secs(1);
 #[derive(Debug)]
 pub enum Proc {
     /// Started by this run.
-    Child(DaemonProc),
+    Child(Box<DaemonProc>),
     /// Started by an earlier run, identity-checked.
     Adopted(Identity),
     /// Found dead: restarted at once.
@@ -184,7 +184,7 @@ impl Sup {
                 match r {
                     Ok(d) => {
                         tracing::info!(dir = %self.name(), pid = d.id.pid, "MPS control daemon restarted with its claims' limits");
-                        proc = Proc::Child(d);
+                        proc = Proc::Child(Box::new(d));
                         // A quick death again waits its backoff.
                         failures += 1;
                         break;
@@ -266,7 +266,7 @@ impl Sup {
     async fn finish(&self, proc: Proc, cmd: Cmd) -> Option<DaemonProc> {
         if cmd != Cmd::Stop {
             return match proc {
-                Proc::Child(d) => Some(d),
+                Proc::Child(d) => Some(*d),
                 _ => None,
             };
         }
