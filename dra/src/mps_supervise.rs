@@ -226,12 +226,15 @@ impl Sup {
         let l = &self.layout;
         mps_node::remove_ready(l);
         daemon_proc::stop_stale(l, &self.name(), KILL_GRACE).await;
-        let mut dirs = vec![&l.pipe, &l.log];
+        // Kept when they exist (bind-mounted in running containers), made as at the start if not.
+        let mut dirs = vec![(&l.pipe, 0o755), (&l.log, 0o755)];
         if self.opts.shm {
-            dirs.push(&l.shm);
+            dirs.push((&l.shm, 0o1777));
         }
-        for d in dirs {
-            std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
+        for (d, mode) in dirs {
+            let mut made = gpu_mps_daemon::layout::CreatedDirs::default();
+            made.ensure(d, mode)
+                .map_err(|e| format!("{}: {e}", d.display()))?;
         }
         gpu_mps_daemon::layout::clean_dir(&l.pipe)
             .map_err(|e| format!("emptying {}: {e}", l.pipe.display()))?;
@@ -327,3 +330,7 @@ pub fn found(layout: &gpu_mps_daemon::layout::GpuLayout) -> Proc {
         _ => Proc::Dead,
     }
 }
+
+#[cfg(test)]
+#[path = "mps_supervise_tests.rs"]
+mod tests;
