@@ -148,7 +148,8 @@ impl Sup {
     /// Until stopped or detached; returns our child on a detach.
     async fn run(self, mut proc: Proc, mut cmd: watch::Receiver<Cmd>) -> Option<DaemonProc> {
         let mut fences = self.fences().await;
-        let mut failures: u32 = 0;
+        // Restarts since the daemon was last up for STABLE_AFTER: the backoff's exponent.
+        let mut restarts: u32 = 0;
         if matches!(proc, Proc::Adopted(_)) && !self.layout.ready.exists() {
             self.mark_adopted(&proc).await;
         }
@@ -166,12 +167,12 @@ impl Sup {
             }
             tracing::error!(dir = %self.name(), reason = %why, "MPS control daemon gone; its GPUs are PROHIBITED and its claims' new containers refused until it is restarted");
             if since.elapsed() >= STABLE_AFTER {
-                failures = 0;
+                restarts = 0;
             }
             proc = Proc::Dead;
             loop {
-                if failures > 0 {
-                    let delay = backoff(failures, MAX_BACKOFF);
+                if restarts > 0 {
+                    let delay = backoff(restarts, MAX_BACKOFF);
                     tokio::select! {
                         () = tokio::time::sleep(delay) => {}
                         _ = cmd.changed() => break 'outer,
@@ -186,12 +187,12 @@ impl Sup {
                         tracing::info!(dir = %self.name(), pid = d.id.pid, "MPS control daemon restarted with its claims' limits");
                         proc = Proc::Child(Box::new(d));
                         // A quick death again waits its backoff.
-                        failures += 1;
+                        restarts += 1;
                         break;
                     }
                     Err(e) => {
-                        failures += 1;
-                        tracing::error!(dir = %self.name(), error = %e, failures, "restarting the MPS control daemon failed; its GPUs stay PROHIBITED");
+                        restarts += 1;
+                        tracing::error!(dir = %self.name(), error = %e, restarts, "restarting the MPS control daemon failed; its GPUs stay PROHIBITED");
                     }
                 }
             }
