@@ -84,6 +84,7 @@ impl Driver {
         checkpoint: Checkpoint,
     ) -> Self {
         Driver {
+            daemons: mps_daemons::Daemons::adopt(&opts.mps, &checkpoint),
             opts,
             layout: RwLock::new(Layout::new(inventory, devices)),
             changed: tokio::sync::Notify::new(),
@@ -91,7 +92,6 @@ impl Driver {
             slicer,
             checkpoint: Mutex::new(checkpoint),
             locks: Mutex::new(HashMap::new()),
-            daemons: mps_daemons::Daemons::default(),
             partitioner: None,
         }
     }

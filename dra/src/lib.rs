@@ -8,7 +8,8 @@
 //! - [`driver`]: prepare/unprepare, per-claim locks, [`checkpoint`], [`plan`] (what a claim gets,
 //!   decided before any change), [`cdi_claim`] (one CDI spec per claim), [`mps`] (one MPS control
 //!   daemon per claim, limits before the first client; [`mps_share`]: one per GPU for its
-//!   consumable-capacity shares; both held by [`mps_daemons`]), [`timeslice`].
+//!   consumable-capacity shares; both held by [`mps_daemons`], supervised by [`mps_supervise`]),
+//!   [`timeslice`].
 //! - [`partition`]/[`slot`]/[`dynmig`]/[`sweep`]: partitionable MIG devices (KEP-4815), made at
 //!   prepare, destroyed at unprepare or at start when their claim is gone.
 //! - [`devices`]/[`slices`]/[`publish`]: this node's ResourceSlices.
@@ -33,6 +34,7 @@ pub mod mps;
 pub mod mps_daemons;
 pub mod mps_node;
 pub mod mps_share;
+pub mod mps_supervise;
 pub mod partition;
 pub mod plan;
 pub mod podindex;

@@ -203,14 +203,14 @@ impl MpsDaemon {
             daemon.stop(opts).await;
             return Err(e);
         }
-        mps_node::watch(daemon.layout.clone(), pid);
         tracing::info!(daemon = name, devices = %want.uuids.join(","), threads = want.active_thread_percentage, "MPS control daemon ready");
         Ok(daemon)
     }
 
-    /// Whether the daemon still runs.
-    pub fn running(&mut self) -> bool {
-        self.proc.exited().is_none()
+    /// The layout and process, for supervision (`mps_supervise.rs`); the dirs are removed with
+    /// the daemon dir when it stops.
+    pub fn into_parts(self) -> (GpuLayout, DaemonProc) {
+        (self.layout, self.proc)
     }
 
     /// Stops the daemon (its ready marker removed first), restores the GPUs' compute mode and

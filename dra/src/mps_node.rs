@@ -13,9 +13,8 @@
 //!   were read back, removed first when it stops. It names the pipe dir (`pipeDirectory`), which
 //!   is what `gpuhook hook setup --mps-share NAME::PIPE_DIR` (`gpuhook_request::check_mps_access`)
 //!   reads at container start: a container of a claim whose daemon is not ready is refused.
-//! - **watch**: while the marker names a daemon this run started, that daemon is checked every
-//!   [`WATCH_EVERY`]; when it is gone (crashed, killed: its socket file stays behind) the
-//!   marker is removed, so the start check refuses new containers of the claim.
+//! - **supervision** (`mps_supervise.rs`): a daemon that dies loses its marker first, its GPUs
+//!   are PROHIBITED until a replacement's limits are read back, then EXCLUSIVE_PROCESS again.
 //! - **`/dev/shm`**: `<daemon dir>/shm` (mode 1777, like `/dev/shm`), the daemon's `/dev/shm`
 //!   in its private mount namespace and bind-mounted at `/dev/shm` in the claim's containers
 //!   (NVIDIA's `GetCDIContainerEdits`): MPS clients and their server share memory there, and
@@ -90,11 +89,13 @@ pub fn set_exclusive(compute: &dyn ComputeModeSetter, dir: &Path, uuids: &[Strin
     }
 }
 
-/// Restores the modes recorded in `dir` (a GPU recorded as EXCLUSIVE_PROCESS is left so) and
-/// removes the record.
+/// Restores the modes recorded in `dir` and removes the record. Every recorded mode is set
+/// again, EXCLUSIVE_PROCESS too: the GPU may be PROHIBITED by a restart window
+/// (`mps_supervise.rs`). The record is written before the claim's daemon first starts (before
+/// any fence), so a recorded mode is the admin's.
 pub fn restore(compute: &dyn ComputeModeSetter, dir: &Path) {
     for (uuid, name) in read_record(dir) {
-        let Some(prev) = mode_of(&name).filter(|m| *m != ComputeMode::ExclusiveProcess) else {
+        let Some(prev) = mode_of(&name) else {
             continue;
         };
         if let Err(e) = compute.set_compute_mode(&uuid, prev) {
@@ -127,20 +128,21 @@ pub fn write_ready(
         .map_err(|e| format!("{}: {e}", layout.ready.display()))
 }
 
-/// The pid in the identity record of the daemon at `layout` (0 when there is none).
-pub fn recorded_pid(layout: &GpuLayout) -> i32 {
+/// The identity record of the daemon at `layout`, if any.
+pub fn recorded(layout: &GpuLayout) -> Option<gpu_mps_daemon::process::Identity> {
     let path = gpu_mps_daemon::daemon_proc::record_path(layout);
     gpuhook_node::bounded::read_bounded(&path, MAX_RECORD)
         .ok()
         .and_then(|b| gpu_mps_daemon::process::Identity::parse_record(&String::from_utf8_lossy(&b)))
-        .map_or(0, |id| id.pid)
 }
 
-/// How often a running daemon's liveness is checked (one `/proc` read).
-pub const WATCH_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+/// The pid in the identity record of the daemon at `layout` (0 when there is none).
+pub fn recorded_pid(layout: &GpuLayout) -> i32 {
+    recorded(layout).map_or(0, |id| id.pid)
+}
 
 /// Whether `id` still runs (not a zombie: our own child is reaped only when stopped).
-fn alive(id: gpu_mps_daemon::process::Identity) -> bool {
+pub fn alive(id: gpu_mps_daemon::process::Identity) -> bool {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{}/stat", id.pid)) else {
         return false;
     };
@@ -148,33 +150,6 @@ fn alive(id: gpu_mps_daemon::process::Identity) -> bool {
         .rsplit_once(')')
         .and_then(|(_, r)| r.split_whitespace().next());
     state != Some("Z") && gpu_mps_daemon::process::Identity::of(id.pid) == Some(id)
-}
-
-/// The pid the ready marker of `layout` names, if any.
-fn marker_pid(layout: &GpuLayout) -> Option<i64> {
-    let b = gpuhook_node::bounded::read_bounded(&layout.ready, MAX_RECORD).ok()?;
-    serde_json::from_slice::<serde_json::Value>(&b).ok()?["pid"].as_i64()
-}
-
-/// Watches daemon `pid` of `layout` (a task): when it is gone while the marker still names it,
-/// the marker is removed and the loss logged. Ends with the marker (a stop removes it first).
-pub fn watch(layout: GpuLayout, pid: i32) {
-    let Some(id) = gpu_mps_daemon::process::Identity::of(pid) else {
-        return;
-    };
-    tokio::spawn(async move {
-        loop {
-            tokio::time::sleep(WATCH_EVERY).await;
-            if marker_pid(&layout) != Some(i64::from(pid)) {
-                return;
-            }
-            if !alive(id) {
-                tracing::error!(dir = %layout.dir.display(), pid, "MPS control daemon gone: its claims' new containers are refused until it is unprepared");
-                remove_ready(&layout);
-                return;
-            }
-        }
-    });
 }
 
 /// Removes the ready marker of `layout`, first thing when its daemon stops.

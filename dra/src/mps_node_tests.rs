@@ -96,3 +96,19 @@ fn the_ready_marker_names_the_pipe_dir_the_start_check_reads() {
     assert!(!l.ready.exists());
     remove_ready(&l);
 }
+
+#[test]
+fn a_restart_window_is_closed_by_restore_whatever_the_admin_mode() {
+    // Fenced (PROHIBITED) by a restart window when the claim is unprepared: the recorded mode
+    // is set again, EXCLUSIVE_PROCESS included.
+    for admin in [ComputeMode::Default, ComputeMode::ExclusiveProcess] {
+        let dir = tempfile::tempdir().unwrap();
+        let g = gpus(&[("GPU-a", admin)]);
+        set_exclusive(&g, dir.path(), &["GPU-a".into()]);
+        g.0.lock()
+            .unwrap()
+            .insert("GPU-a".into(), ComputeMode::Prohibited);
+        restore(&g, dir.path());
+        assert_eq!(g.mode("GPU-a"), admin);
+    }
+}

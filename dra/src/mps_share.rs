@@ -28,6 +28,7 @@ use gpu_mps_daemon::daemon_proc;
 use gpu_mps_daemon::layout::GpuLayout;
 
 use crate::mps::{check, env, stop_stale_at, ClaimMps, MpsDaemon, MpsEdits, MpsOptions};
+use crate::mps_supervise::{self, Proc, Supervised};
 
 /// Largest member file read.
 const MAX_MEMBER: u64 = 64 << 10;
@@ -87,10 +88,10 @@ pub fn client_env(share: &ClaimMps) -> Vec<String> {
     env
 }
 
-/// The shared daemons this run started, by GPU dir; one lock for joins and leaves.
+/// The shared daemons this run supervises, by GPU dir; one lock for joins and leaves.
 #[derive(Debug, Default)]
 pub struct SharedDaemons {
-    gpus: tokio::sync::Mutex<HashMap<PathBuf, MpsDaemon>>,
+    gpus: tokio::sync::Mutex<HashMap<PathBuf, Supervised>>,
 }
 
 /// Sets `c` as the ceiling of the running daemon of `env`: defaults, then every running server
@@ -126,6 +127,27 @@ async fn set_ceiling(
 }
 
 impl SharedDaemons {
+    /// The shared daemons at `dirs` (of prepared shares, an earlier run's): adopted when
+    /// running, restarted with their members' ceiling when dead (`mps_supervise.rs`).
+    pub fn adopt(opts: &MpsOptions, dirs: Vec<PathBuf>) -> Self {
+        let mut gpus = HashMap::new();
+        for dir in dirs {
+            let gpu = dir.file_name().map(|n| n.to_string_lossy().into_owned());
+            let l = layout(&opts.root, gpu.as_deref().unwrap_or_default());
+            if gpus.contains_key(&l.dir) {
+                continue;
+            }
+            let Some(c) = ceiling(&members(&l.dir)) else {
+                continue;
+            };
+            let proc = mps_supervise::found(&l);
+            gpus.insert(l.dir.clone(), Supervised::spawn(opts, l, c, proc));
+        }
+        SharedDaemons {
+            gpus: tokio::sync::Mutex::new(gpus),
+        }
+    }
+
     /// Adds share `uid` to its GPU's daemon (started when it is the first), with the ceiling
     /// raised to cover it before this returns. On error the share is not a member.
     pub async fn join(
@@ -173,43 +195,38 @@ impl SharedDaemons {
     }
 
     /// Makes the daemon of `l` match its members: none → stopped and its dir removed; else
-    /// running with their ceiling (started when it does not answer).
+    /// running with their ceiling (a supervised one gets it as its restart limits too; with
+    /// none supervised, whatever is there is stopped and a new one started).
     async fn converge(
         &self,
         opts: &MpsOptions,
         l: &GpuLayout,
-        gpus: &mut HashMap<PathBuf, MpsDaemon>,
+        gpus: &mut HashMap<PathBuf, Supervised>,
     ) -> Result<(), String> {
         let Some(c) = ceiling(&members(&l.dir)) else {
             self.stop_gpu(opts, l, gpus).await;
             return Ok(());
         };
-        let env = env(opts, l, &c);
-        let alive = match gpus.get_mut(&l.dir) {
-            Some(d) => d.running(),
-            None => env
-                .send("get_default_active_thread_percentage", opts.command_timeout)
-                .await
-                .is_ok(),
-        };
-        if alive {
-            set_ceiling(&env, &c, opts.command_timeout).await?;
-            // The marker follows the ceiling; a daemon of an earlier run without one gets it.
+        if let Some(s) = gpus.get(&l.dir) {
+            // Held: a restart in progress finishes first, a later one starts with `c`.
+            let mut want = s.want.lock().await;
+            *want = c.clone();
+            set_ceiling(&env(opts, l, &c), &c, opts.command_timeout).await?;
+            // The marker follows the ceiling.
             let pid = crate::mps_node::recorded_pid(l);
             let (pct, mem) = (c.active_thread_percentage, &c.pinned_limits_mib);
             return crate::mps_node::write_ready(l, pid, &c.uuids, pct, mem);
         }
         crate::mps_node::remove_ready(l);
-        if let Some(d) = gpus.remove(&l.dir) {
-            d.stop(opts).await;
-        }
         daemon_proc::stop_stale(l, &c.uuids.join(","), opts.command_timeout).await;
         for d in [&l.pipe, &l.log] {
             let _ = std::fs::remove_dir_all(d);
         }
         let name = format!("gpu {}", c.uuids.join(","));
         let d = MpsDaemon::start_at(opts, l.clone(), &name, &c).await?;
-        gpus.insert(l.dir.clone(), d);
+        let (layout, proc) = d.into_parts();
+        let s = Supervised::spawn(opts, layout, c, Proc::Child(Box::new(proc)));
+        gpus.insert(l.dir.clone(), s);
         Ok(())
     }
 
@@ -217,10 +234,10 @@ impl SharedDaemons {
         &self,
         opts: &MpsOptions,
         l: &GpuLayout,
-        gpus: &mut HashMap<PathBuf, MpsDaemon>,
+        gpus: &mut HashMap<PathBuf, Supervised>,
     ) {
         match gpus.remove(&l.dir) {
-            Some(d) => d.stop(opts).await,
+            Some(s) => s.stop().await,
             None => stop_stale_at(opts, l, "shared").await,
         }
         if let Err(e) = std::fs::remove_dir_all(&l.dir) {
@@ -232,9 +249,9 @@ impl SharedDaemons {
 
     /// Shutdown: the shared daemons keep running for their shares' containers.
     pub async fn shutdown(&self) {
-        for (dir, d) in self.gpus.lock().await.drain() {
+        for (dir, s) in self.gpus.lock().await.drain() {
             tracing::info!(dir = %dir.display(), "leaving a GPU's shared MPS daemon to the next run");
-            std::mem::forget(d);
+            s.detach().await;
         }
     }
 }

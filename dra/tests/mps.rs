@@ -213,31 +213,55 @@ async fn mps_daemon_is_stopped_after_a_plugin_restart() {
     p.stop().await;
 }
 
-/// A daemon that dies (killed: its socket file stays) loses its ready marker, so the claim's
-/// start check refuses new containers; unprepare still cleans up.
+/// A daemon that dies (killed: its socket file stays) loses its ready marker at once, so the
+/// claim's start check refuses new containers, and is restarted with the claim's limits (held
+/// at its start by the simulator's gate file `GPUHOOK_SIM_MPS_HOLD` until the test has seen the
+/// window); unprepare stops the replacement. Compute modes: `tests/mps_supervise.rs`.
 #[tokio::test]
-async fn a_daemon_that_dies_loses_its_ready_marker() {
+async fn a_daemon_that_dies_is_restarted_with_the_claims_limits() {
     let Some(sim) = sim() else { return };
     let dir = tempfile::tempdir().unwrap();
+    let gate = dir.path().join("hold");
+    let wrapper = dir.path().join("nvidia-cuda-mps-control");
+    let script = format!(
+        "#!/bin/sh\nexport GPUHOOK_SIM_MPS_HOLD='{}'\nexec '{}' \"$@\"\n",
+        gate.display(),
+        sim.display()
+    );
+    gpuhook_fs::testing::write_executable(&wrapper, &script).unwrap();
     let api = ApiServer::start(NODE);
     let c = mps_claim(&api, "mps", "uid-k");
-    let p = plugin_with(dir.path(), &api, &sim);
+    let p = plugin_with(dir.path(), &api, &wrapper);
     let k = kubelet::register(&dir.path().join("plugins_registry"), "gpu.nvidia.com").await;
     assert_eq!(prepare(k.channel.clone(), c.clone()).await.error, "");
     let claim_dir = dir.path().join("plugin/mps/uid-k");
-    let ready = claim_dir.join("ready");
+    let (ready, pipe) = (claim_dir.join("ready"), claim_dir.join("pipe"));
     assert!(ready.exists());
     let pid = daemon_pid(&claim_dir);
+    std::fs::write(&gate, "").unwrap();
     let st = Command::new("kill")
         .args(["-KILL", &pid.to_string()])
         .status()
         .unwrap();
     assert!(st.success());
-    plugin::wait_for("the ready marker to go", || !ready.exists()).await;
+    let held = dir.path().join("hold.waiting");
+    wait_long("the replacement held at its start", || held.exists()).await;
+    assert!(!ready.exists(), "no ready marker while the daemon is down");
+    std::fs::remove_file(&gate).unwrap();
+    wait_long("the ready marker of the replacement", || {
+        std::fs::read(&ready)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            .and_then(|v| v["pid"].as_i64())
+            .is_some_and(|p| p != i64::from(pid))
+    })
+    .await;
+    let seen = client_sees(&sim, &pipe);
     assert!(
-        claim_dir.join("pipe/control").exists(),
-        "the socket file stays"
+        seen.contains("active_thread_percentage=25.0 pinned_mem_limit=0=10240M"),
+        "{seen}"
     );
+    let new = daemon_pid(&claim_dir);
     let mut v1 = DRAPluginClient::new(k.channel);
     let u = v1
         .node_unprepare_resources(api::NodeUnprepareResourcesRequest { claims: vec![c] })
@@ -245,6 +269,19 @@ async fn a_daemon_that_dies_loses_its_ready_marker() {
         .unwrap()
         .into_inner();
     assert_eq!(u.claims["uid-k"].error, "");
+    assert!(!alive(new), "the replacement is stopped");
     assert!(!claim_dir.exists());
     p.stop().await;
+}
+
+/// Waits for `f` with a generous deadline (a loaded CI machine).
+async fn wait_long<F: Fn() -> bool>(what: &str, f: F) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !f() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
 }

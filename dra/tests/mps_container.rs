@@ -13,7 +13,8 @@
 //! Then the device's start check (`gpuhook hook setup --mps-share`): uid 1000 starts, but is
 //! refused once a directory above the pipe dir is closed to it (its MPS server, which runs as
 //! uid 1000, could not reach the daemon), and after the daemon was told `quit` a root container
-//! is refused too. Unprepare restores the GPU's compute mode.
+//! is refused too until the plugin's supervisor has restarted it (held at its start by the
+//! simulator's gate file). Unprepare restores the GPU's compute mode.
 //!
 //! Needs root, runc, `cargo build -p gpuhook-sim -p gpuhook -p gpuhook-mock-nvml
 //! -p gpuhook-sim-mps-control --bins` (skips, or fails under GPUHOOK_REQUIRE_E2E=1).
@@ -161,7 +162,15 @@ fn start_plugin(dir: &Path, node: &Path, api: &ApiServer, uid: &str) -> Running 
     let (sim_control, gpuhook) = tools();
     let d = DiscoverOptions::for_root(node);
     let inv = gpuhook_node::discover(&d).unwrap().inventory;
-    let mut opts = driver_options(dir, &sim_control, Allowed::default());
+    // The simulator, its daemon start held while `<dir>/hold` exists (the restart window).
+    let wrapper = dir.join("nvidia-cuda-mps-control");
+    let script = format!(
+        "#!/bin/sh\nexport GPUHOOK_SIM_MPS_HOLD='{}'\nexec '{}' \"$@\"\n",
+        dir.join("hold").display(),
+        sim_control.display()
+    );
+    gpuhook_fs::testing::write_executable(&wrapper, &script).unwrap();
+    let mut opts = driver_options(dir, &wrapper, Allowed::default());
     opts.cdi.edit_options = gpuhook_cdi::EditOptions::new(&gpuhook);
     opts.cdi.edit_options.cuda_compat = false;
     opts.mps.shm = true;
@@ -280,10 +289,18 @@ fn unreachable_user_is_refused(tmp: &Path, id: &str) {
     );
 }
 
-/// 3. The daemon told to quit: a root container is refused, naming the claim's device.
+/// 3. The daemon told to quit: until its replacement is ready (held at its start here), a root
+///    container is refused, naming the claim's device; then it starts again.
 fn stopped_daemon_is_refused(tmp: &Path, id: &str, claim_dir: &Path) {
     let (sim_control, _) = tools();
+    let (gate, held) = (tmp.join("hold"), tmp.join("hold.waiting"));
+    std::fs::write(&gate, "").unwrap();
     quit(&sim_control, &claim_dir.join("pipe"));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !held.exists() {
+        assert!(std::time::Instant::now() < deadline, "no replacement held");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     let refused = run_container(tmp, &tmp.join("cdi"), id, 0, "echo STARTED");
     let err = text(&refused);
     assert!(!refused.status.success(), "{err}");
@@ -291,6 +308,13 @@ fn stopped_daemon_is_refused(tmp: &Path, id: &str, claim_dir: &Path) {
         err.contains(id) && err.contains("not ready") && !err.contains("STARTED"),
         "{err}"
     );
+    std::fs::remove_file(&gate).unwrap();
+    while !claim_dir.join("ready").exists() {
+        assert!(std::time::Instant::now() < deadline, "not ready again");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let ok = run_container(tmp, &tmp.join("cdi"), id, 0, "echo STARTED-AGAIN");
+    assert!(ok.status.success(), "{}", text(&ok));
 }
 
 /// `echo quit | nvidia-cuda-mps-control` on the claim's pipe dir.

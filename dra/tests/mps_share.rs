@@ -241,3 +241,65 @@ async fn the_last_share_stops_the_daemon_after_a_plugin_restart() {
     assert!(!gpu_dir.exists());
     p.stop().await;
 }
+
+/// The GPU's shared daemon, killed, is restarted (`mps_supervise.rs`) with the shares' ceiling,
+/// and the ceiling still follows the shares on the replacement.
+#[tokio::test]
+async fn a_killed_shared_daemon_is_restarted_with_the_shares_ceiling() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some((wrapper, sim)) = sim(dir.path()) else {
+        return;
+    };
+    let api = ApiServer::start(NODE);
+    let a = share(&api, "a", "uid-a", 30, "8Gi");
+    let b = share(&api, "b", "uid-b", 50, "4Gi");
+    let on = Allowed {
+        consumable_mps: true,
+        ..Allowed::default()
+    };
+    let p = plugin_allowed(dir.path(), &api, &wrapper, None, inventory(), None, on);
+    let k = kubelet::register(&dir.path().join("plugins_registry"), "gpu.nvidia.com").await;
+    assert_eq!(call(&k.channel, &a, true).await, "");
+    assert_eq!(call(&k.channel, &b, true).await, "");
+    let gpu_dir = std::fs::read_dir(dir.path().join("plugin/mps/gpu"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let (pipe, ready) = (gpu_dir.join("pipe"), gpu_dir.join("ready"));
+    let old = daemon_pid(&gpu_dir);
+    let st = Command::new("kill")
+        .args(["-KILL", &old.to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let new = loop {
+        let pid = std::fs::read(&ready)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            .and_then(|v| v["pid"].as_i64());
+        match pid {
+            Some(p) if p != i64::from(old) => break i32::try_from(p).unwrap(),
+            _ => assert!(std::time::Instant::now() < deadline, "no replacement"),
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    assert!(alive(new));
+    let seen = client_sees(&sim, &pipe, &[]);
+    assert!(
+        seen.contains("active_thread_percentage=50.0 pinned_mem_limit=0=8192M"),
+        "the ceiling of both shares: {seen}"
+    );
+    assert_eq!(call(&k.channel, &a, false).await, "");
+    let seen = client_sees(&sim, &pipe, &[]);
+    assert!(
+        seen.contains("active_thread_percentage=50.0 pinned_mem_limit=0=4096M"),
+        "the ceiling follows the shares left: {seen}"
+    );
+    assert_eq!(call(&k.channel, &b, false).await, "");
+    plugin::wait_for("the replacement to stop", || !alive(new)).await;
+    assert!(!gpu_dir.exists());
+    p.stop().await;
+}
