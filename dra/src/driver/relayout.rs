@@ -63,9 +63,28 @@ impl Driver {
         self.partitioner.clone()
     }
 
-    /// What to publish now: devices, and the UUIDs of retired ones to taint.
+    /// What to publish now: devices, and the UUIDs of retired ones to taint. A partitionable
+    /// placement a prepared claim made a MIG device for carries that device's UUID while it
+    /// exists, so the device's health (an Xid of its GPU/compute instance) is the placement's:
+    /// tainted in the slices and Unhealthy on the health stream.
     pub fn published(&self) -> (Vec<NodeDevice>, Vec<String>) {
-        self.layout().published(&self.held())
+        let (mut devices, retired) = self.layout().published(&self.held());
+        let made = self.made_uuids();
+        for d in devices.iter_mut().filter(|d| d.uuid.is_empty()) {
+            if let Some(uuid) = made.get(&d.name) {
+                d.uuid.clone_from(uuid);
+            }
+        }
+        (devices, retired)
+    }
+
+    /// Placement device name → the UUID of the MIG device a prepared claim made for it.
+    fn made_uuids(&self) -> BTreeMap<String, String> {
+        let cp = self.checkpoint.lock().unwrap_or_else(|p| p.into_inner());
+        cp.claims()
+            .flat_map(|(_, e)| e.mig.iter())
+            .filter_map(|r| Some((r.device.clone(), r.uuid.clone()?)))
+            .collect()
     }
 
     /// Wakes when what to publish changed.

@@ -25,9 +25,8 @@ pub fn start(dir: &Path, api: &ApiServer, root: &Path) -> Running {
     plugin_node(dir, api, Path::new("/bin/false"), None, inv, Some(d))
 }
 
-/// GPU 0's GPU instances as (profile id, placement start), read through the MIG manager's NVML.
-/// (The size is left out: the mock's `nvmlGpuInstanceGetInfo` reports the compute slices as the
-/// placement size, 3 for a 3g.40gb where NVIDIA reports 4.)
+/// GPU 0's GPU instances as (profile id, placement start), read through the MIG manager's NVML
+/// (the profile id fixes the placement's size).
 pub fn instances(root: &Path) -> Vec<(u32, u32)> {
     instances_of(root, 0)
 }
