@@ -20,6 +20,8 @@
 
 #[path = "common/apiserver.rs"]
 mod apiserver;
+#[path = "common/health.rs"]
+mod health;
 #[path = "common/kubelet.rs"]
 mod kubelet;
 #[path = "common/partition.rs"]
@@ -29,8 +31,7 @@ mod plugin;
 #[path = "common/sim.rs"]
 mod sim;
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use apiserver::ApiServer;
@@ -38,23 +39,11 @@ use gpuhook_device_plugin::source::InventoryFrom;
 use gpuhook_dra::api::{self, health::DRAResourceHealthClient};
 use gpuhook_dra::rescan::Rescan;
 use gpuhook_node::DiscoverOptions;
+use health::{devices, inject, stream_says, SETTLE};
 use part::{mig_claim, sim_node};
 use plugin::{plugin_node, NODE};
-use serde_json::Value;
-
-/// Generous: the machine may be loaded.
-const SETTLE: Duration = Duration::from_secs(60);
 
 const PLACEMENT: &str = "gpu-0-mig-1g10gb-19-0";
-
-fn devices(api: &ApiServer) -> Vec<Value> {
-    api.slices()
-        .iter()
-        .filter_map(|s| s["spec"]["devices"].as_array())
-        .flatten()
-        .cloned()
-        .collect()
-}
 
 /// Names of the published devices that carry the unhealthy taint.
 fn tainted(api: &ApiServer) -> Vec<String> {
@@ -69,47 +58,12 @@ fn offered(api: &ApiServer, name: &str) -> bool {
     devices(api).iter().any(|d| d["name"] == name)
 }
 
-/// Appends a fault line to the mock NVML's event file of the node at `root`.
-fn inject(root: &Path, line: &str) {
-    let loc = gpuhook_node::NvmlLocation::locate(root, None).unwrap();
-    let state: PathBuf = loc.path().parent().unwrap().join("gpuhook-sim-state");
-    std::fs::create_dir_all(&state).unwrap();
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(state.join("events"))
-        .unwrap();
-    writeln!(f, "{line}").unwrap();
-}
-
 /// The UUID of the one MIG device on GPU 0, read through NVML as another tool would.
 fn made_uuid(root: &Path) -> String {
     let p = gpuhook_dra::run::partitioner(&DiscoverOptions::for_root(root)).unwrap();
     let gpu = p.with(|b| b.gpu(0)).unwrap();
     assert_eq!(gpu.instances.len(), 1, "{:?}", gpu.instances);
     gpu.instances[0].cis[0].uuid.clone().expect("a MIG UUID")
-}
-
-/// The health stream's answer for `device`, read until `want` comes.
-async fn stream_says(
-    stream: &mut tonic::Streaming<api::NodeWatchResourcesResponse>,
-    device: &str,
-    want: api::HealthStatus,
-) -> String {
-    tokio::time::timeout(SETTLE, async {
-        loop {
-            let r = stream.message().await.unwrap().unwrap();
-            let found = r
-                .devices
-                .iter()
-                .find(|d| d.device.as_ref().unwrap().device_name == device);
-            if let Some(d) = found.filter(|d| d.health == want as i32) {
-                return d.message.clone();
-            }
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("{device} never {want:?} on the health stream"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -18,6 +18,8 @@
 
 #[path = "common/apiserver.rs"]
 mod apiserver;
+#[path = "common/health.rs"]
+mod health;
 #[path = "common/kubelet.rs"]
 mod kubelet;
 #[path = "common/plugin.rs"]
@@ -25,8 +27,7 @@ mod plugin;
 #[path = "common/sim.rs"]
 mod sim;
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use apiserver::ApiServer;
@@ -34,6 +35,7 @@ use gpuhook_device_plugin::source::InventoryFrom;
 use gpuhook_dra::api::{self, health::DRAResourceHealthClient};
 use gpuhook_dra::rescan::Rescan;
 use gpuhook_node::DiscoverOptions;
+use health::{devices, inject, stream_says, SETTLE};
 use plugin::{plugin_node, NODE};
 use serde_json::Value;
 
@@ -51,24 +53,12 @@ mig-configs:
         "3g.40gb": 2
 "#;
 
-/// Generous: the machine may be loaded.
-const SETTLE: Duration = Duration::from_secs(60);
-
 async fn settle<F: Fn() -> bool>(what: &str, f: F) {
     let start = Instant::now();
     while !f() {
         assert!(start.elapsed() < SETTLE, "timed out waiting for {what}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-fn devices(api: &ApiServer) -> Vec<Value> {
-    api.slices()
-        .iter()
-        .filter_map(|s| s["spec"]["devices"].as_array())
-        .flatten()
-        .cloned()
-        .collect()
 }
 
 fn attr(d: &Value, k: &str) -> String {
@@ -93,20 +83,6 @@ fn migs_of(api: &ApiServer, parent: &str) -> Vec<(String, String, bool)> {
     v
 }
 
-/// Appends a fault line to the mock NVML's event file of the node at `root`.
-fn inject(root: &Path, line: &str) {
-    let loc = gpuhook_node::NvmlLocation::locate(root, None).unwrap();
-    let state: PathBuf = loc.path().parent().unwrap().join("gpuhook-sim-state");
-    std::fs::create_dir_all(&state).unwrap();
-    let path = state.join("events");
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .unwrap();
-    writeln!(f, "{line}").unwrap();
-}
-
 fn repartition(root: &Path) {
     let file = gpuhook_mig::MigConfigFile::parse(LAYOUT.as_bytes(), "layout.yaml").unwrap();
     let entries = file.config("repartitioned").unwrap();
@@ -122,28 +98,6 @@ fn repartition(root: &Path) {
         })
         .unwrap();
     assert!(out.failed().is_empty() && !out.pending(), "{out:?}");
-}
-
-/// The health stream's answer for `device`, read until `want` (Healthy/Unhealthy) comes.
-async fn stream_says(
-    stream: &mut tonic::Streaming<api::NodeWatchResourcesResponse>,
-    device: &str,
-    want: api::HealthStatus,
-) -> String {
-    tokio::time::timeout(SETTLE, async {
-        loop {
-            let r = stream.message().await.unwrap().unwrap();
-            let found = r
-                .devices
-                .iter()
-                .find(|d| d.device.as_ref().unwrap().device_name == device);
-            if let Some(d) = found.filter(|d| d.health == want as i32) {
-                return d.message.clone();
-            }
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("{device} never {want:?} on the health stream"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
