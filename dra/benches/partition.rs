@@ -111,13 +111,12 @@ fn options(dir: &Path, name: &str) -> DriverOptions {
             capabilities: [gpuhook_node::Capability::Compute].into(),
         },
         mps: MpsOptions {
-            root: dir.join(format!("{name}/mps")),
-            driver_root: "/".into(),
-            control_binary: "/bin/false".into(),
             start_timeout: Duration::from_secs(5),
             command_timeout: Duration::from_secs(5),
-            shm: false,
-            compute: gpuhook_dra::mps_node::no_compute_mode("no NVML in this test"),
+            ..gpuhook_dra::testkit::mps_options(
+                dir.join(format!("{name}/mps")),
+                "/bin/false".into(),
+            )
         },
         allowed: Allowed::default(),
     }

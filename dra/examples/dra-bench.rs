@@ -69,13 +69,9 @@ fn options(dir: &Path, sim: &Path) -> DriverOptions {
             .into(),
         },
         mps: MpsOptions {
-            root: dir.join("p/mps"),
-            driver_root: "/".into(),
-            control_binary: sim.to_path_buf(),
             start_timeout: Duration::from_secs(10),
             command_timeout: Duration::from_secs(5),
-            shm: false,
-            compute: gpuhook_dra::mps_node::no_compute_mode("no NVML in this test"),
+            ..gpuhook_dra::testkit::mps_options(dir.join("p/mps"), sim.to_path_buf())
         },
         allowed: Allowed::default(),
     }

@@ -5,7 +5,6 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
 use serde_json::{json, Value};
 
@@ -16,7 +15,6 @@ use crate::config::Allowed;
 use crate::devices::catalogue;
 use crate::driver::{ClaimRef, DriverOptions};
 use crate::kube::{Cluster, KubeError};
-use crate::mps::MpsOptions;
 use crate::podindex::PodIndex;
 use crate::testkit::{claim, inventory, MemCluster};
 use crate::timeslice::TimeSlicer;
@@ -84,15 +82,10 @@ fn driver(dir: &Path, cluster: Arc<Flaky>) -> Driver {
             edit_options: gpuhook_cdi::EditOptions::new("/usr/bin/gpuhook"),
             capabilities: [gpuhook_node::Capability::Compute].into(),
         },
-        mps: MpsOptions {
-            root: dir.join("mps"),
-            driver_root: "/".into(),
-            control_binary: "/nonexistent/nvidia-cuda-mps-control".into(),
-            start_timeout: Duration::from_secs(2),
-            command_timeout: Duration::from_secs(2),
-            shm: false,
-            compute: crate::mps_node::no_compute_mode("no NVML in this test"),
-        },
+        mps: crate::testkit::mps_options(
+            dir.join("mps"),
+            "/nonexistent/nvidia-cuda-mps-control".into(),
+        ),
         allowed: Allowed::default(),
     };
     let cp = Checkpoint::load(&opts.checkpoint, "boot").unwrap();

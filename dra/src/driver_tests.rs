@@ -4,7 +4,6 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use serde_json::json;
 
@@ -58,15 +57,10 @@ impl Node {
                 ]
                 .into(),
             },
-            mps: MpsOptions {
-                root: self.dir.path().join("mps"),
-                driver_root: "/".into(),
-                control_binary: "/nonexistent/nvidia-cuda-mps-control".into(),
-                start_timeout: Duration::from_secs(2),
-                command_timeout: Duration::from_secs(2),
-                shm: false,
-                compute: crate::mps_node::no_compute_mode("no NVML in this test"),
-            },
+            mps: crate::testkit::mps_options(
+                self.dir.path().join("mps"),
+                "/nonexistent/nvidia-cuda-mps-control".into(),
+            ),
             allowed: Allowed::default(),
         };
         let cp = Checkpoint::load(&opts.checkpoint, "boot").unwrap();

@@ -3,7 +3,9 @@
 //! No I/O; nothing here is used by the plugin itself.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use gpuhook_node::{
     DeviceMajors, DiscoverySource, DriverFiles, Gpu, Inventory, MigDevice, INVENTORY_FORMAT_VERSION,
@@ -11,6 +13,7 @@ use gpuhook_node::{
 use serde_json::{json, Value};
 
 use crate::kube::{Cluster, KubeError};
+use crate::mps::MpsOptions;
 
 /// UUID of test GPU `i`.
 pub fn gpu_uuid(i: u32) -> String {
@@ -175,5 +178,19 @@ impl Cluster for MemCluster {
         let mut slices = self.slices.lock().unwrap_or_else(|p| p.into_inner());
         slices.remove(name);
         Ok(())
+    }
+}
+
+/// Claim daemons under `root` run by `control_binary`, 2 s timeouts, no private `/dev/shm`, no
+/// NVML (no compute-mode change): override fields with `..mps_options(…)`.
+pub fn mps_options(root: PathBuf, control_binary: PathBuf) -> MpsOptions {
+    MpsOptions {
+        root,
+        driver_root: "/".into(),
+        control_binary,
+        start_timeout: Duration::from_secs(2),
+        command_timeout: Duration::from_secs(2),
+        shm: false,
+        compute: crate::mps_node::no_compute_mode("no NVML in this test"),
     }
 }

@@ -96,13 +96,11 @@ pub fn driver_options(dir: &Path, control_binary: &Path, allowed: Allowed) -> Dr
             capabilities: [gpuhook_node::Capability::Compute].into(),
         },
         mps: MpsOptions {
-            root: dir.join("plugin/mps"),
-            driver_root: "/".into(),
-            control_binary: control_binary.to_path_buf(),
-            start_timeout: Duration::from_secs(2),
-            command_timeout: Duration::from_secs(2),
             shm: is_root(),
-            compute: gpuhook_dra::mps_node::no_compute_mode("no NVML in this test"),
+            ..gpuhook_dra::testkit::mps_options(
+                dir.join("plugin/mps"),
+                control_binary.to_path_buf(),
+            )
         },
         allowed,
     }
