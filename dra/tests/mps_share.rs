@@ -121,6 +121,31 @@ fn alive(pid: i32) -> bool {
             .contains(") Z ")
 }
 
+/// The plugin with consumable-capacity MPS shares on, registered with a fake kubelet.
+async fn consumable(
+    dir: &Path,
+    api: &ApiServer,
+    wrapper: &Path,
+) -> (gpuhook_dra::run::Running, kubelet::Registered) {
+    let on = Allowed {
+        consumable_mps: true,
+        ..Allowed::default()
+    };
+    let p = plugin_allowed(dir, api, wrapper, None, inventory(), None, on);
+    let k = kubelet::register(&dir.join("plugins_registry"), "gpu.nvidia.com").await;
+    (p, k)
+}
+
+/// The first (on a one-GPU node: the) shared daemon dir.
+fn the_gpu_dir(dir: &Path) -> PathBuf {
+    std::fs::read_dir(dir.join("plugin/mps/gpu"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path()
+}
+
 async fn call(ch: &tonic::transport::Channel, c: &api::Claim, prepare: bool) -> String {
     let mut v1 = DRAPluginClient::new(ch.clone());
     let claims = vec![c.clone()];
@@ -150,12 +175,7 @@ async fn shares_of_one_gpu_share_one_control_daemon_with_their_own_limits() {
     let api = ApiServer::start(NODE);
     let a = share(&api, "a", "uid-a", 30, "8Gi");
     let b = share(&api, "b", "uid-b", 50, "4Gi");
-    let on = Allowed {
-        consumable_mps: true,
-        ..Allowed::default()
-    };
-    let p = plugin_allowed(dir.path(), &api, &wrapper, None, inventory(), None, on);
-    let k = kubelet::register(&dir.path().join("plugins_registry"), "gpu.nvidia.com").await;
+    let (p, k) = consumable(dir.path(), &api, &wrapper).await;
     assert_eq!(call(&k.channel, &a, true).await, "");
     assert_eq!(
         call(&k.channel, &b, true).await,
@@ -212,27 +232,16 @@ async fn the_last_share_stops_the_daemon_after_a_plugin_restart() {
     let api = ApiServer::start(NODE);
     let a = share(&api, "a", "uid-a", 20, "2Gi");
     let b = share(&api, "b", "uid-b", 20, "2Gi");
-    let on = Allowed {
-        consumable_mps: true,
-        ..Allowed::default()
-    };
-    let p = plugin_allowed(dir.path(), &api, &wrapper, None, inventory(), None, on);
-    let k = kubelet::register(&dir.path().join("plugins_registry"), "gpu.nvidia.com").await;
+    let (p, k) = consumable(dir.path(), &api, &wrapper).await;
     assert_eq!(call(&k.channel, &a, true).await, "");
     p.stop().await;
-    let p = plugin_allowed(dir.path(), &api, &wrapper, None, inventory(), None, on);
-    let k = kubelet::register(&dir.path().join("plugins_registry"), "gpu.nvidia.com").await;
+    let (p, k) = consumable(dir.path(), &api, &wrapper).await;
     assert_eq!(
         call(&k.channel, &b, true).await,
         "",
         "joins the running daemon"
     );
-    let gpu_dir = std::fs::read_dir(dir.path().join("plugin/mps/gpu"))
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
+    let gpu_dir = the_gpu_dir(dir.path());
     let pid = daemon_pid(&gpu_dir);
     assert_eq!(call(&k.channel, &a, false).await, "");
     assert!(alive(pid));
@@ -253,20 +262,10 @@ async fn a_killed_shared_daemon_is_restarted_with_the_shares_ceiling() {
     let api = ApiServer::start(NODE);
     let a = share(&api, "a", "uid-a", 30, "8Gi");
     let b = share(&api, "b", "uid-b", 50, "4Gi");
-    let on = Allowed {
-        consumable_mps: true,
-        ..Allowed::default()
-    };
-    let p = plugin_allowed(dir.path(), &api, &wrapper, None, inventory(), None, on);
-    let k = kubelet::register(&dir.path().join("plugins_registry"), "gpu.nvidia.com").await;
+    let (p, k) = consumable(dir.path(), &api, &wrapper).await;
     assert_eq!(call(&k.channel, &a, true).await, "");
     assert_eq!(call(&k.channel, &b, true).await, "");
-    let gpu_dir = std::fs::read_dir(dir.path().join("plugin/mps/gpu"))
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
+    let gpu_dir = the_gpu_dir(dir.path());
     let (pipe, ready) = (gpu_dir.join("pipe"), gpu_dir.join("ready"));
     let old = daemon_pid(&gpu_dir);
     let st = Command::new("kill")
