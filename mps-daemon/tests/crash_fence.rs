@@ -25,11 +25,7 @@ fn a_client_during_a_control_daemon_restart_is_refused_never_unlimited() {
     let Some(tool) = ready_to_run() else { return };
     let sim = Sim::build(&tool, "");
     let mut d = sim.start();
-    let g = sim.ready(0);
-    let (uuid, old) = (
-        g["uuid"].as_str().unwrap().to_string(),
-        g["pid"].as_i64().unwrap(),
-    );
+    let (uuid, old) = sim.ready_gpu();
     assert_eq!(
         sim.compute_mode(&uuid),
         "3",
@@ -44,12 +40,11 @@ fn a_client_during_a_control_daemon_restart_is_refused_never_unlimited() {
     );
 
     // Hold the replacement's start, then crash the control daemon.
-    std::fs::write(&sim.gate, "").unwrap();
-    // SAFETY: SIGKILL to the simulated control daemon the test's daemon started.
-    unsafe { libc::kill(i32::try_from(old).unwrap(), libc::SIGKILL) };
-    wait_for("the replacement control daemon held at its start", || {
-        waiting(&sim.gate).exists().then_some(())
-    });
+    sim.crash_held_at(
+        &sim.gate,
+        old,
+        "the replacement control daemon held at its start",
+    );
     // No daemon listens and the GPU is not ready: a CUDA process would run without MPS...
     assert!(!sim.mps.join(&uuid).join("ready").exists());
     wait_for("status.json: not ready", || {
@@ -94,17 +89,12 @@ fn a_stop_while_restarts_fail_restores_the_admin_mode_not_prohibited() {
     let Some(tool) = ready_to_run() else { return };
     let sim = Sim::build(&tool, "");
     let mut d = sim.start();
-    let g = sim.ready(0);
-    let (uuid, old) = (
-        g["uuid"].as_str().unwrap().to_string(),
-        g["pid"].as_i64().unwrap(),
+    let (uuid, old) = sim.ready_gpu();
+    sim.crash_held_at(
+        &sim.gate,
+        old,
+        "the replacement control daemon held at its start",
     );
-    std::fs::write(&sim.gate, "").unwrap();
-    // SAFETY: SIGKILL to the simulated control daemon the test's daemon started.
-    unsafe { libc::kill(i32::try_from(old).unwrap(), libc::SIGKILL) };
-    wait_for("the replacement control daemon held at its start", || {
-        waiting(&sim.gate).exists().then_some(())
-    });
     assert_eq!(sim.compute_mode(&uuid), "2", "PROHIBITED while restarting");
     // Stopped in the middle of the restart (the gate is never opened).
     d.signal(libc::SIGTERM);
@@ -126,17 +116,12 @@ fn a_client_before_the_limits_are_read_back_is_refused_by_its_mps_server() {
     // are done, a server it starts would serve clients unlimited.
     let sim = Sim::build(&tool, "export GPUHOOK_SIM_MPS_FAULT=ignore-env-limits");
     let mut d = sim.start();
-    let g = sim.ready(0);
-    let (uuid, old) = (
-        g["uuid"].as_str().unwrap().to_string(),
-        g["pid"].as_i64().unwrap(),
+    let (uuid, old) = sim.ready_gpu();
+    sim.crash_held_at(
+        &sim.commands_gate,
+        old,
+        "a limit command of the replacement held",
     );
-    std::fs::write(&sim.commands_gate, "").unwrap();
-    // SAFETY: SIGKILL to the simulated control daemon the test's daemon started.
-    unsafe { libc::kill(i32::try_from(old).unwrap(), libc::SIGKILL) };
-    wait_for("a limit command of the replacement held", || {
-        waiting(&sim.commands_gate).exists().then_some(())
-    });
     // The replacement listens (its pid is recorded once it does), its limits are not set.
     wait_for("the replacement's pid in status.json", || {
         sim.gpu()

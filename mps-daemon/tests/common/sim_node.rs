@@ -147,6 +147,24 @@ impl Sim {
             })
         })
     }
+
+    /// The ready GPU's UUID and its control daemon's pid.
+    pub fn ready_gpu(&self) -> (String, i64) {
+        let g = self.ready(0);
+        (
+            g["uuid"].as_str().unwrap().to_string(),
+            g["pid"].as_i64().unwrap(),
+        )
+    }
+
+    /// Closes `gate` (the replacement's start or its limit commands), kills control daemon
+    /// `pid` and waits until the replacement waits at the gate (`what`).
+    pub fn crash_held_at(&self, gate: &Path, pid: i64, what: &str) {
+        std::fs::write(gate, "").unwrap();
+        // SAFETY: SIGKILL to the simulated control daemon the test's daemon started.
+        unsafe { libc::kill(i32::try_from(pid).unwrap(), libc::SIGKILL) };
+        wait_for(what, || waiting(gate).exists().then_some(()));
+    }
 }
 
 pub fn waiting(gate: &Path) -> PathBuf {
